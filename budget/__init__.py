@@ -1,0 +1,22 @@
+"""Budgets, spend and the rules that stop a run."""
+
+from .base import GO, AnyOf, Decision, StoppingRule
+from .grammar import Budget, BudgetError, Limit, parse_budget
+from .ledger import Ledger, Spend
+from .limits import BudgetLimits, check_applicable, fmt_duration
+
+__all__ = [
+    "GO",
+    "AnyOf",
+    "Budget",
+    "BudgetError",
+    "BudgetLimits",
+    "Decision",
+    "Ledger",
+    "Limit",
+    "Spend",
+    "StoppingRule",
+    "check_applicable",
+    "fmt_duration",
+    "parse_budget",
+]

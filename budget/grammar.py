@@ -1,0 +1,127 @@
+"""Budget strings: a number and a unit, several limits joined with commas (first reached wins).
+
+2gpu-h  90gpu-min  $5  5usd  45min  1.5h  300s  500trials  200kJ  0.1kWh
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+# Each limit kind is kept in one base unit: seconds, device-hours, dollars, trials, joules.
+WALL, DEVICE_HOURS, DOLLARS, TRIALS, ENERGY = "wall_s", "device_h", "usd", "trials", "energy_j"
+
+_UNITS: dict[str, tuple[str, float]] = {
+    **{u: (WALL, 1.0) for u in ("s", "sec", "secs", "second", "seconds")},
+    **{u: (WALL, 60.0) for u in ("min", "mins", "minute", "minutes")},
+    **{u: (WALL, 3600.0) for u in ("h", "hr", "hrs", "hour", "hours")},
+    **{u: (DEVICE_HOURS, 1.0) for u in ("gpu-h", "gpu-hr", "gpu-hour", "gpu-hours")},
+    **{u: (DEVICE_HOURS, 1 / 60) for u in ("gpu-min", "gpu-mins", "gpu-minutes")},
+    **{u: (DOLLARS, 1.0) for u in ("usd", "$")},
+    **{u: (TRIALS, 1.0) for u in ("trial", "trials")},
+    "j": (ENERGY, 1.0),
+    "kj": (ENERGY, 1e3),
+    "mj": (ENERGY, 1e6),
+    "wh": (ENERGY, 3600.0),
+    "kwh": (ENERGY, 3.6e6),
+}
+
+_KIND_WORDS = {
+    WALL: "wall-clock time",
+    DEVICE_HOURS: "GPU-hours",
+    DOLLARS: "dollars",
+    TRIALS: "trials",
+    ENERGY: "GPU energy",
+}
+
+EXAMPLES = "2gpu-h, 90gpu-min, $5, 5usd, 45min, 1.5h, 300s, 500trials, 200kJ, 0.1kWh"
+
+_LIMIT = re.compile(
+    r"^(?:\$\s*(?P<dollars>\d+(?:\.\d*)?|\.\d+)"
+    r"|(?P<number>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?\s*(?P<unit>[a-z$-]+))$"
+)
+
+
+class BudgetError(ValueError):
+    """A budget string that does not parse; the message says what is expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """One limit, e.g. 90gpu-min is Limit(kind="device_h", amount=1.5, text="90gpu-min")."""
+
+    kind: str
+    amount: float
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KIND_WORDS:
+            raise ValueError(f"unknown limit kind {self.kind!r}")
+        if not (math.isfinite(self.amount) and self.amount > 0):
+            raise ValueError(f"a limit must be a positive amount but got {self.amount}")
+
+    @property
+    def words(self) -> str:
+        return _KIND_WORDS[self.kind]
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Several limits; the run ends at whichever is reached first."""
+
+    limits: tuple[Limit, ...]
+
+    def __post_init__(self) -> None:
+        if not self.limits:
+            raise ValueError("a budget needs at least one limit")
+
+    def get(self, kind: str) -> float | None:
+        """The amount of the limit of this kind, in its base unit, or None."""
+        return next((lim.amount for lim in self.limits if lim.kind == kind), None)
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(lim.kind for lim in self.limits)
+
+    def __str__(self) -> str:
+        return ",".join(lim.text for lim in self.limits)
+
+
+def parse_budget(text: str) -> Budget:
+    """Parse a budget string; raise BudgetError with the expected forms on anything else."""
+    if not isinstance(text, str) or not text.strip():
+        raise BudgetError(f"the budget is empty; give a number and a unit, e.g. {EXAMPLES}")
+    limits: list[Limit] = []
+    for part in text.split(","):
+        limit = _parse_limit(part.strip(), text)
+        if any(seen.kind == limit.kind for seen in limits):
+            raise BudgetError(f"budget {text!r} gives {limit.words} twice; keep one limit per kind")
+        limits.append(limit)
+    return Budget(tuple(limits))
+
+
+def _parse_limit(part: str, whole: str) -> Limit:
+    match = _LIMIT.match(part.lower())
+    if match is None:
+        raise BudgetError(
+            f"budget {whole!r}: cannot read {part!r}; expected a number and a unit, "
+            f"e.g. {EXAMPLES} (several joined with commas)"
+        )
+    if match["dollars"] is not None:
+        value, unit = float(match["dollars"]), "$"
+    else:
+        value = float(match["number"]) * (10.0 ** int(match["exp"]) if match["exp"] else 1.0)
+        unit = match["unit"]
+    if unit not in _UNITS:
+        raise BudgetError(
+            f"budget {whole!r}: unknown unit {unit!r} in {part!r}; units are s, min, h, "
+            f"gpu-h, gpu-min, $ / usd, trials, J, kJ, Wh, kWh (e.g. {EXAMPLES})"
+        )
+    kind, scale = _UNITS[unit]
+    amount = value * scale
+    if not (math.isfinite(amount) and amount > 0):
+        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive amount")
+    if kind == TRIALS and amount != int(amount):
+        raise BudgetError(f"budget {whole!r}: a number of trials must be whole, got {part!r}")
+    return Limit(kind, amount, part)
