@@ -1,0 +1,96 @@
+"""Functions run inside worker processes (TVM's PopenWorker).
+
+They import only what one build or one measurement needs: MetaSchedule's default build
+function also imports `tvm.s_tir.tensor_intrin`, ~19 s per fresh worker, which no build of a
+MetaSchedule candidate uses (the schedule already holds the tensorized code).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+import time
+from typing import Any
+
+ArgSpec = tuple[str, tuple[int, ...]]
+
+_MAX_CACHED_WORKLOADS = 8
+_arguments_cache: collections.OrderedDict[tuple[str, tuple[ArgSpec, ...]], list[Any]] = (
+    collections.OrderedDict()
+)
+
+
+def warm_up() -> None:
+    """Import what builds need, once per worker, before the first real job."""
+    import tvm.driver  # noqa: F401
+    import tvm.s_tir.transform  # noqa: F401
+
+
+def build(mod: Any, target: Any, out_dir: str) -> tuple[str, float]:
+    """Compile `mod` for `target` into a shared library in `out_dir`; (path, seconds)."""
+    start = time.perf_counter()
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    # CUDA codegen reads the architecture from the current target: a GPU-less host can build.
+    with target:
+        rt_mod = tvm_build(mod, target=target)
+    fd, path = tempfile.mkstemp(prefix="cand-", suffix=".so", dir=out_dir)
+    os.close(fd)
+    # Linking here, in parallel build workers, keeps the measuring process's load cheap.
+    rt_mod.export_library(path)
+    return path, time.perf_counter() - start
+
+
+def measure(
+    artifact: str,
+    device_type: str,
+    args: tuple[ArgSpec, ...],
+    number: int,
+    repeat: int,
+    min_repeat_ms: int,
+    cpu_cache_flush: bool,
+) -> list[float]:
+    """Seconds per run of the artifact's entry function, one value per repeat."""
+    import tvm
+
+    dev = tvm.device(device_type, 0)
+    rt_mod = tvm.runtime.load_module(artifact)
+    tensors = _arguments(dev, device_type, args)
+    # The time evaluator makes one untimed warm-up call before the timed repeats.
+    evaluator = rt_mod.time_evaluator(
+        rt_mod.entry_name,
+        dev,
+        number=number,
+        repeat=repeat,
+        min_repeat_ms=min_repeat_ms,
+        f_preproc="cache_flush_cpu_non_first_arg" if cpu_cache_flush else "",
+    )
+    dev.sync()
+    return [float(s) for s in evaluator(*tensors).results]
+
+
+def _arguments(dev: Any, device_type: str, args: tuple[ArgSpec, ...]) -> list[Any]:
+    """Random inputs, allocated once per workload and reused by its candidates."""
+    key = (device_type, args)
+    if key in _arguments_cache:
+        _arguments_cache.move_to_end(key)
+        return _arguments_cache[key]
+    import numpy as np
+    import tvm
+
+    rng = np.random.default_rng(0)
+    tensors = []
+    for dtype, shape in args:
+        if dtype.startswith("float"):
+            host = rng.standard_normal(shape).astype(dtype)
+        else:
+            # Zeros are a valid index for any gather / take, so integer inputs stay in bounds.
+            host = np.zeros(shape, dtype=dtype)
+        tensors.append(tvm.runtime.tensor(host, device=dev))
+    _arguments_cache[key] = tensors
+    while len(_arguments_cache) > _MAX_CACHED_WORKLOADS:
+        _arguments_cache.popitem(last=False)
+    return tensors
