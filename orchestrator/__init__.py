@@ -1,0 +1,26 @@
+"""tune-orchestrator: cost-aware auto-tuning of ONNX models on TVM MetaSchedule.
+
+from orchestrator import tune
+result = tune("model.onnx", budget="5min")
+print(result.speedup, result.paths["library"])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .api import Result, TaskResult, tune
+
+__all__ = ["InputError", "Result", "TaskResult", "tune"]
+
+
+def __getattr__(name: str) -> Any:
+    # TVM is imported by the API, not by `import orchestrator` (keeps `--help` fast).
+    if name in ("tune", "Result", "TaskResult"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

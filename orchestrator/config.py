@@ -1,0 +1,221 @@
+"""Settings: `configs/default.toml`, then a user file, then explicit overrides, validated."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import configs
+
+from .errors import InputError
+
+
+def _positive(section: str, name: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"[{section}] {name} must be positive but got {value}.")
+
+
+def _non_negative(section: str, name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"[{section}] {name} cannot be negative but got {value}.")
+
+
+def _probability(section: str, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"[{section}] {name} must be within [0, 1] but got {value}.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuneSettings:
+    budget: str
+    target: str
+    trials_per_round: int
+    seed: int
+    filter: str
+
+    def __post_init__(self) -> None:
+        _positive("tune", "trials_per_round", self.trials_per_round)
+        _non_negative("tune", "seed", self.seed)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    population: int
+    init_measured_ratio: float
+    genetic_num_iters: int
+    genetic_mutate_prob: float
+    genetic_max_fail_count: int
+    eps_greedy: float
+    cost_model_warmup: int
+
+    def __post_init__(self) -> None:
+        if self.population < 2:
+            raise ValueError(f"[search] population must be at least 2 but got {self.population}.")
+        for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy"):
+            _probability("search", name, getattr(self, name))
+        for name in ("genetic_num_iters", "genetic_max_fail_count", "cost_model_warmup"):
+            _non_negative("search", name, getattr(self, name))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    workers: int
+    timeout_s: float
+    recycle_after: int
+
+    def __post_init__(self) -> None:
+        _non_negative("build", "workers", self.workers)
+        _positive("build", "timeout_s", self.timeout_s)
+        _positive("build", "recycle_after", self.recycle_after)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasureSettings:
+    number: int
+    repeat: int
+    min_repeat_ms: int
+    timeout_s: float
+    cpu_cache_flush: bool
+
+    def __post_init__(self) -> None:
+        for name in ("number", "repeat", "timeout_s"):
+            _positive("measure", name, getattr(self, name))
+        _non_negative("measure", "min_repeat_ms", self.min_repeat_ms)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SchedulerSettings:
+    window: int
+    first_round_gain: float
+    min_gain: float
+
+    def __post_init__(self) -> None:
+        _positive("scheduler", "window", self.window)
+        _probability("scheduler", "first_round_gain", self.first_round_gain)
+        _probability("scheduler", "min_gain", self.min_gain)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckSettings:
+    rtol: float
+    latency_repeat: int
+    latency_min_repeat_ms: int
+
+    def __post_init__(self) -> None:
+        _positive("check", "rtol", self.rtol)
+        _positive("check", "latency_repeat", self.latency_repeat)
+        _non_negative("check", "latency_min_repeat_ms", self.latency_min_repeat_ms)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every tunable knob of a run; `Settings.load()` builds one from the layered sources."""
+
+    tune: TuneSettings
+    search: SearchSettings
+    build: BuildSettings
+    measure: MeasureSettings
+    scheduler: SchedulerSettings
+    check: CheckSettings
+
+    @classmethod
+    def load(
+        cls,
+        config_file: str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Settings:
+        """Defaults, then `config_file`, then `overrides` ({"tune.budget": "5min", ...}).
+
+        Raises InputError naming the source, the key and the fix for unknown keys, wrong
+        types and out-of-range values.
+        """
+        layers: list[tuple[str, dict[str, Any]]] = [
+            ("configs/default.toml", tomllib.loads(configs.read_text("default.toml")))
+        ]
+        if config_file is not None:
+            layers.append((str(config_file), _read_toml(Path(config_file))))
+        if overrides:
+            layers.append(("options", _nest(overrides)))
+        merged: dict[str, dict[str, Any]] = {}
+        for source, layer in layers:
+            _check_layer(source, layer)
+            for section, values in layer.items():
+                merged.setdefault(section, {}).update(values)
+        try:
+            sections = {
+                f.name: _section_type(f)(**merged.get(f.name, {})) for f in dataclasses.fields(cls)
+            }
+        except ValueError as exc:
+            raise InputError(f"configuration: {exc}") from None
+        except TypeError as exc:  # a key missing from every layer: the defaults are broken
+            raise RuntimeError(f"configs/default.toml is incomplete: {exc}") from exc
+        return cls(**sections)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with dotted keys changed, validated like `load` overrides."""
+        return Settings.load(overrides={**_flatten(self.to_dict()), **changes})
+
+
+def _section_type(field: dataclasses.Field) -> type:
+    return typing.get_type_hints(Settings)[field.name]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"config file {path} does not exist; check the --config path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read config file {path}: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    nested: dict[str, dict[str, Any]] = {}
+    for dotted, value in flat.items():
+        section, _, key = dotted.partition(".")
+        nested.setdefault(section, {})[key] = value
+    return nested
+
+
+def _flatten(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, values in nested.items() for k, v in values.items()}
+
+
+def _check_layer(source: str, layer: Mapping[str, Any]) -> None:
+    hints = typing.get_type_hints(Settings)
+    for section, values in layer.items():
+        if section not in hints:
+            known = ", ".join(f"[{name}]" for name in hints)
+            raise InputError(f"{source}: unknown section [{section}]; known sections: {known}")
+        if not isinstance(values, Mapping):
+            raise InputError(f"{source}: [{section}] must be a table of settings")
+        field_types = typing.get_type_hints(hints[section])
+        for key, value in values.items():
+            if key not in field_types:
+                known = ", ".join(field_types)
+                raise InputError(f"{source}: unknown key [{section}] {key}; known keys: {known}")
+            expected = field_types[key]
+            if not _has_type(value, expected):
+                raise InputError(
+                    f"{source}: [{section}] {key} must be {expected.__name__} "
+                    f"but got {type(value).__name__} {value!r}"
+                )
+
+
+def _has_type(value: Any, expected: type) -> bool:
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)

@@ -1,0 +1,149 @@
+"""After tuning: compile with the database, export, check against onnxruntime, time end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .model import OnnxModel
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """End-to-end latency samples (seconds per inference, one per repeat)."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_s": self.median_s,
+            "min_s": min(self.samples),
+            "max_s": max(self.samples),
+            "repeats": len(self.samples),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """How far the compiled model's outputs are from onnxruntime's on the same input."""
+
+    max_rel_error: float
+    rtol: float
+    outputs: int
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_error <= self.rtol
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_rel_error": self.max_rel_error,
+            "rtol": self.rtol,
+            "outputs": self.outputs,
+            "ok": self.ok,
+        }
+
+
+def compile_model(relax_mod: Any, target: Any, database: Any) -> Any:
+    """Stock `compile_relax`: the un-fused module, records looked up in `database`."""
+    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+
+    return compile_relax(database, relax_mod, target, params=None)
+
+
+def export_library(executable: Any, path: Path) -> Path:
+    """Export to a shared library, replacing `path` only once the new file is complete."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.so")
+    try:
+        executable.export_library(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_vm(library: Path, device_type: str) -> tuple[Any, Any]:
+    """(VirtualMachine, device) for an exported library."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.device(device_type, 0)
+    return relax.VirtualMachine(tvm.runtime.load_module(str(library)), dev), dev
+
+
+def random_inputs(model: OnnxModel, seed: int) -> list[np.ndarray]:
+    """One input per model input, in order: normal floats, zero integers and booleans."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for item in model.inputs:
+        if item.dtype.startswith("float"):
+            arrays.append(rng.standard_normal(item.shape).astype(item.dtype))
+        else:
+            arrays.append(np.zeros(item.shape, dtype=item.dtype))
+    return arrays
+
+
+def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    import tvm
+
+    result = vm["main"](*[tvm.runtime.tensor(a, device=dev) for a in inputs])
+    return [np.asarray(t.numpy()) for t in _flatten(result)]
+
+
+def run_onnxruntime(model: OnnxModel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        model.proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    feeds = {item.name: array for item, array in zip(model.inputs, inputs, strict=True)}
+    return [np.asarray(x) for x in session.run(list(model.outputs), feeds)]
+
+
+def compare(ours: Sequence[np.ndarray], reference: Sequence[np.ndarray], rtol: float) -> Check:
+    """Max over outputs of max|ours - ref| / max|ref| (NaN or a shape mismatch counts as inf)."""
+    if len(ours) != len(reference):
+        return Check(float("inf"), rtol, len(reference))
+    worst = 0.0
+    for a, b in zip(ours, reference, strict=True):
+        if a.shape != b.shape:
+            return Check(float("inf"), rtol, len(reference))
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        if not np.all(np.isfinite(a64) == np.isfinite(b64)):
+            return Check(float("inf"), rtol, len(reference))
+        finite = np.isfinite(b64)
+        if not finite.any():
+            continue
+        scale = max(float(np.max(np.abs(b64[finite]))), 1e-12)
+        worst = max(worst, float(np.max(np.abs(a64[finite] - b64[finite]))) / scale)
+    return Check(worst, rtol, len(reference))
+
+
+def time_model(
+    vm: Any, dev: Any, inputs: Sequence[np.ndarray], *, repeat: int, min_repeat_ms: int
+) -> Latency:
+    import tvm
+
+    args = [tvm.runtime.tensor(a, device=dev) for a in inputs]
+    evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return Latency(tuple(float(s) for s in evaluator(*args).results))
+
+
+def _flatten(value: Any) -> list[Any]:
+    import tvm
+
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value]
+    return [t for item in value for t in _flatten(item)]

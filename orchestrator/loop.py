@@ -1,0 +1,297 @@
+"""The tuning loop: round by round over MetaSchedule's search, cost model and database.
+
+One round gives one task `trials_per_round` fresh candidates:
+
+    scheduler picks a task -> search proposes -> filter keeps -> builder builds
+    -> engine measures -> database, search, cost model and filter learn -> budget decides
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from budget import Ledger, StoppingRule
+from filters import Filter
+from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
+
+from . import _tvm
+from .config import Settings
+from .scheduler import Scheduler, TaskState
+from .tasks import Candidate, Task, structural_key
+
+Emit = Callable[..., None]
+# Failed candidates are stored with this run time, as MetaSchedule's own runner does.
+FAILED_RUN_SECS = 1e10
+# A task whose search proposes nothing new this many rounds in a row is done.
+_MAX_EMPTY_ROUNDS = 3
+
+
+class TaskSearch:
+    """One task's MetaSchedule state: a TuneContext with an EvolutionarySearch."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        target: Any,
+        settings: Settings,
+        database: Any,
+        cost_model: Any,
+        rand_state: int,
+        threads: int,
+    ) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        _tvm.load_tensor_intrinsics()
+        s = settings.search
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=s.population,
+            init_measured_ratio=s.init_measured_ratio,
+            genetic_num_iters=s.genetic_num_iters,
+            genetic_mutate_prob=s.genetic_mutate_prob,
+            genetic_max_fail_count=s.genetic_max_fail_count,
+            eps_greedy=s.eps_greedy,
+        )
+        self.ctx = ms.TuneContext(
+            mod=task.workload,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=strategy,
+            task_name=task.name,
+            rand_state=rand_state,
+            num_threads=threads,
+            logger=_tvm.quiet_logger(),
+        )
+        # The strategy stops proposing once `max_trials` results were reported, shrinking the
+        # last batches on the way; the budget stops the loop instead, so give it ample room.
+        self.ctx.pre_tuning(
+            max_trials=1 << 30,
+            num_trials_per_iter=settings.tune.trials_per_round,
+            design_spaces=self.ctx.generate_design_space(),
+            database=database,
+            cost_model=cost_model,
+        )
+        self.workload = database.commit_workload(task.workload)
+
+    def propose(self) -> list[Any] | None:
+        """Candidates for one round; None once the search has nothing left to propose."""
+        proposed = self.ctx.generate_measure_candidates()
+        return None if proposed is None else list(proposed)
+
+
+class TuningLoop:
+    """Runs rounds until a stopping rule or the scheduler ends the run."""
+
+    def __init__(
+        self,
+        *,
+        states: Sequence[TaskState],
+        target: Any,
+        settings: Settings,
+        database: Any,
+        cost_model: Any,
+        builder: Builder,
+        engine: Engine,
+        candidate_filter: Filter,
+        scheduler: Scheduler,
+        stopping: StoppingRule,
+        ledger: Ledger,
+        journal: Callable[[dict[str, Any]], None],
+        emit: Emit,
+        measured: dict[int, set[int]],
+        rand_state: int,
+        threads: int,
+    ) -> None:
+        self.states = list(states)
+        self.target = target
+        self.settings = settings
+        self.database = database
+        self.cost_model = cost_model
+        self.builder = builder
+        self.engine = engine
+        self.filter = candidate_filter
+        self.scheduler = scheduler
+        self.stopping = stopping
+        self.ledger = ledger
+        self.journal = journal
+        self.emit = emit
+        self.measured = measured  # task index -> keys of candidates already in the database
+        self.rand_state = rand_state
+        self.threads = threads
+        self._searches: dict[int, TaskSearch] = {}
+        self._empty_rounds: dict[int, int] = {}
+
+    def run(self) -> str:
+        """Tune until stopped; returns the reason the run stopped."""
+        while True:
+            decision = self.stopping.decide(self.ledger)
+            if decision.stop:
+                return decision.reason
+            state = self.scheduler.pick(self.states)
+            if state is None:
+                return "every task is done: " + "; ".join(
+                    sorted({s.done for s in self.states if s.done})
+                )
+            self._round(state, self.stopping.trials_left(self.ledger))
+
+    def _search(self, task: Task) -> TaskSearch:
+        if task.index not in self._searches:
+            with self.ledger.phase("search"):
+                self._searches[task.index] = TaskSearch(
+                    task,
+                    target=self.target,
+                    settings=self.settings,
+                    database=self.database,
+                    cost_model=self.cost_model,
+                    rand_state=self.rand_state,
+                    threads=self.threads,
+                )
+        return self._searches[task.index]
+
+    def _round(self, state: TaskState, trials_left: int | None) -> None:
+        task, started = state.task, time.monotonic()
+        search = self._search(task)
+        # 1. The search proposes candidates.
+        with self.ledger.phase("search"):
+            proposed = search.propose()
+        if proposed is None:
+            self._retire(state, "search space exhausted")
+            return
+        # 2. Candidates measured in an earlier session are dropped: the search does not know
+        #    the database's records, only what it proposed itself in this process.
+        known = self.measured.setdefault(task.index, set())
+        fresh: list[Candidate] = []
+        for mc in proposed:
+            key = structural_key(mc.sch.mod)
+            if key not in known and all(c.key != key for c in fresh):
+                fresh.append(Candidate(task, mc, key))
+        # 3. The filter keeps the promising ones.
+        with self.ledger.phase("filter"):
+            selection = self.filter.select(task, fresh)
+        chosen = [fresh[i] for i in selection.keep]
+        if trials_left is not None:
+            chosen = chosen[:trials_left]
+        if not chosen:
+            self._empty_rounds[task.index] = self._empty_rounds.get(task.index, 0) + 1
+            if self._empty_rounds[task.index] >= _MAX_EMPTY_ROUNDS:
+                self._retire(state, "search proposes nothing new")
+            return
+        self._empty_rounds[task.index] = 0
+        # 4. Build, 5. measure.
+        with self.ledger.phase("build"):
+            builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
+        measurements = self._measure(chosen, builds)
+        self.builder.release(builds)
+        # 6. The database, the search, the cost model and the filter learn.
+        with self.ledger.phase("learn"):
+            self._record(search, chosen, builds, measurements)
+            self.filter.learn(task, chosen, measurements)
+        known.update(c.key for c in chosen)
+        # 7. Charge the round and tell the journal.
+        good = [m.mean_s for m in measurements if m.ok]
+        state.trials += len(chosen)
+        state.failures += len(chosen) - len(good)
+        state.record_round(min(good) if good else None)
+        self.ledger.charge_round(trials=len(chosen), seconds=time.monotonic() - started)
+        self._journal_round(
+            state,
+            proposed=len(proposed),
+            fresh=len(fresh),
+            chosen=chosen,
+            builds=builds,
+            measurements=measurements,
+        )
+
+    def _measure(self, chosen: Sequence[Candidate], builds: Sequence[Build]) -> list[Measurement]:
+        ok = [i for i, b in enumerate(builds) if b.ok]
+        with self.ledger.phase("measure"):
+            timed = self.engine.measure(
+                [MeasureInput(builds[i].artifact, chosen[i].args) for i in ok]  # type: ignore[arg-type]
+            )
+        results: list[Measurement] = [
+            Measurement(None, b.error) if not b.ok else None for b in builds
+        ]  # type: ignore[misc]
+        for i, m in zip(ok, timed, strict=True):
+            results[i] = m
+        return results
+
+    def _record(
+        self,
+        search: TaskSearch,
+        chosen: Sequence[Candidate],
+        builds: Sequence[Build],
+        measurements: Sequence[Measurement],
+    ) -> None:
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        results = [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in measurements]
+        candidates = [c.measure_candidate for c in chosen]
+        # Only what was measured is reported: the search counts reported results.
+        search.ctx.notify_runner_results(candidates, results)
+        for mc, m in zip(candidates, measurements, strict=True):
+            run_secs = list(m.run_secs) if m.ok else [FAILED_RUN_SECS]
+            self.database.commit_tuning_record(
+                TuningRecord(mc.sch.trace, search.workload, run_secs, self.target, mc.args_info)
+            )
+        # The cost model learns from everything that built (a failed run is a slow candidate).
+        built = [i for i, b in enumerate(builds) if b.ok]
+        if built:
+            self.cost_model.update(
+                search.ctx, [candidates[i] for i in built], [results[i] for i in built]
+            )
+
+    def _retire(self, state: TaskState, reason: str) -> None:
+        state.done = reason
+        self.journal({"type": "task_done", "task": state.task.index, "reason": reason})
+        self.emit("task_done", task=state.task.name, reason=reason)
+
+    def _journal_round(
+        self,
+        state: TaskState,
+        *,
+        proposed: int,
+        fresh: int,
+        chosen: Sequence[Candidate],
+        builds: Sequence[Build],
+        measurements: Sequence[Measurement],
+    ) -> None:
+        from .scheduler import model_latency_s
+
+        errors = [m.error for m in measurements if not m.ok]
+        entry = {
+            "type": "round",
+            "round": self.ledger.rounds,
+            "task": state.task.index,
+            "task_key": state.task.key,
+            "proposed": proposed,
+            "duplicates": proposed - fresh,
+            "filtered": fresh - len(chosen),
+            "built": sum(b.ok for b in builds),
+            "measured": sum(m.ok for m in measurements),
+            "failed": len(errors),
+            "best_s": state.best_s,
+            "round_best_s": min((m.mean_s for m in measurements if m.ok), default=None),
+            "build_s": statistics.fmean([b.seconds for b in builds if b.ok] or [0.0]),
+            "model_latency_s": model_latency_s(self.states),
+            "spend": self.ledger.snapshot().to_dict(),
+        }
+        if errors:
+            entry["first_error"] = errors[0]
+        self.journal(entry)
+        self.emit(
+            "round",
+            round=self.ledger.rounds,
+            task=state.task.name,
+            task_index=state.task.index,
+            tasks=len(self.states),
+            measured=entry["measured"],
+            failed=entry["failed"],
+            best_s=state.best_s,
+            model_latency_s=entry["model_latency_s"],
+            wall_s=self.ledger.wall_s,
+            trials=self.ledger.trials,
+        )

@@ -1,0 +1,134 @@
+"""Human-readable progress and the closing summary, printed from the run's events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from budget import fmt_duration
+
+from .api import Result
+
+
+def fmt_latency(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def fmt_flops(flops: float) -> str:
+    for unit, scale in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
+class Printer:
+    """An `on_event` callback that prints one line per step; `quiet` keeps only warnings."""
+
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self._tasks: int = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        handler = getattr(self, "_on_" + event["event"], None)
+        if handler is not None:
+            handler(event)
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            click.echo(text)
+
+    def _on_run_started(self, e: dict[str, Any]) -> None:
+        self._say(f"tuning {e['model']} for {e['target']} within {e['budget']}")
+        if e["resumed"]:
+            self._say(
+                f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
+                "spent before count against the budget"
+            )
+        else:
+            self._say(f"run directory: {e['run_dir']}")
+
+    def _on_tasks(self, e: dict[str, Any]) -> None:
+        tasks = e["tasks"]
+        self._tasks = len(tasks)
+        listed = ", ".join(
+            f"{t['name']} (x{t['weight']}, {fmt_flops(t['flops'])})" for t in tasks[:6]
+        )
+        more = f", and {len(tasks) - 6} more" if len(tasks) > 6 else ""
+        self._say(f"{len(tasks)} tasks: {listed}{more}")
+
+    def _on_untuned_tasks(self, e: dict[str, Any]) -> None:
+        failed = [t["task"] for t in e["tasks"] if t["latency_s"] is None]
+        note = f" ({len(failed)} could not be measured untuned)" if failed else ""
+        self._say(f"measured {len(e['tasks'])} tasks untuned{note}")
+
+    def _on_compiled(self, e: dict[str, Any]) -> None:
+        label = e["label"]
+        if e["latency"] is None:
+            self._say(f"{label} model compiled to {e['library']} (no device here to run it)")
+            return
+        check = e["check"]
+        verdict = (
+            f"outputs match onnxruntime (max relative error {check['max_rel_error']:.1e})"
+            if check["ok"]
+            else "OUTPUTS DIFFER FROM ONNXRUNTIME"
+        )
+        self._say(
+            f"{label} model: {fmt_latency(e['latency']['median_s'])} per inference, {verdict}"
+        )
+        if not check["ok"]:
+            click.echo(
+                f"WARNING: the {label} model's outputs differ from onnxruntime's: max relative "
+                f"error {check['max_rel_error']:.2e} > {check['rtol']:.0e}; do not deploy it "
+                "without finding out why",
+                err=True,
+            )
+
+    def _on_round(self, e: dict[str, Any]) -> None:
+        failed = f", {e['failed']} failed" if e["failed"] else ""
+        self._say(
+            f"round {e['round']:>3}  {e['task']} [{e['task_index'] + 1}/{e['tasks']}]  "
+            f"{e['measured']} measured{failed}  task best {fmt_latency(e['best_s'])}  "
+            f"model ~{fmt_latency(e['model_latency_s'])}  "
+            f"{fmt_duration(e['wall_s'])}, {e['trials']} trials"
+        )
+
+    def _on_task_done(self, e: dict[str, Any]) -> None:
+        self._say(f"task {e['task']} done: {e['reason']}")
+
+    def _on_stopped(self, e: dict[str, Any]) -> None:
+        self._say(f"stopped: {e['reason']}")
+
+    def summary(self, result: Result) -> None:
+        """The closing summary, printed even when quiet."""
+        lines = ["", f"Summary ({result.model} on {result.target})"]
+        if result.untuned_latency_s and result.tuned_latency_s:
+            lines.append(
+                f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
+                f"{fmt_latency(result.tuned_latency_s)} tuned ({result.speedup:.2f}x faster)"
+            )
+        if result.check_ok is not None:
+            state = "match" if result.check_ok else "DIFFER FROM"
+            lines.append(
+                f"  outputs             {state} onnxruntime (max relative error "
+                f"{result.max_rel_error:.1e})"
+            )
+        phases = ", ".join(
+            f"{name} {fmt_duration(secs)}"
+            for name, secs in sorted(result.phases.items(), key=lambda kv: -kv[1])
+            if secs >= 0.05
+        )
+        lines += [
+            f"  trials              {result.trials} in {result.rounds} rounds",
+            f"  time spent          {fmt_duration(result.wall_s)} ({phases})",
+            f"  stopped because     {result.stop_reason}",
+            f"  run directory       {result.run_dir}",
+            f"  tuned library       {result.paths['library']}",
+        ]
+        click.echo("\n".join(lines))

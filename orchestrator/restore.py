@@ -1,0 +1,117 @@
+"""Resuming: rebuild task states, measured sets, spend and the cost model from the run directory.
+
+The database is the truth for what was measured (a record is committed before the journal
+line of its round); the journal is the truth for rounds, untuned latencies and spend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from budget import Spend
+
+from .scheduler import TaskState
+from .tasks import Task, structural_key
+
+# Records at or above this many seconds are failures (MetaSchedule stores them as 1e10).
+_FAILED_AT = 1e9
+
+
+@dataclasses.dataclass
+class Restored:
+    states: list[TaskState]
+    measured: dict[int, set[int]]  # task index -> candidate keys already in the database
+    sessions: int  # earlier sessions of this run directory
+    untuned: dict[str, Any] | None  # the untuned model's latency and check, if measured
+    baselines: set[int]  # tasks whose untuned latency was measured (or failed) before
+
+    @property
+    def trials(self) -> int:
+        return sum(s.trials for s in self.states)
+
+
+def spend_so_far(journal: Sequence[Mapping[str, Any]]) -> Spend:
+    """The spend recorded last; earlier sessions' spend counts against the budget."""
+    for entry in reversed(journal):
+        if "spend" in entry:
+            return Spend.from_dict(entry["spend"])
+    return Spend()
+
+
+def restore(
+    tasks: Sequence[Task],
+    journal: Sequence[Mapping[str, Any]],
+    database: Any,
+    *,
+    cost_model: Any,
+    target: Any,
+) -> Restored:
+    states = [TaskState(task) for task in tasks]
+    measured: dict[int, set[int]] = {task.index: set() for task in tasks}
+    by_key = {structural_key(task.workload): task for task in tasks}
+    learn: dict[int, tuple[list[Any], list[Any]]] = {}
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    # 1. Measured candidates, best latencies and trial counts from the database.
+    for record in database.get_all_tuning_records():
+        task = by_key.get(structural_key(record.workload.mod))
+        if task is None:
+            continue
+        candidate = record.as_measure_candidate()
+        measured[task.index].add(structural_key(candidate.sch.mod))
+        state = states[task.index]
+        state.trials += 1
+        secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
+        ok = all(s < _FAILED_AT for s in secs)
+        if ok:
+            mean = statistics.fmean(secs)
+            state.best_s = mean if state.best_s is None else min(state.best_s, mean)
+        else:
+            state.failures += 1
+        cands, results = learn.setdefault(task.index, ([], []))
+        cands.append(candidate)
+        results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
+
+    # 2. Rounds, retirements and untuned latencies from the journal.
+    sessions, untuned, baselines = 0, None, set()
+    for entry in journal:
+        kind = entry.get("type")
+        if kind == "session":
+            sessions += 1
+        elif kind == "round" and entry.get("task") in measured:
+            best = entry.get("best_s")
+            states[entry["task"]].history.append(best if best is not None else float("inf"))
+        elif kind == "task_done" and entry.get("task") in measured:
+            states[entry["task"]].done = entry.get("reason", "done")
+        elif kind == "baseline" and entry.get("task") in measured:
+            states[entry["task"]].baseline_s = entry.get("latency_s")
+            baselines.add(entry["task"])
+        elif kind == "untuned":
+            untuned = {
+                k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
+            }
+
+    # 3. The cost model relearns everything measured before.
+    if learn:
+        _retrain(cost_model, tasks, target, learn)
+    return Restored(states, measured, sessions, untuned, baselines)
+
+
+def _retrain(
+    cost_model: Any,
+    tasks: Sequence[Task],
+    target: Any,
+    learn: Mapping[int, tuple[list[Any], list[Any]]],
+) -> None:
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from . import _tvm
+
+    _tvm.load_tensor_intrinsics()
+    for index, (candidates, results) in learn.items():
+        task = tasks[index]
+        ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
+        cost_model.update(ctx, candidates, results)

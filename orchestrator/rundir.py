@@ -1,0 +1,182 @@
+"""The run directory: one owner, an append-only journal, atomic writes, resume checks."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+JOURNAL_VERSION = 1
+
+
+class RunDir:
+    """Files of one run. `open()` creates or resumes it and takes an exclusive lock."""
+
+    CONFIG = "config.json"
+    JOURNAL = "journal.jsonl"
+    REPORT = "report.json"
+    LIBRARY = "model.so"
+    WORKLOAD_DB = "database_workload.json"
+    RECORD_DB = "database_tuning_record.json"
+    LOGS = "logs"
+    _LOCK = ".lock"
+    # Files a run writes before its config; a folder holding only these is still "new".
+    _OWN_EARLY = {_LOCK, LOGS}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_fd: int | None = None
+        self.resumed = False
+
+    def __getitem__(self, name: str) -> Path:
+        return self.path / name
+
+    @classmethod
+    def open(cls, path: str | Path, *, fingerprint: Mapping[str, Any]) -> RunDir:
+        """Create a new run directory or resume one made for the same model and target."""
+        run = cls(Path(path))
+        existing = run._prepare_folder()
+        run._lock()
+        try:
+            if existing:
+                run._check_fingerprint(fingerprint)
+                run.resumed = True
+            (run.path / cls.LOGS).mkdir(exist_ok=True)
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- journal -------------------------------------------------------------------------
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Append one journal entry and force it to disk before returning."""
+        line = json.dumps({"v": JOURNAL_VERSION, **entry}, separators=(",", ":")) + "\n"
+        with open(self.path / self.JOURNAL, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def journal(self) -> list[dict[str, Any]]:
+        """All complete journal entries; a torn last line (a write cut by a crash) is dropped."""
+        path = self.path / self.JOURNAL
+        if not path.exists():
+            return []
+        lines = path.read_text(encoding="utf-8").split("\n")
+        entries = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number == len(lines):  # the last line, without its newline: torn write
+                    break
+                raise InputError(
+                    f"{path} is corrupt at line {number}; resume from a copy of the run, "
+                    "or start a new run with another --out"
+                ) from None
+        return entries
+
+    # -- whole files -------------------------------------------------------------------
+
+    def write_json(self, name: str, data: Any) -> Path:
+        """Write a JSON file atomically: a reader sees the old or the new file, never a mix."""
+        target = self.path / name
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
+        try:
+            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the report from other users
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=2, sort_keys=False)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def read_json(self, name: str) -> Any:
+        path = self.path / name
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read {path} ({exc}); the run directory is damaged") from None
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _prepare_folder(self) -> bool:
+        """Make sure the folder exists and is ours; True if it holds an earlier run."""
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise InputError(f"--out {path} is a file; give a directory for the run")
+        if path.is_dir():
+            if (path / self.CONFIG).exists():
+                return True
+            foreign = [p.name for p in path.iterdir() if p.name not in self._OWN_EARLY]
+            if foreign:
+                raise InputError(
+                    f"--out {path} already holds other files ({', '.join(sorted(foreign)[:3])}"
+                    f"{', ...' if len(foreign) > 3 else ''}); give a new or empty directory"
+                )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-")
+            probe.close()
+        except OSError as exc:
+            raise InputError(
+                f"cannot write to --out {path}: {exc.strerror}; choose a writable directory"
+            ) from None
+        return False
+
+    def _lock(self) -> None:
+        fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise InputError(
+                    f"run directory {self.path} is in use by another orchestrate process "
+                    f"(pid {owner}); wait for it to finish or choose another --out"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def _check_fingerprint(self, fingerprint: Mapping[str, Any]) -> None:
+        config = self.read_json(self.CONFIG)
+        theirs = config.get("fingerprint") if isinstance(config, dict) else None
+        if theirs == json.loads(json.dumps(fingerprint)):
+            return
+        what = ", ".join(
+            k
+            for k in fingerprint
+            if not isinstance(theirs, dict) or theirs.get(k) != fingerprint[k]
+        )
+        raise InputError(
+            f"{self.path} holds a run with a different {what or 'setup'} "
+            f"(model {theirs.get('model_name', '?') if isinstance(theirs, dict) else '?'}); "
+            "give another --out to start a new run"
+        )

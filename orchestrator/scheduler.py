@@ -1,0 +1,106 @@
+"""Task scheduling: which task gets the next round."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+
+from .tasks import Task
+
+
+@dataclasses.dataclass
+class TaskState:
+    """What the loop knows about one task; `history` is the best latency after each round."""
+
+    task: Task
+    baseline_s: float | None = None  # untuned latency of one call
+    best_s: float | None = None  # best measured latency of one call
+    history: list[float] = dataclasses.field(default_factory=list)
+    trials: int = 0
+    failures: int = 0
+    done: str | None = None  # why the task gets no more rounds
+
+    @property
+    def rounds(self) -> int:
+        return len(self.history)
+
+    @property
+    def latency_s(self) -> float | None:
+        """The latency the model would run this task at now (tuned if measured, else untuned)."""
+        if self.best_s is not None and self.baseline_s is not None:
+            return min(self.best_s, self.baseline_s)
+        return self.best_s if self.best_s is not None else self.baseline_s
+
+    def record_round(self, best_s: float | None) -> None:
+        if best_s is not None and (self.best_s is None or best_s < self.best_s):
+            self.best_s = best_s
+        self.history.append(self.best_s if self.best_s is not None else float("inf"))
+
+
+def model_latency_s(states: Sequence[TaskState]) -> float | None:
+    """Sum of weight x latency over tasks: the model's latency spent in tuned kernels."""
+    total = 0.0
+    for state in states:
+        if state.latency_s is None:
+            return None
+        total += state.task.weight * state.latency_s
+    return total
+
+
+class Scheduler(abc.ABC):
+    """Picks the task for the next round, or None when no task should get one."""
+
+    @abc.abstractmethod
+    def pick(self, states: Sequence[TaskState]) -> TaskState | None: ...
+
+
+class GainScheduler(Scheduler):
+    """The task whose next round is expected to cut the most model latency.
+
+    Expected gain = weight x current latency x expected relative improvement, where the
+    improvement is the task's mean gain per round over its last `window` rounds (from the
+    untuned latency for young tasks), never below `min_gain`, and `first_round_gain` for a
+    task not yet tuned. Tasks with no latency yet (untuned measurement failed) go first.
+    """
+
+    def __init__(self, *, window: int = 3, first_round_gain: float = 0.5, min_gain: float = 0.01):
+        if window < 1:
+            raise ValueError(f"window must be at least 1 but got {window}.")
+        if not 0 < first_round_gain <= 1:
+            raise ValueError(f"first_round_gain must be in (0, 1] but got {first_round_gain}.")
+        if not 0 <= min_gain <= 1:
+            raise ValueError(f"min_gain must be in [0, 1] but got {min_gain}.")
+        self.window = window
+        self.first_round_gain = first_round_gain
+        self.min_gain = min_gain
+
+    def expected_gain(self, state: TaskState) -> float:
+        """Expected cut of model latency (seconds) from one more round of this task."""
+        latency = state.latency_s
+        if latency is None:
+            return float("inf")
+        return state.task.weight * latency * self.expected_improvement(state)
+
+    def expected_improvement(self, state: TaskState) -> float:
+        # points[i]: latency after i rounds (points[0] is untuned); compare now with `window`
+        # rounds ago, or with the oldest point known.
+        points = [state.baseline_s, *state.history]
+        k = len(state.history)
+        start = max(0, k - self.window)
+        if points[start] is None:
+            start = 1
+        if start >= k:
+            return self.first_round_gain
+        before, now = points[start], points[k]
+        if before == float("inf"):
+            return 1.0 if now < before else self.first_round_gain
+        gain_per_round = max(0.0, (before - now) / before) / (k - start)
+        return max(self.min_gain, min(1.0, gain_per_round))
+
+    def pick(self, states: Sequence[TaskState]) -> TaskState | None:
+        active = [s for s in states if s.done is None]
+        if not active:
+            return None
+        # Highest expected gain; ties go to the task with fewer rounds, then the lower index.
+        return max(active, key=lambda s: (self.expected_gain(s), -s.rounds, -s.task.index))

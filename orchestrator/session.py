@@ -1,0 +1,367 @@
+"""One invocation on a run directory: import, measure untuned, tune, compile, check, report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from budget import Budget, Ledger, StoppingRule
+from budget.report import make_report, task_row
+from filters import Filter
+from measure import BuildInput, BuildPool, Engine, LocalEngine, MeasureInput, TimerConfig
+
+from . import deploy
+from .config import Settings
+from .loop import TuningLoop
+from .model import OnnxModel, fuse_for_tuning, import_to_relax
+from .restore import Restored, restore, spend_so_far
+from .rundir import RunDir
+from .scheduler import GainScheduler
+from .targets import ResolvedTarget, host_cores
+from .tasks import Task, arg_specs, extract_tasks
+
+Emit = Callable[..., None]
+# The run keeps back this multiple of the untuned model's compile time (plus the check's
+# time and a margin) for compiling and checking the tuned model at the end.
+_RESERVE_FACTOR, _RESERVE_MARGIN_S = 1.5, 2.0
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        model: OnnxModel,
+        target: ResolvedTarget,
+        settings: Settings,
+        budget: Budget,
+        stopping: StoppingRule,
+        candidate_filter: Filter,
+        run: RunDir,
+        build_only: bool,
+        emit: Emit,
+    ) -> None:
+        self.model = model
+        self.target = target
+        self.settings = settings
+        self.budget = budget
+        self.stopping = stopping
+        self.filter = candidate_filter
+        self.run = run
+        self.build_only = build_only
+        self.emit = emit
+        self._inputs = deploy.random_inputs(model, settings.tune.seed)
+        self._reference: list[Any] | None = None
+
+    def execute(self) -> dict[str, Any]:
+        """Run the session; returns the report (also written to report.json)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        journal = self.run.journal()
+        ledger = Ledger(carried=spend_so_far(journal), devices=self.target.devices)
+        # 1. Import the model and extract its tasks.
+        with ledger.phase("import"):
+            relax_mod = import_to_relax(self.model)
+            tasks = extract_tasks(
+                fuse_for_tuning(relax_mod, self.target.target), self.target.target
+            )
+        # 2. Restore what earlier sessions measured and spent.
+        database = ms.database.JSONDatabase(work_dir=str(self.run.path))
+        cost_model = ms.cost_model.XGBModel(
+            num_warmup_samples=self.settings.search.cost_model_warmup
+        )
+        with ledger.phase("restore"):
+            restored = restore(
+                tasks, journal, database, cost_model=cost_model, target=self.target.target
+            )
+        # A crash between a database commit and its journal line leaves records the journal
+        # has not counted: count them, so that the trial budget is never exceeded.
+        ledger.trials = max(ledger.trials, restored.trials)
+        self._start(restored, tasks, ledger)
+
+        untuned = restored.untuned
+        stop_reason = "build only: nothing was tuned"
+        if not self.build_only:
+            with self._builder() as builder, self._engine() as engine:
+                # 3. Untuned latency of each task, and of the whole model.
+                self._measure_baselines(restored, builder, engine, ledger)
+                if untuned is None:
+                    untuned = self._untuned_model(relax_mod, ledger)
+                ledger.reserved_s = (
+                    _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
+                    + untuned.get("check_s", 0.0)
+                    + _RESERVE_MARGIN_S
+                )
+                # 4. Tune.
+                stop_reason = (
+                    self._tune(restored, database, cost_model, builder, engine, ledger)
+                    if tasks
+                    else "the model has no operators to tune"
+                )
+            self.run.append(
+                {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
+            )
+            self.emit("stopped", reason=stop_reason, wall_s=ledger.wall_s, trials=ledger.trials)
+        # 5. Compile with the database, export, check and time.
+        tuned = self._compile_and_check(relax_mod, database, ledger, self.run[RunDir.LIBRARY])
+        report = self._report(restored, untuned, tuned, ledger, stop_reason)
+        self.run.write_json(RunDir.REPORT, report)
+        self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
+        self.emit("finished", report=report)
+        return report
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _start(self, restored: Restored, tasks: Sequence[Task], ledger: Ledger) -> None:
+        self.run.write_json(RunDir.CONFIG, self.config_record())
+        self.run.append(
+            {
+                "type": "session",
+                "session": restored.sessions,
+                "pid": os.getpid(),
+                "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "budget": str(self.budget),
+                "tasks": [t.describe() for t in tasks],
+            }
+        )
+        self.emit(
+            "run_started",
+            run_dir=str(self.run.path),
+            resumed=self.run.resumed,
+            model=self.model.name,
+            target=self.target.describe(),
+            budget=str(self.budget),
+            spent_s=ledger.wall_s,
+            trials=ledger.trials,
+        )
+        self.emit("tasks", tasks=[t.describe() for t in tasks])
+
+    def _builder(self) -> BuildPool:
+        b = self.settings.build
+        return BuildPool(
+            workers=b.workers or host_cores(),
+            timeout_s=b.timeout_s,
+            recycle_after=b.recycle_after,
+            log_path=self.run[RunDir.LOGS] / "build.log",
+        )
+
+    def _engine(self) -> Engine:
+        m = self.settings.measure
+        timer = TimerConfig(
+            number=m.number,
+            repeat=m.repeat,
+            min_repeat_ms=m.min_repeat_ms,
+            cpu_cache_flush=m.cpu_cache_flush,
+        )
+        return LocalEngine(
+            device_type=self.target.device_type,
+            timer=timer,
+            timeout_s=m.timeout_s,
+            log_path=self.run[RunDir.LOGS] / "measure.log",
+        )
+
+    def _measure_baselines(
+        self, restored: Restored, builder: Any, engine: Engine, ledger: Ledger
+    ) -> None:
+        """Untuned latency of each task not measured in an earlier session."""
+        todo = [s for s in restored.states if s.task.index not in restored.baselines]
+        if not todo:
+            return
+        with ledger.phase("untuned"):
+            mods = [untuned_workload(s.task, self.target) for s in todo]
+            builds = builder.build([BuildInput(m, self.target.target) for m in mods])
+            ok = [i for i, b in enumerate(builds) if b.ok]
+            timed = engine.measure(
+                [MeasureInput(builds[i].artifact, workload_args(mods[i])) for i in ok]
+            )
+            builder.release(builds)
+        results = {i: (m.mean_s if m.ok else None, m.error) for i, m in zip(ok, timed, strict=True)}
+        for i, state in enumerate(todo):
+            latency, error = results.get(i, (None, builds[i].error))
+            state.baseline_s = latency
+            entry = {"type": "baseline", "task": state.task.index, "latency_s": latency}
+            if error:
+                entry["error"] = error
+            self.run.append(entry)
+        self.emit(
+            "untuned_tasks",
+            tasks=[{"task": s.task.name, "latency_s": s.baseline_s} for s in todo],
+        )
+
+    def _untuned_model(self, relax_mod: Any, ledger: Ledger) -> dict[str, Any]:
+        """Compile without any record, time and check: the baseline of the whole model."""
+        from tvm.s_tir import meta_schedule as ms
+
+        path = self.run[RunDir.LOGS] / "untuned.so"
+        result = self._compile_and_check(
+            relax_mod, ms.database.MemoryDatabase(), ledger, path, label="untuned"
+        )
+        path.unlink(missing_ok=True)
+        self.run.append({"type": "untuned", **result})
+        return result
+
+    def _tune(
+        self,
+        restored: Restored,
+        database: Any,
+        cost_model: Any,
+        builder: Any,
+        engine: Engine,
+        ledger: Ledger,
+    ) -> str:
+        sched = self.settings.scheduler
+        loop = TuningLoop(
+            states=restored.states,
+            target=self.target.target,
+            settings=self.settings,
+            database=database,
+            cost_model=cost_model,
+            builder=builder,
+            engine=engine,
+            candidate_filter=self.filter,
+            scheduler=GainScheduler(
+                window=sched.window,
+                first_round_gain=sched.first_round_gain,
+                min_gain=sched.min_gain,
+            ),
+            stopping=self.stopping,
+            ledger=ledger,
+            journal=self.run.append,
+            emit=self.emit,
+            measured=restored.measured,
+            # A resumed session searches with a fresh random state: the same seed would
+            # propose again what the earlier session already measured.
+            rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
+            threads=host_cores(),
+        )
+        return loop.run()
+
+    def _compile_and_check(
+        self, relax_mod: Any, database: Any, ledger: Ledger, library: Any, label: str = "tuned"
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        start = time.monotonic()
+        with ledger.phase("compile"):
+            executable = deploy.compile_model(relax_mod, self.target.target, database)
+            deploy.export_library(executable, library)
+        result["compile_s"] = time.monotonic() - start
+        if not self.target.device_present:
+            self.emit("compiled", label=label, library=str(library), check=None, latency=None)
+            return result
+        start = time.monotonic()
+        with ledger.phase("check"):
+            vm, dev = deploy.load_vm(library, self.target.device_type)
+            if self._reference is None:
+                self._reference = deploy.run_onnxruntime(self.model, self._inputs)
+            check = deploy.compare(
+                deploy.run_vm(vm, dev, self._inputs), self._reference, self.settings.check.rtol
+            )
+            latency = deploy.time_model(
+                vm,
+                dev,
+                self._inputs,
+                repeat=self.settings.check.latency_repeat,
+                min_repeat_ms=self.settings.check.latency_min_repeat_ms,
+            )
+        result["check_s"] = time.monotonic() - start
+        result["check"] = check.to_dict()
+        result["latency"] = latency.to_dict()
+        self.emit(
+            "compiled",
+            label=label,
+            library=str(library),
+            check=result["check"],
+            latency=result["latency"],
+        )
+        return result
+
+    def _report(
+        self, restored: Restored, untuned: Any, tuned: Any, ledger: Ledger, stop_reason: str
+    ) -> dict[str, Any]:
+        rows = [
+            task_row(
+                name=s.task.name,
+                index=s.task.index,
+                weight=s.task.weight,
+                flops=s.task.flops,
+                trials=s.trials,
+                failures=s.failures,
+                rounds=s.rounds,
+                untuned_s=s.baseline_s,
+                best_s=s.best_s,
+                done=s.done,
+            )
+            for s in restored.states
+        ]
+        paths = {
+            "run_dir": str(self.run.path),
+            "database_workload": str(self.run[RunDir.WORKLOAD_DB]),
+            "database_tuning_record": str(self.run[RunDir.RECORD_DB]),
+            "library": str(self.run[RunDir.LIBRARY]),
+            "journal": str(self.run[RunDir.JOURNAL]),
+            "config": str(self.run[RunDir.CONFIG]),
+            "report": str(self.run[RunDir.REPORT]),
+        }
+        return make_report(
+            model=self.model.describe(),
+            target={
+                "spec": self.target.spec,
+                "description": self.target.describe(),
+                "tvm": self.target.to_json(),
+            },
+            settings=self.settings.to_dict(),
+            budget=str(self.budget),
+            build_only=self.build_only,
+            sessions=restored.sessions + 1,
+            tasks=rows,
+            untuned=untuned,
+            tuned=tuned,
+            spend=ledger.snapshot().to_dict(),
+            stop_reason=stop_reason,
+            paths=paths,
+        )
+
+    def config_record(self) -> dict[str, Any]:
+        return {
+            "fingerprint": fingerprint(self.model, self.target),
+            "model": self.model.describe(),
+            "target": {"spec": self.target.spec, "tvm": self.target.to_json()},
+            "budget": str(self.budget),
+            "build_only": self.build_only,
+            "settings": self.settings.to_dict(),
+        }
+
+
+def fingerprint(model: OnnxModel, target: ResolvedTarget) -> dict[str, Any]:
+    """What must match for a run directory to be resumed."""
+    return {
+        "model_name": model.name,
+        "model_sha256": model.sha256,
+        "inputs": [[i.name, list(i.shape), i.dtype] for i in model.inputs],
+        "target": target.to_json(),
+    }
+
+
+def untuned_workload(task: Task, target: ResolvedTarget) -> Any:
+    """The task as the model runs it without tuning: as lowered on CPUs, with the same
+    default GPU schedules `compile_relax` falls back to on GPUs."""
+    if target.device_type != "cuda":
+        return task.workload
+    from tvm.s_tir import dlight as dl
+
+    with target.target:
+        return dl.ApplyDefaultSchedule(
+            dl.gpu.Matmul(),
+            dl.gpu.GEMV(),
+            dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback(),
+        )(task.workload)
+
+
+def workload_args(mod: Any) -> Any:
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True))

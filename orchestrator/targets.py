@@ -1,0 +1,169 @@
+"""Compilation targets: `auto`, `llvm`, `cuda`, a TVM tag, or a JSON dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from .errors import InputError
+
+FORMS = (
+    'auto, llvm, cuda, a TVM tag such as nvidia/nvidia-h100, or a JSON dict like {"kind": "llvm"}'
+)
+_DEVICE_TYPES = {"llvm": "cpu", "cuda": "cuda"}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ResolvedTarget:
+    """A TVM target and where its candidates are measured."""
+
+    target: Any  # tvm.target.Target
+    spec: str  # what the user asked for
+    device_type: str  # "cpu" or "cuda"
+    device_present: bool  # False: can build, cannot measure
+    device_name: str
+
+    @property
+    def kind(self) -> str:
+        return self.target.kind.name
+
+    @property
+    def devices(self) -> int:
+        """GPUs the run holds (device-hours accrue on these)."""
+        return 1 if self.device_type == "cuda" else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return json.loads(str(self.target))
+
+    def describe(self) -> str:
+        if self.device_type == "cpu":
+            cores = self.target.attrs.get("num-cores")
+            mcpu = self.target.attrs.get("mcpu")
+            extras = ", ".join(
+                x for x in (str(mcpu) if mcpu else "", f"{cores} cores" if cores else "") if x
+            )
+            return f"llvm ({extras})" if extras else "llvm"
+        return f"cuda {self.target.attrs.get('arch', '')} ({self.device_name})".strip()
+
+
+def host_cores() -> int:
+    """Cores this process may run on (respects CPU affinity and container limits)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def gpu_visible() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # no CUDA runtime in this TVM build or no driver
+        return False
+
+
+def resolve_target(spec: str, *, build_only: bool = False) -> ResolvedTarget:
+    """Turn the user's target string into a TVM target; InputError with the accepted forms."""
+    import tvm
+
+    spec = (spec or "auto").strip()
+    has_gpu = gpu_visible()
+    if spec == "auto":
+        target = _cuda_from_device() if has_gpu else _llvm_for_host()
+    elif spec in ("llvm", "cpu"):
+        target = _llvm_for_host()
+    elif spec == "cuda":
+        if not has_gpu:
+            raise InputError(_no_gpu_message(spec, build_only))
+        target = _cuda_from_device()
+    elif spec.startswith("{"):
+        try:
+            config = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"--target {spec!r} is not valid JSON ({exc.msg}); use {FORMS}"
+            ) from None
+        target = _make(config, spec)
+    else:
+        target = _make(spec, spec)
+    spec_kind = target.kind.name
+    if spec_kind not in _DEVICE_TYPES:
+        raise InputError(
+            f"--target {spec!r} is a {spec_kind} target; tune-orchestrator tunes llvm (CPU) "
+            "and cuda (NVIDIA GPU) targets"
+        )
+    device_type = _DEVICE_TYPES[spec_kind]
+    if device_type == "cuda":
+        if target.host is None:
+            target = tvm.target.Target(target, host={"kind": "llvm"})
+        if not has_gpu and not build_only:
+            raise InputError(_no_gpu_message(spec, build_only))
+    present = has_gpu if device_type == "cuda" else True
+    return ResolvedTarget(
+        target=target,
+        spec=spec,
+        device_type=device_type,
+        device_present=present,
+        device_name=_device_name(device_type, present),
+    )
+
+
+def _make(config: Any, spec: str) -> Any:
+    import tvm
+
+    try:
+        return tvm.target.Target(config)
+    except Exception:
+        raise InputError(f"unknown target {spec!r}; use {FORMS}") from None
+
+
+def _llvm_for_host() -> Any:
+    import tvm
+
+    config = {"kind": "llvm", "num-cores": host_cores()}
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    if cpu and cpu != "generic":
+        config["mcpu"] = cpu
+    return tvm.target.Target(config)
+
+
+def _cuda_from_device() -> Any:
+    import tvm
+
+    dev = tvm.cuda(0)
+    config = {
+        "kind": "cuda",
+        "arch": "sm_" + str(dev.compute_version).replace(".", ""),
+        "max_threads_per_block": int(dev.max_threads_per_block),
+        "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
+        "thread_warp_size": int(dev.warp_size),
+        "registers_per_block": 65536,
+    }
+    return tvm.target.Target(config, host={"kind": "llvm"})
+
+
+def _device_name(device_type: str, present: bool) -> str:
+    if device_type == "cpu":
+        import platform
+
+        return platform.processor() or platform.machine() or "cpu"
+    if not present:
+        return "no GPU on this host"
+    import tvm
+
+    return str(tvm.cuda(0).device_name)
+
+
+def _no_gpu_message(spec: str, build_only: bool) -> str:
+    if build_only:
+        return (
+            f"--target {spec!r} with no GPU visible cannot tell the GPU architecture; "
+            'name it with a tag such as nvidia/nvidia-h100 or a JSON dict with "arch"'
+        )
+    return (
+        f"--target {spec!r} needs an NVIDIA GPU to measure on, and none is visible; "
+        "use --target llvm to tune for this CPU, or add --build-only to only compile for a GPU"
+    )

@@ -1,0 +1,81 @@
+"""Tuning tasks (one per distinct fused PrimFunc) and the candidates proposed for them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from measure.base import ArgSpec
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+    """A workload to tune. `weight` is how many call sites in the model share it."""
+
+    index: int
+    name: str
+    weight: int
+    flops: float
+    workload: Any  # IRModule {"main": PrimFunc}: the key the database stores records under
+    key: str  # structural hash of the workload, hex
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "weight": self.weight,
+            "flops": self.flops,
+            "key": self.key,
+        }
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Candidate:
+    """One schedule proposed by the search for a task."""
+
+    task: Task
+    measure_candidate: Any  # MetaSchedule MeasureCandidate (schedule + argument info)
+    key: int  # structural hash of the scheduled module: the same schedule has the same key
+
+    @property
+    def mod(self) -> Any:
+        return self.measure_candidate.sch.mod
+
+    @property
+    def args(self) -> tuple[ArgSpec, ...]:
+        return arg_specs(self.measure_candidate.args_info)
+
+
+def structural_key(mod: Any) -> int:
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(mod))
+
+
+def arg_specs(args_info: Any) -> tuple[ArgSpec, ...]:
+    """MetaSchedule ArgInfo -> ((dtype, shape), ...), plain data a worker can take."""
+    specs = []
+    for info in args_info:
+        kind, dtype, shape = info.as_json()
+        if kind != "TENSOR":
+            raise ValueError(f"unsupported argument kind {kind!r}")
+        specs.append((str(dtype), tuple(int(d) for d in shape)))
+    return tuple(specs)
+
+
+def extract_tasks(fused_mod: Any, target: Any) -> list[Task]:
+    """One Task per distinct PrimFunc of the fused module, heaviest (weight x FLOPs) first."""
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    extracted = ms.relax_integration.extract_tasks(fused_mod, target)
+    rows = []
+    for item in extracted:
+        workload = item.dispatched[0]
+        flops = max(1.0, float(s_tir.analysis.estimate_tir_flops(workload)))
+        rows.append((item.task_name, int(item.weight), flops, workload))
+    rows.sort(key=lambda r: (-r[1] * r[2], r[0]))
+    return [
+        Task(i, name, weight, flops, workload, f"{structural_key(workload) & (2**64 - 1):016x}")
+        for i, (name, weight, flops, workload) in enumerate(rows)
+    ]
