@@ -55,9 +55,11 @@ class Ledger:
         clock: Callable[[], float] = time.monotonic,
         carried: Spend | None = None,
         devices: int = 0,
+        earlier_s: float = 0.0,
     ) -> None:
         self._clock = clock
-        self._start = clock()
+        # Work of this session done before the ledger existed counts as if it had.
+        self._start = clock() - earlier_s
         self._carried = carried or Spend()
         self._phases: dict[str, float] = dict(self._carried.phases)
         self._round_s: list[float] = list(self._carried.round_s)
@@ -87,7 +89,11 @@ class Ledger:
         try:
             yield
         finally:
-            self._phases[name] = self._phases.get(name, 0.0) + (self._clock() - start)
+            self.charge_phase(name, self._clock() - start)
+
+    def charge_phase(self, name: str, seconds: float) -> None:
+        """Charge `seconds`, timed outside a `phase()` block, to `name`."""
+        self._phases[name] = self._phases.get(name, 0.0) + seconds
 
     def charge_round(self, *, trials: int, seconds: float) -> None:
         self.trials += trials

@@ -105,10 +105,11 @@ def tune(
     from filters import make_filter
 
     from .config import Settings
-    from .model import load_model
+    from .model import fuse_for_tuning, import_to_relax, load_model
     from .rundir import RunDir
     from .session import Session, fingerprint
     from .targets import resolve_target
+    from .tasks import extract_tasks
 
     overrides = {
         "tune.budget": budget,
@@ -133,12 +134,19 @@ def tune(
         stopping = BudgetLimits(budget_obj, devices=resolved.devices)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    started = time.monotonic()
+    relax_mod = import_to_relax(onnx_model)
+    tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
+    import_s = time.monotonic() - started
     out_dir = Path(out) if out is not None else default_out(onnx_model.name)
     # 2. Run on the directory we own.
     emit = _emitter(on_event)
     with RunDir.open(out_dir, fingerprint=fingerprint(onnx_model, resolved)) as run:
         report = Session(
             model=onnx_model,
+            relax_mod=relax_mod,
+            tasks=tasks,
+            import_s=import_s,
             target=resolved,
             settings=settings,
             budget=budget_obj,

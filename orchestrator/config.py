@@ -158,10 +158,6 @@ class Settings:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> Settings:
-        """A copy with dotted keys changed, validated like `load` overrides."""
-        return Settings.load(overrides={**_flatten(self.to_dict()), **changes})
-
 
 def _section_type(field: dataclasses.Field) -> type:
     return typing.get_type_hints(Settings)[field.name]
@@ -186,10 +182,6 @@ def _nest(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         section, _, key = dotted.partition(".")
         nested.setdefault(section, {})[key] = value
     return nested
-
-
-def _flatten(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, values in nested.items() for k, v in values.items()}
 
 
 def _check_layer(source: str, layer: Mapping[str, Any]) -> None:

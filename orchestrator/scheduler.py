@@ -27,9 +27,8 @@ class TaskState:
 
     @property
     def latency_s(self) -> float | None:
-        """The latency the model would run this task at now (tuned if measured, else untuned)."""
-        if self.best_s is not None and self.baseline_s is not None:
-            return min(self.best_s, self.baseline_s)
+        """The latency the model runs this task at now: `compile_relax` deploys the best
+        record once there is one, even if it is slower than the untuned kernel."""
         return self.best_s if self.best_s is not None else self.baseline_s
 
     def record_round(self, best_s: float | None) -> None:
@@ -39,7 +38,7 @@ class TaskState:
 
 
 def model_latency_s(states: Sequence[TaskState]) -> float | None:
-    """Sum of weight x latency over tasks: the model's latency spent in tuned kernels."""
+    """Sum of weight x latency over tasks: the model's time in its kernels (an estimate)."""
     total = 0.0
     for state in states:
         if state.latency_s is None:

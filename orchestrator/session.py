@@ -16,12 +16,12 @@ from measure import BuildInput, BuildPool, Engine, LocalEngine, MeasureInput, Ti
 from . import deploy
 from .config import Settings
 from .loop import TuningLoop
-from .model import OnnxModel, fuse_for_tuning, import_to_relax
+from .model import OnnxModel
 from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler
 from .targets import ResolvedTarget, host_cores
-from .tasks import Task, arg_specs, extract_tasks
+from .tasks import Task, arg_specs
 
 Emit = Callable[..., None]
 # The run keeps back this multiple of the untuned model's compile time (plus the check's
@@ -34,6 +34,9 @@ class Session:
         self,
         *,
         model: OnnxModel,
+        relax_mod: Any,
+        tasks: Sequence[Task],
+        import_s: float,
         target: ResolvedTarget,
         settings: Settings,
         budget: Budget,
@@ -44,6 +47,9 @@ class Session:
         emit: Emit,
     ) -> None:
         self.model = model
+        self.relax_mod = relax_mod
+        self.tasks = list(tasks)
+        self.import_s = import_s
         self.target = target
         self.settings = settings
         self.budget = budget
@@ -59,15 +65,13 @@ class Session:
         """Run the session; returns the report (also written to report.json)."""
         from tvm.s_tir import meta_schedule as ms
 
+        relax_mod, tasks = self.relax_mod, self.tasks
         journal = self.run.journal()
-        ledger = Ledger(carried=spend_so_far(journal), devices=self.target.devices)
-        # 1. Import the model and extract its tasks.
-        with ledger.phase("import"):
-            relax_mod = import_to_relax(self.model)
-            tasks = extract_tasks(
-                fuse_for_tuning(relax_mod, self.target.target), self.target.target
-            )
-        # 2. Restore what earlier sessions measured and spent.
+        ledger = Ledger(
+            carried=spend_so_far(journal), devices=self.target.devices, earlier_s=self.import_s
+        )
+        ledger.charge_phase("import", self.import_s)
+        # 1. Restore what earlier sessions measured and spent.
         database = ms.database.JSONDatabase(work_dir=str(self.run.path))
         cost_model = ms.cost_model.XGBModel(
             num_warmup_samples=self.settings.search.cost_model_warmup
@@ -85,7 +89,7 @@ class Session:
         stop_reason = "build only: nothing was tuned"
         if not self.build_only:
             with self._builder() as builder, self._engine() as engine:
-                # 3. Untuned latency of each task, and of the whole model.
+                # 2. Untuned latency of each task, and of the whole model.
                 self._measure_baselines(restored, builder, engine, ledger)
                 if untuned is None:
                     untuned = self._untuned_model(relax_mod, ledger)
@@ -94,7 +98,7 @@ class Session:
                     + untuned.get("check_s", 0.0)
                     + _RESERVE_MARGIN_S
                 )
-                # 4. Tune.
+                # 3. Tune.
                 stop_reason = (
                     self._tune(restored, database, cost_model, builder, engine, ledger)
                     if tasks
@@ -104,7 +108,7 @@ class Session:
                 {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
             )
             self.emit("stopped", reason=stop_reason, wall_s=ledger.wall_s, trials=ledger.trials)
-        # 5. Compile with the database, export, check and time.
+        # 4. Compile with the database, export, check and time.
         tuned = self._compile_and_check(relax_mod, database, ledger, self.run[RunDir.LIBRARY])
         report = self._report(restored, untuned, tuned, ledger, stop_reason)
         self.run.write_json(RunDir.REPORT, report)

@@ -92,7 +92,7 @@ def resolve_target(spec: str, *, build_only: bool = False) -> ResolvedTarget:
     spec_kind = target.kind.name
     if spec_kind not in _DEVICE_TYPES:
         raise InputError(
-            f"--target {spec!r} is a {spec_kind} target; tune-orchestrator tunes llvm (CPU) "
+            f"--target {spec!r} compiles for {spec_kind}; tune-orchestrator tunes llvm (CPU) "
             "and cuda (NVIDIA GPU) targets"
         )
     device_type = _DEVICE_TYPES[spec_kind]
