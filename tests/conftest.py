@@ -1,0 +1,35 @@
+"""Shared fixtures: tiny models and a configuration that tunes them in seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx_models
+import pytest
+
+FAST_CONFIG = """\
+[tune]
+trials_per_round = 8
+[search]
+population = 64
+genetic_num_iters = 2
+cost_model_warmup = 0
+[measure]
+repeat = 2
+min_repeat_ms = 5
+[check]
+latency_repeat = 3
+latency_min_repeat_ms = 10
+"""
+
+
+@pytest.fixture(scope="session")
+def fast_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "fast.toml"
+    path.write_text(FAST_CONFIG)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return onnx_models.tiny_cnn(tmp_path_factory.mktemp("models") / "tiny.onnx")

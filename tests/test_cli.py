@@ -1,0 +1,179 @@
+"""The CLI's answer to bad input: one line naming the problem and the fix, exit code 2."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import onnx_models
+import pytest
+from click.testing import CliRunner
+from devices import GPU
+
+from orchestrator.cli import main
+from orchestrator.rundir import RunDir
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def fails_with_one_line(args: list, needle: str) -> None:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and needle in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+@pytest.fixture
+def models(tmp_path):
+    tiny = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    data = tiny.read_bytes()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 3])
+    (tmp_path / "notes.onnx").write_text("not a model\n")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    onnx_models.tiny_cnn(tmp_path / "dyn.onnx", batch="N")
+    onnx_models.with_operator(tmp_path / "det.onnx", "Det")
+    onnx_models.with_operator(tmp_path / "custom.onnx", "MyOp", domain="com.example")
+    (tmp_path / "unknown_key.toml").write_text("[tune]\nbudgte = '5min'\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["missing.onnx"], "model file missing.onnx does not exist"),
+        (["empty.onnx"], "is empty (0 bytes)"),
+        (["cut.onnx"], "cut.onnx"),
+        (["notes.onnx"], "is not an ONNX model"),
+        (["det.onnx"], "does not support: Det"),
+        (["custom.onnx"], "com.example.MyOp"),
+        (["dyn.onnx"], "give them with --input-shape x:1x3x8x8"),
+        (["--input-shape", "x=1x3", "dyn.onnx"], "is not NAME:DIMS"),
+        (["--input-shape", "z:1x3x8x8", "dyn.onnx"], "its inputs are: x"),
+        (["--budget", "5 parsecs", "tiny.onnx"], "unknown unit 'parsecs'"),
+        (
+            ["--budget", "2gpu-h", "--target", "llvm", "tiny.onnx"],
+            "units that apply: s, min, h, trials",
+        ),
+        (["--budget", "$5", "--target", "llvm", "tiny.onnx"], "cannot be metered yet"),
+        (["--target", "foo", "tiny.onnx"], "unknown target 'foo'"),
+        (["--filter", "magic", "tiny.onnx"], "unknown filter 'magic'; choose one of: none"),
+        (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),
+        (["--frobnicate", "tiny.onnx"], "No such option '--frobnicate'"),
+        (["--trials-per-round", "0", "tiny.onnx"], "0 is not in the range x>=1"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
+    monkeypatch.chdir(models)
+    fails_with_one_line(args, needle)
+    assert not (models / "runs").exists()  # nothing was started
+
+
+@pytest.mark.skipif(GPU, reason="checks the behaviour on a host without a GPU")
+def test_cuda_without_a_gpu_is_refused(models, monkeypatch):
+    monkeypatch.chdir(models)
+    fails_with_one_line(["--target", "cuda", "tiny.onnx"], "needs an NVIDIA GPU to measure on")
+
+
+def test_out_must_be_a_new_empty_or_run_directory_and_is_left_alone(models):
+    (models / "afile").write_text("keep me")
+    fails_with_one_line(["--out", models / "afile", models / "tiny.onnx"], "is a file")
+    mine = models / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    before = snapshot(mine)
+    fails_with_one_line(
+        ["--out", mine, models / "tiny.onnx"], "already holds other files (thesis.tex)"
+    )
+    assert snapshot(mine) == before
+    assert (models / "afile").read_text() == "keep me"
+
+
+def test_a_run_directory_of_another_model_is_refused_untouched(models):
+    other = models / "other_run"
+    with RunDir.open(other, fingerprint={"model_name": "resnet", "model_sha256": "abc"}) as run:
+        run.write_json(
+            RunDir.CONFIG, {"fingerprint": {"model_name": "resnet", "model_sha256": "abc"}}
+        )
+        run.append({"type": "session"})
+    before = snapshot(other)
+    fails_with_one_line(
+        ["--out", other, models / "tiny.onnx"],
+        "holds a run with a different model_name, model_sha256",
+    )
+    assert snapshot(other) == before
+
+
+def test_a_run_directory_in_use_is_refused(models):
+    busy = models / "busy"
+    with RunDir.open(busy, fingerprint={}):
+        fails_with_one_line(
+            ["--out", busy, models / "tiny.onnx"], "is in use by another orchestrate process"
+        )
+
+
+def test_unwritable_out_is_refused(models):
+    locked = models / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if (locked / "probe").exists() or _can_write(locked):
+            pytest.skip("running as a user who can write anywhere")
+        fails_with_one_line(
+            ["--out", locked / "run", models / "tiny.onnx"], "choose a writable directory"
+        )
+    finally:
+        locked.chmod(0o700)
+
+
+def _can_write(folder: Path) -> bool:
+    try:
+        (folder / ".probe").write_text("")
+    except OSError:
+        return False
+    (folder / ".probe").unlink()
+    return True
+
+
+def test_help_shows_the_commands_a_user_types():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "orchestrate --budget 5min model.onnx" in result.output
+    tune_help = CliRunner().invoke(main, ["--budget", "5min", "--help"]).output
+    for option in ("--budget", "--target", "--out", "--input-shape", "--build-only", "--config"):
+        assert option in tune_help
+
+
+@pytest.mark.skipif(GPU, reason="checks building for a GPU on a host without one")
+def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config):
+    out = models / "h100"
+    result = CliRunner().invoke(
+        main,
+        [
+            "--build-only",
+            "--target",
+            "nvidia/nvidia-h100",
+            "--config",
+            str(fast_config),
+            "--out",
+            str(out),
+            str(models / "tiny.onnx"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "model.so").stat().st_size > 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["build_only"] is True and report["summary"]["trials"] == 0
+    assert report["target"]["tvm"]["kind"] == "cuda" and report["target"]["tvm"]["arch"].startswith(
+        "sm_90"
+    )
+    assert "no device here to run it" in result.stdout

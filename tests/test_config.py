@@ -1,0 +1,67 @@
+import tomllib
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.config import Settings
+from orchestrator.errors import InputError
+
+
+def test_defaults_come_from_default_toml():
+    settings = Settings.load()
+    assert settings.tune.budget == "10min"
+    assert settings.tune.target == "auto"
+    assert settings.search.population == 512
+    assert settings.measure.cpu_cache_flush is False
+
+
+def test_file_then_overrides_take_precedence(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[tune]\nbudget = "3min"\nseed = 7\n[search]\npopulation = 32\n')
+    settings = Settings.load(path, {"tune.seed": 9})
+    assert settings.tune.budget == "3min"  # from the file
+    assert settings.tune.seed == 9  # an override beats the file
+    assert settings.search.population == 32
+    assert settings.search.eps_greedy == 0.05  # untouched defaults stay
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[tunes]\nseed = 1\n", "unknown section [tunes]"),
+        ("[tune]\nsed = 1\n", "unknown key [tune] sed; known keys: budget"),
+        ('[tune]\nseed = "one"\n', "[tune] seed must be int but got str 'one'"),
+        ("[measure]\ncpu_cache_flush = 1\n", "[measure] cpu_cache_flush must be bool"),
+        ("[search]\npopulation = 1\n", "population must be at least 2 but got 1"),
+        ("[search]\neps_greedy = 1.5\n", "eps_greedy must be within [0, 1] but got 1.5"),
+        ("[tune]\nseed = true\n", "[tune] seed must be int but got bool"),
+        ("tune = 3\n", "[tune] must be a table"),
+        ("[tune\n", "is not valid TOML"),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=None) as info:
+        Settings.load(path)
+    assert message in str(info.value)
+
+
+def test_missing_config_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        Settings.load(tmp_path / "nope.toml")
+
+
+def test_floats_accept_integers():
+    assert Settings.load(overrides={"check.rtol": 1}).check.rtol == 1
+
+
+def test_config_command_prints_toml_that_loads_back(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[tune]\nbudget = "2h"\n')
+    result = CliRunner().invoke(main, ["config", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    printed = tomllib.loads(result.stdout)
+    assert printed == Settings.load(path).to_dict()
+    assert printed["tune"]["budget"] == "2h"

@@ -1,0 +1,188 @@
+"""Builders and engines: conformance, and real failing candidates (compile error, crash, hang)."""
+
+from pathlib import Path
+
+import pytest
+import tvm
+from devices import GPU
+from tvm.script import tirx as T
+
+from measure import (
+    Build,
+    Builder,
+    BuildInput,
+    BuildPool,
+    Engine,
+    LocalEngine,
+    MeasureInput,
+    Measurement,
+    TimerConfig,
+)
+from measure.base import short_error
+
+ARGS = (("float32", (16,)), ("float32", (16,)))
+LLVM = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+@T.prim_func(s_tir=True)
+def add_one(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i in range(16):
+        with T.sblock("B"):
+            vi = T.axis.remap("S", [i])
+            B[vi] = A[vi] + 1.0
+
+
+@T.prim_func(s_tir=True)
+def writes_far_out_of_bounds(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i in range(16):
+        with T.sblock("B"):
+            vi = T.axis.remap("S", [i])
+            B[vi * 100000000] = A[vi]  # ~6 GB past the buffer: the process dies
+
+
+@T.prim_func(s_tir=True)
+def never_ends(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i, j in T.grid(1 << 20, 1 << 20):
+        with T.sblock("B"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            B[(vi + vj) % 16] = B[(vi * 7 + vj) % 16] * 1.0001 + A[vj % 16]
+
+
+def module(func):
+    return tvm.IRModule({"main": func})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with BuildPool(workers=2, timeout_s=60) as builder:
+        yield builder
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with LocalEngine(timer=TimerConfig(repeat=2, min_repeat_ms=1), timeout_s=5) as eng:
+        yield eng
+
+
+# -- conformance: every Builder and Engine -------------------------------------------------
+
+
+@pytest.fixture(params=["pool"])
+def any_builder(request) -> Builder:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["engine"])
+def any_engine(request) -> Engine:
+    return request.getfixturevalue(request.param)
+
+
+def test_builders_return_one_build_per_input_in_order_with_errors_as_data(any_builder):
+    builds = any_builder.build(
+        [
+            BuildInput(module(add_one), LLVM),
+            BuildInput("not a module", LLVM),
+            BuildInput(module(add_one), LLVM),
+        ]
+    )
+    assert [b.ok for b in builds] == [True, False, True]
+    assert builds[1].artifact is None and builds[1].error.startswith("build failed:")
+    assert all(Path(b.artifact).is_file() for b in builds if b.ok)
+    any_builder.release(builds)
+    assert not any(Path(b.artifact).exists() for b in builds if b.ok)
+    assert any_builder.build([]) == []
+
+
+def test_engines_return_one_measurement_per_input_in_order(any_builder, any_engine):
+    built = any_builder.build([BuildInput(module(add_one), LLVM)] * 2)
+    inputs = [
+        MeasureInput(built[0].artifact, ARGS),
+        MeasureInput("/no/such/file.so", ARGS),
+        MeasureInput(built[1].artifact, ARGS),
+    ]
+    results = any_engine.measure(inputs)
+    assert [m.ok for m in results] == [True, False, True]
+    assert len(results[0].run_secs) == 2 and all(0 < s < 1e-2 for s in results[0].run_secs)
+    assert "cannot find file" in results[1].error
+    assert any_engine.measure([]) == []
+    any_builder.release(built)
+
+
+# -- faults: real crashing and hanging candidates -------------------------------------------
+
+
+def test_a_crash_and_a_hang_cost_one_result_each_and_the_engine_goes_on(pool, engine):
+    builds = pool.build(
+        [BuildInput(module(f), LLVM) for f in (writes_far_out_of_bounds, never_ends, add_one)]
+    )
+    assert all(b.ok for b in builds)
+    crashed, hung, fine = engine.measure([MeasureInput(b.artifact, ARGS) for b in builds])
+    assert crashed.error == "the candidate crashed the measuring process"
+    assert hung.error == "measurement timed out after 5 s"
+    assert fine.ok
+    pool.release(builds)
+
+
+def test_measurement_holds_either_times_or_an_error():
+    with pytest.raises(ValueError):
+        Measurement((1.0,), "both")
+    with pytest.raises(ValueError):
+        Measurement(None, None)
+    assert Measurement(None, "x").mean_s == float("inf")
+    assert Measurement((1.0, 3.0)).mean_s == 2.0
+    assert Build(None, "x").ok is False
+
+
+def test_short_error_keeps_the_line_that_matters():
+    assert (
+        short_error("Traceback (most recent call last):\n  File x\nValueError: bad shape")
+        == "ValueError: bad shape"
+    )
+    assert short_error("Bad node spec\n==> Context: node 3") == "Bad node spec"
+    assert short_error(RuntimeError()) == "RuntimeError"
+
+
+# -- CUDA candidates build on a host without a GPU ------------------------------------------
+
+
+@pytest.mark.skipif(GPU, reason="checks building without a GPU")
+def test_metaschedule_cuda_candidates_build_without_a_gpu(pool):
+    from tvm.s_tir import meta_schedule as ms
+
+    from orchestrator import _tvm
+    from orchestrator.targets import resolve_target
+
+    @T.prim_func(s_tir=True)
+    def matmul(
+        A: T.Buffer((64, 64), "float32"),
+        B: T.Buffer((64, 64), "float32"),
+        C: T.Buffer((64, 64), "float32"),
+    ):
+        for i, j, k in T.grid(64, 64, 64):
+            with T.sblock("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    C[vi, vj] = 0.0
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    target = resolve_target("nvidia/nvidia-h100", build_only=True).target
+    _tvm.load_tensor_intrinsics()
+    ctx = ms.TuneContext(
+        mod=module(matmul),
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy="replay-trace",
+        task_name="mm",
+        num_threads=2,
+    )
+    ctx.pre_tuning(
+        max_trials=2,
+        num_trials_per_iter=2,
+        design_spaces=ctx.generate_design_space(),
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+    )
+    candidates = ctx.generate_measure_candidates()
+    builds = pool.build([BuildInput(c.sch.mod, target) for c in candidates])
+    assert builds and all(b.ok for b in builds), [b.error for b in builds]
+    pool.release(builds)

@@ -1,0 +1,149 @@
+import numpy as np
+import onnx_models
+import pytest
+
+from orchestrator.errors import InputError
+from orchestrator.model import (
+    fuse_for_tuning,
+    import_to_relax,
+    load_model,
+    parse_input_shape,
+    safe_name,
+)
+from orchestrator.targets import resolve_target
+from orchestrator.tasks import extract_tasks
+
+
+@pytest.fixture(scope="module")
+def llvm():
+    return resolve_target("llvm")
+
+
+def test_a_good_model_gives_its_inputs_outputs_and_hash(tiny_model):
+    model = load_model(tiny_model)
+    assert [(i.name, i.shape, i.dtype) for i in model.inputs] == [("x", (1, 3, 8, 8), "float32")]
+    assert model.outputs == ("y",)
+    assert model.name == "tiny" and len(model.sha256) == 64
+
+
+def test_weights_listed_as_graph_inputs_are_not_model_inputs(tmp_path, llvm):
+    path = onnx_models.tiny_cnn(tmp_path / "old_exporter.onnx", inits_as_inputs=True)
+    model = load_model(path)
+    assert [i.name for i in model.inputs] == ["x"]
+    mod = import_to_relax(model)
+    assert len(mod["main"].params) == 1  # weights became constants
+    assert extract_tasks(fuse_for_tuning(mod, llvm.target), llvm.target)
+
+
+def test_dynamic_dimensions_need_a_shape_and_take_one(tmp_path):
+    path = onnx_models.tiny_cnn(tmp_path / "dyn.onnx", batch="batch")
+    with pytest.raises(
+        InputError,
+        match=r"dynamic dimensions \(batchx3x8x8\); give them with --input-shape x:1x3x8x8",
+    ):
+        load_model(path)
+    model = load_model(path, {"x": (2, 3, 8, 8)})
+    assert model.inputs[0].shape == (2, 3, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        ({"y": (1, 3, 8, 8)}, "names y, which the model does not have; its inputs are: x"),
+        ({"x": (1, 3, 8)}, "has 3 dimensions but the model's input has 4"),
+        ({"x": (1, 4, 8, 8)}, "contradicts the model's fixed shape batchx3x8x8"),
+    ],
+)
+def test_wrong_input_shapes_are_named(tmp_path, shapes, message):
+    path = onnx_models.tiny_cnn(tmp_path / "dyn.onnx", batch="batch")
+    with pytest.raises(InputError) as info:
+        load_model(path, shapes)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text, parsed",
+    [("x:1x3x224x224", ("x", (1, 3, 224, 224))), ("input:0:1,3", ("input:0", (1, 3)))],
+)
+def test_input_shape_syntax(text, parsed):
+    assert parse_input_shape(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["x", "x:", ":1x3", "x:1xax3", "x:0x3", "x=1x3"])
+def test_malformed_input_shapes_show_the_form(text):
+    with pytest.raises(InputError, match="input:1x3x224x224|like"):
+        parse_input_shape(text)
+
+
+def test_missing_empty_truncated_and_foreign_files(tmp_path, tiny_model):
+    with pytest.raises(InputError, match="does not exist; check the path"):
+        load_model(tmp_path / "nope.onnx")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(InputError, match=r"is empty \(0 bytes\)"):
+        load_model(tmp_path / "empty.onnx")
+    data = tiny_model.read_bytes()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        InputError, match="not an ONNX model or is truncated|not a valid ONNX model"
+    ):
+        load_model(tmp_path / "cut.onnx")
+    (tmp_path / "notes.onnx").write_text("these are my notes, not a model\n")
+    with pytest.raises(InputError, match="not an ONNX model"):
+        load_model(tmp_path / "notes.onnx")
+    with pytest.raises(InputError, match="is a directory"):
+        load_model(tmp_path)
+
+
+def test_unsupported_operators_are_named(tmp_path):
+    path = onnx_models.with_operator(tmp_path / "det.onnx", "Det")
+    with pytest.raises(InputError, match=r"does not support: Det \(node"):
+        load_model(path)
+
+
+def test_custom_domain_operators_are_named(tmp_path):
+    path = onnx_models.with_operator(tmp_path / "custom.onnx", "MyOp", domain="com.example")
+    with pytest.raises(InputError, match="custom domains that TVM cannot import: com.example.MyOp"):
+        load_model(path)
+
+
+def test_tasks_carry_weights_and_flops(tmp_path, llvm):
+    model = load_model(onnx_models.tiny_cnn(tmp_path / "twins.onnx", twin_convs=True))
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(model), llvm.target), llvm.target)
+    by_name = {t.name: t for t in tasks}
+    twins = [t for t in tasks if t.weight == 2]
+    assert len(twins) == 1 and "conv2d" in twins[0].name  # the two identical convolutions
+    assert all(t.flops >= 1 for t in tasks)
+    # conv 4->4, 3x3 on 8x8: 2 * 8*8*4 * 4*3*3 multiply-adds, plus the fused ReLU
+    assert twins[0].flops >= 2 * 8 * 8 * 4 * 4 * 9
+    # heaviest first, and keys are stable hex strings
+    assert [t.index for t in tasks] == list(range(len(tasks)))
+    assert tasks[0].weight * tasks[0].flops == max(t.weight * t.flops for t in tasks)
+    assert len({t.key for t in tasks}) == len(tasks) == len(by_name)
+
+
+def test_relax_import_computes_what_onnxruntime_computes(tiny_model, llvm):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    model = load_model(tiny_model)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    ref = ort.InferenceSession(str(tiny_model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("resnet50", "resnet50"),
+        ("../../etc/passwd", "etc_passwd"),
+        ("my model (v2)", "my_model_v2"),
+        ("...", "model"),
+    ],
+)
+def test_model_names_become_safe_path_components(text, expected):
+    assert safe_name(text) == expected

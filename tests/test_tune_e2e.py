@@ -1,0 +1,189 @@
+"""One real tune -> compile -> onnxruntime check through the CLI, then resume on a copy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnx_models
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+
+
+def records(run: Path) -> list[str]:
+    return (run / "database_tuning_record.json").read_text().splitlines()
+
+
+def journal(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+
+
+def orchestrate(*args: str) -> SimpleNamespace:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output + (
+        repr(result.exception) if result.exception else ""
+    )
+    return result
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, fast_config):
+    base = tmp_path_factory.mktemp("e2e")
+    model = onnx_models.tiny_cnn(base / "twins.onnx", twin_convs=True)
+    out = base / "run"
+    result = orchestrate(
+        "--budget", "16trials", "--target", "llvm", "--config", fast_config, "--out", out, model
+    )
+    return SimpleNamespace(
+        model=model,
+        out=out,
+        stdout=result.stdout,
+        report=json.loads((out / "report.json").read_text()),
+    )
+
+
+def test_the_summary_tells_latency_speedup_trials_time_and_where(tuned):
+    out = tuned.stdout
+    assert "tuning twins for llvm" in out
+    assert "end-to-end latency" in out and "untuned ->" in out and "x faster" in out
+    assert "outputs             match onnxruntime" in out
+    assert "trials              16 in 2 rounds" in out
+    assert f"run directory       {tuned.out}" in out
+    assert "stopped because     trial budget reached: 16 of 16" in out
+
+
+def test_the_run_directory_holds_database_journal_config_report_and_library(tuned):
+    out = tuned.out
+    for name in (
+        "database_workload.json",
+        "database_tuning_record.json",
+        "journal.jsonl",
+        "config.json",
+        "report.json",
+        "model.so",
+    ):
+        assert (out / name).is_file(), name
+    assert len(records(out)) == 16
+    kinds = [e["type"] for e in journal(out)]
+    assert kinds[0] == "session" and kinds[-1] == "session_end"
+    assert kinds.count("round") == 2 and "untuned" in kinds and "stopped" in kinds
+    assert kinds.count("baseline") == len(tuned.report["tasks"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["fingerprint"]["model_sha256"] == tuned.report["model"]["sha256"]
+    assert config["settings"]["tune"]["trials_per_round"] == 8  # the config file reached the run
+
+
+def test_the_report_adds_up(tuned):
+    report = tuned.report
+    summary = report["summary"]
+    assert summary["trials"] == 16 == sum(t["trials"] for t in report["tasks"])
+    assert summary["check_ok"] is True and report["tuned"]["check"]["max_rel_error"] < 1e-4
+    assert summary["speedup"] == pytest.approx(
+        summary["untuned_latency_s"] / summary["tuned_latency_s"]
+    )
+    tuned_tasks = [t for t in report["tasks"] if t["trials"]]
+    assert tuned_tasks and all(t["best_s"] > 0 and t["untuned_s"] > 0 for t in tuned_tasks)
+    assert set(report["spend"]["phases"]) >= {
+        "import",
+        "untuned",
+        "search",
+        "build",
+        "measure",
+        "compile",
+        "check",
+    }
+
+
+def test_the_library_loads_and_matches_onnxruntime(tuned):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tuned.out / "model.so")), tvm.cpu())
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
+    ours = vm["main"](tvm.runtime.tensor(x)).numpy()
+    ref = ort.InferenceSession(str(tuned.model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_stock_compile_relax_finds_our_records(tuned, capfd):
+    """An unmodified TVM user: from_onnx, the two inference passes, compile_relax."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.s_tir import meta_schedule as ms
+
+    config = json.loads((tuned.out / "config.json").read_text())
+    target = tvm.target.Target(config["target"]["tvm"])
+    mod = from_onnx(onnx.load(tuned.model), shape_dict={"x": [1, 3, 8, 8]}, dtype_dict="float32")
+    mod = relax.transform.CanonicalizeBindings()(relax.transform.DecomposeOpsForInference()(mod))
+    database = ms.database.JSONDatabase(work_dir=str(tuned.out))
+    capfd.readouterr()
+    ms.relax_integration.compile_relax(database, mod, target, params=None, enable_warning=True)
+    warnings = capfd.readouterr().err
+    tuned_names = [t["name"] for t in tuned.report["tasks"] if t["trials"]]
+    untuned_names = [t["name"] for t in tuned.report["tasks"] if not t["trials"]]
+    for name in tuned_names:
+        assert f"Tuning record is not found for primfunc: {name}\n" not in warnings
+    for name in untuned_names:  # proves the warnings were captured at all
+        assert f"Tuning record is not found for primfunc: {name}" in warnings
+
+
+def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path, fast_config):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    before = records(run)
+    first_wall = tuned.report["spend"]["wall_s"]
+    result = orchestrate(
+        "--budget",
+        "24trials",
+        "--target",
+        "llvm",
+        "--config",
+        fast_config,
+        "--out",
+        run,
+        tuned.model,
+    )
+    assert (
+        "resuming" in result.stdout
+        and "16 trials spent before count against the budget" in result.stdout
+    )
+    after = records(run)
+    assert after[: len(before)] == before  # earlier records untouched
+    assert len(after) == 24
+    assert (
+        len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in after}) == 24
+    )  # no candidate twice
+    kinds = [e["type"] for e in journal(run)]
+    assert kinds.count("session") == 2 and kinds.count("untuned") == 1  # baselines are not redone
+    report = json.loads((run / "report.json").read_text())
+    assert report["summary"]["trials"] == 24 and report["sessions"] == 2
+    assert report["spend"]["wall_s"] > first_wall
+
+
+def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_config):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    result = orchestrate(
+        "--budget",
+        "16trials",
+        "--target",
+        "llvm",
+        "--config",
+        fast_config,
+        "--out",
+        run,
+        tuned.model,
+    )
+    assert len(records(run)) == 16
+    assert "stopped because     trial budget reached: 16 of 16" in result.stdout
+    assert not any(e["type"] == "round" for e in journal(run)[len(journal(tuned.out)) :])
