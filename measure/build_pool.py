@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import Future
 from pathlib import Path
-from typing import IO
 
 from . import _worker
-from .base import Build, Builder, BuildInput, short_error
+from ._pool import WorkerPool
+from .base import Build, Builder, BuildInput
 
 
 class BuildPool(Builder):
@@ -32,24 +30,15 @@ class BuildPool(Builder):
         recycle_after: int = 256,
         log_path: str | Path | None = None,
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1 but got {workers}.")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive but got {timeout_s}.")
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         self.workers = workers
-        self.timeout_s = timeout_s
-        self._dir = tempfile.mkdtemp(prefix="orchestrate-builds-")
-        self._log: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self._pool = PopenPoolExecutor(
-            max_workers=workers,
-            timeout=timeout_s,
+        self._pool = WorkerPool(
+            workers=workers,
+            timeout_s=timeout_s,
+            log_path=log_path,
             initializer=_worker.warm_up,
-            maximum_process_uses=recycle_after,
-            stdout=self._log,
-            stderr=self._log,
+            recycle_after=recycle_after,
         )
+        self._dir = tempfile.mkdtemp(prefix="orchestrate-builds-")
         # Start every worker now, so its start-up overlaps the caller's own work.
         self._started = [self._pool.submit(os.getpid) for _ in range(workers)]
 
@@ -57,7 +46,11 @@ class BuildPool(Builder):
         futures = [
             self._pool.submit(_worker.build, item.mod, item.target, self._dir) for item in inputs
         ]
-        return [self._collect(future) for future in futures]
+        builds = []
+        for future in futures:
+            value, error = self._pool.outcome(future, "build")
+            builds.append(Build(None, error) if error else Build(value[0], None, value[1]))
+        return builds
 
     def release(self, builds: Sequence[Build]) -> None:
         """Delete artifacts that are no longer needed."""
@@ -66,18 +59,5 @@ class BuildPool(Builder):
                 Path(item.artifact).unlink(missing_ok=True)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        if not isinstance(self._log, int):
-            self._log.close()
+        self._pool.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-    def _collect(self, future: Future) -> Build:
-        try:
-            path, seconds = future.result()
-        except TimeoutError:
-            return Build(None, f"build timed out after {self.timeout_s:g} s")
-        except ChildProcessError:
-            return Build(None, "build worker died (crashed or was killed)")
-        except Exception as exc:  # a compile error of this candidate: data, not a crash
-            return Build(None, f"build failed: {short_error(exc)}")
-        return Build(path, None, seconds)

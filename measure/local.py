@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 from . import _worker
-from .base import Engine, MeasureInput, Measurement, short_error
+from ._pool import WorkerPool
+from .base import Engine, MeasureInput, Measurement
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,25 +45,15 @@ class LocalEngine(Engine):
     ) -> None:
         if device_type not in ("cpu", "cuda"):
             raise ValueError(f"device_type must be 'cpu' or 'cuda' but got {device_type!r}.")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive but got {timeout_s}.")
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         self.device_type = device_type
         self.timer = timer or TimerConfig()
-        self.timeout_s = timeout_s
-        self._log: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self._pool = PopenPoolExecutor(
-            max_workers=1, timeout=timeout_s, stdout=self._log, stderr=self._log
-        )
+        self._pool = WorkerPool(workers=1, timeout_s=timeout_s, log_path=log_path)
 
     def measure(self, inputs: Sequence[MeasureInput]) -> list[Measurement]:
         return [self._measure_one(item) for item in inputs]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        if not isinstance(self._log, int):
-            self._log.close()
+        self._pool.close()
 
     def _measure_one(self, item: MeasureInput) -> Measurement:
         t = self.timer
@@ -78,12 +67,5 @@ class LocalEngine(Engine):
             t.min_repeat_ms,
             t.cpu_cache_flush,
         )
-        try:
-            run_secs = future.result()
-        except TimeoutError:
-            return Measurement(None, f"measurement timed out after {self.timeout_s:g} s")
-        except ChildProcessError:
-            return Measurement(None, "the candidate crashed the measuring process")
-        except Exception as exc:  # a runtime error of this candidate: data, not a crash
-            return Measurement(None, f"run failed: {short_error(exc)}")
-        return Measurement(tuple(run_secs))
+        run_secs, error = self._pool.outcome(future, "measurement")
+        return Measurement(None, error) if error else Measurement(tuple(run_secs))

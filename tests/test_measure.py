@@ -117,7 +117,7 @@ def test_a_crash_and_a_hang_cost_one_result_each_and_the_engine_goes_on(pool, en
     )
     assert all(b.ok for b in builds)
     crashed, hung, fine = engine.measure([MeasureInput(b.artifact, ARGS) for b in builds])
-    assert crashed.error == "the candidate crashed the measuring process"
+    assert crashed.error == "measurement crashed the worker process"
     assert hung.error == "measurement timed out after 5 s"
     assert fine.ok
     pool.release(builds)

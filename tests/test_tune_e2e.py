@@ -24,7 +24,9 @@ def journal(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
 
 
-def orchestrate(*args: str) -> SimpleNamespace:
+def orchestrate(model: Path, out: Path, budget: str, config: Path) -> SimpleNamespace:
+    """`orchestrate --budget B --target llvm --config C --out O MODEL`, which must succeed."""
+    args = ["--budget", budget, "--target", "llvm", "--config", config, "--out", out, model]
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 0, result.output + (
         repr(result.exception) if result.exception else ""
@@ -37,9 +39,7 @@ def tuned(tmp_path_factory, fast_config):
     base = tmp_path_factory.mktemp("e2e")
     model = onnx_models.tiny_cnn(base / "twins.onnx", twin_convs=True)
     out = base / "run"
-    result = orchestrate(
-        "--budget", "16trials", "--target", "llvm", "--config", fast_config, "--out", out, model
-    )
+    result = orchestrate(model, out, "16trials", fast_config)
     return SimpleNamespace(
         model=model,
         out=out,
@@ -142,17 +142,7 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     shutil.copytree(tuned.out, run)
     before = records(run)
     first_wall = tuned.report["spend"]["wall_s"]
-    result = orchestrate(
-        "--budget",
-        "24trials",
-        "--target",
-        "llvm",
-        "--config",
-        fast_config,
-        "--out",
-        run,
-        tuned.model,
-    )
+    result = orchestrate(tuned.model, run, "24trials", fast_config)
     assert (
         "resuming" in result.stdout
         and "16 trials spent before count against the budget" in result.stdout
@@ -173,17 +163,7 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
 def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_config):
     run = tmp_path / "run"
     shutil.copytree(tuned.out, run)
-    result = orchestrate(
-        "--budget",
-        "16trials",
-        "--target",
-        "llvm",
-        "--config",
-        fast_config,
-        "--out",
-        run,
-        tuned.model,
-    )
+    result = orchestrate(tuned.model, run, "16trials", fast_config)
     assert len(records(run)) == 16
     assert "stopped because     trial budget reached: 16 of 16" in result.stdout
     assert not any(e["type"] == "round" for e in journal(run)[len(journal(tuned.out)) :])

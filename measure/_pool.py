@@ -1,0 +1,64 @@
+"""Worker processes for builds and measurements: TVM's PopenPool, logged, failures as messages."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import IO, Any
+
+from .base import short_error
+
+
+class WorkerPool:
+    """`workers` processes that run picklable functions with a per-call timeout.
+
+    A worker that crashes or times out is killed and replaced on its next job; its output
+    goes to `log_path` (or nowhere).
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int,
+        timeout_s: float,
+        log_path: str | Path | None = None,
+        initializer: Callable[[], None] | None = None,
+        recycle_after: int | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1 but got {workers}.")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive but got {timeout_s}.")
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        self.timeout_s = timeout_s
+        self._log: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        self._executor = PopenPoolExecutor(
+            max_workers=workers,
+            timeout=timeout_s,
+            initializer=initializer,
+            maximum_process_uses=recycle_after,
+            stdout=self._log,
+            stderr=self._log,
+        )
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        return self._executor.submit(fn, *args)
+
+    def outcome(self, future: Future, what: str) -> tuple[Any, str | None]:
+        """(value, None) or (None, a one-line message naming `what` failed and how)."""
+        try:
+            return future.result(), None
+        except TimeoutError:
+            return None, f"{what} timed out after {self.timeout_s:g} s"
+        except ChildProcessError:
+            return None, f"{what} crashed the worker process"
+        except Exception as exc:  # an error of this one job: data, not the end of the run
+            return None, f"{what} failed: {short_error(exc)}"
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        if not isinstance(self._log, int):
+            self._log.close()
