@@ -92,7 +92,7 @@ def tune(
     config: str | Path | None = None,
     trials_per_round: int | None = None,
     seed: int | None = None,
-    filter: str | None = None,  # noqa: A002 - the CLI's name for it
+    filter: str | None = None,
     build_only: bool = False,
     on_event: Callable[[Event], None] | None = None,
 ) -> Result:

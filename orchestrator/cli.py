@@ -51,6 +51,9 @@ class DefaultGroup(click.Group):
             code = code if isinstance(code, int) else EXIT_OK
         except click.exceptions.Exit as exc:
             code = exc.exit_code
+        except click.exceptions.NoArgsIsHelpError as exc:  # plain `orchestrate`: show the help
+            click.echo(exc.ctx.get_help())
+            code = EXIT_OK
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             click.echo(f"error: {exc.format_message()}{hint}", err=True)

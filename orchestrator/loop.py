@@ -16,10 +16,11 @@ from typing import Any
 from budget import Ledger, StoppingRule
 from filters import Filter
 from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
+from measure.base import short_error
 
 from . import _tvm
 from .config import Settings
-from .scheduler import Scheduler, TaskState
+from .scheduler import Scheduler, TaskState, model_latency_s
 from .tasks import Candidate, Task, structural_key
 
 Emit = Callable[..., None]
@@ -153,10 +154,14 @@ class TuningLoop:
 
     def _round(self, state: TaskState, trials_left: int | None) -> None:
         task, started = state.task, time.monotonic()
-        search = self._search(task)
         # 1. The search proposes candidates.
-        with self.ledger.phase("search"):
-            proposed = search.propose()
+        try:
+            search = self._search(task)
+            with self.ledger.phase("search"):
+                proposed = search.propose()
+        except Exception as exc:  # a TVM error in one task's search ends that task, not the run
+            self._retire(state, f"search failed: {short_error(exc)}")
+            return
         if proposed is None:
             self._retire(state, "search space exhausted")
             return
@@ -172,6 +177,7 @@ class TuningLoop:
         with self.ledger.phase("filter"):
             selection = self.filter.select(task, fresh)
         chosen = [fresh[i] for i in selection.keep]
+        kept = len(chosen)
         if trials_left is not None:
             chosen = chosen[:trials_left]
         if not chosen:
@@ -200,23 +206,22 @@ class TuningLoop:
             state,
             proposed=len(proposed),
             fresh=len(fresh),
+            kept=kept,
             chosen=chosen,
             builds=builds,
             measurements=measurements,
         )
 
     def _measure(self, chosen: Sequence[Candidate], builds: Sequence[Build]) -> list[Measurement]:
-        ok = [i for i, b in enumerate(builds) if b.ok]
+        """One Measurement per build: timed where it built, its build error where not."""
+        inputs = [
+            MeasureInput(b.artifact, c.args)
+            for c, b in zip(chosen, builds, strict=True)
+            if b.artifact
+        ]
         with self.ledger.phase("measure"):
-            timed = self.engine.measure(
-                [MeasureInput(builds[i].artifact, chosen[i].args) for i in ok]  # type: ignore[arg-type]
-            )
-        results: list[Measurement] = [
-            Measurement(None, b.error) if not b.ok else None for b in builds
-        ]  # type: ignore[misc]
-        for i, m in zip(ok, timed, strict=True):
-            results[i] = m
-        return results
+            timed = iter(self.engine.measure(inputs))
+        return [next(timed) if b.artifact else Measurement(None, b.error) for b in builds]
 
     def _record(
         self,
@@ -255,12 +260,11 @@ class TuningLoop:
         *,
         proposed: int,
         fresh: int,
+        kept: int,
         chosen: Sequence[Candidate],
         builds: Sequence[Build],
         measurements: Sequence[Measurement],
     ) -> None:
-        from .scheduler import model_latency_s
-
         errors = [m.error for m in measurements if not m.ok]
         entry = {
             "type": "round",
@@ -269,7 +273,8 @@ class TuningLoop:
             "task_key": state.task.key,
             "proposed": proposed,
             "duplicates": proposed - fresh,
-            "filtered": fresh - len(chosen),
+            "filtered": fresh - kept,
+            "over_budget": kept - len(chosen),
             "built": sum(b.ok for b in builds),
             "measured": sum(m.ok for m in measurements),
             "failed": len(errors),

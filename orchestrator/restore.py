@@ -13,11 +13,9 @@ from typing import Any
 
 from budget import Spend
 
+from .loop import FAILED_RUN_SECS
 from .scheduler import TaskState
 from .tasks import Task, structural_key
-
-# Records at or above this many seconds are failures (MetaSchedule stores them as 1e10).
-_FAILED_AT = 1e9
 
 
 @dataclasses.dataclass
@@ -65,7 +63,7 @@ def restore(
         state = states[task.index]
         state.trials += 1
         secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
-        ok = all(s < _FAILED_AT for s in secs)
+        ok = all(s < FAILED_RUN_SECS for s in secs)
         if ok:
             mean = statistics.fmean(secs)
             state.best_s = mean if state.best_s is None else min(state.best_s, mean)

@@ -145,9 +145,10 @@ def _can_write(folder: Path) -> bool:
 
 
 def test_help_shows_the_commands_a_user_types():
-    result = CliRunner().invoke(main, ["--help"])
-    assert result.exit_code == 0
-    assert "orchestrate --budget 5min model.onnx" in result.output
+    for args in (["--help"], []):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0 and result.stderr == ""
+        assert "orchestrate --budget 5min model.onnx" in result.stdout
     tune_help = CliRunner().invoke(main, ["--budget", "5min", "--help"]).output
     for option in ("--budget", "--target", "--out", "--input-shape", "--build-only", "--config"):
         assert option in tune_help

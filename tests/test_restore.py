@@ -1,0 +1,63 @@
+"""Resume bookkeeping against a real database: what was measured is recognised again."""
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.database import TuningRecord
+
+from orchestrator.config import Settings
+from orchestrator.loop import FAILED_RUN_SECS, TaskSearch
+from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from orchestrator.restore import restore, spend_so_far
+from orchestrator.targets import resolve_target
+from orchestrator.tasks import extract_tasks, structural_key
+
+
+def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
+    tmp_path, tiny_model, fast_config
+):
+    target = resolve_target("llvm").target
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    conv = next(t for t in tasks if "conv2d" in t.name)
+    settings = Settings.load(fast_config)
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    search = TaskSearch(
+        conv,
+        target=target,
+        settings=settings,
+        database=database,
+        cost_model=ms.cost_model.XGBModel(num_warmup_samples=0),
+        rand_state=1,
+        threads=2,
+    )
+    proposed = search.propose()
+    assert proposed
+    for i, mc in enumerate(proposed):
+        run_secs = [FAILED_RUN_SECS] if i == 0 else [1e-3 * (i + 1)]
+        database.commit_tuning_record(
+            TuningRecord(mc.sch.trace, search.workload, run_secs, target, mc.args_info)
+        )
+
+    journal = [
+        {"type": "session"},
+        {
+            "type": "round",
+            "task": conv.index,
+            "best_s": 2e-3,
+            "spend": {"wall_s": 12.5, "trials": 7, "rounds": 1, "phases": {}},
+        },
+    ]
+    reopened = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    restored = restore(
+        tasks,
+        journal,
+        reopened,
+        cost_model=ms.cost_model.XGBModel(num_warmup_samples=0),
+        target=target,
+    )
+
+    assert restored.measured[conv.index] == {structural_key(mc.sch.mod) for mc in proposed}
+    state = restored.states[conv.index]
+    assert state.trials == len(proposed) and state.failures == 1
+    assert state.best_s == 2e-3  # the failed record does not count as fast
+    assert state.history == [2e-3] and restored.sessions == 1
+    assert spend_so_far(journal).wall_s == 12.5
+    assert restored.trials == len(proposed)
