@@ -3,7 +3,8 @@
 from .base import GO, AnyOf, Decision, StoppingRule
 from .grammar import Budget, BudgetError, Limit, parse_budget
 from .ledger import Ledger, Spend
-from .limits import BudgetLimits, check_applicable, fmt_duration
+from .limits import BudgetLimits, check_applicable
+from .units import fmt_amount, fmt_duration, fmt_latency
 
 __all__ = [
     "GO",
@@ -17,6 +18,8 @@ __all__ = [
     "Spend",
     "StoppingRule",
     "check_applicable",
+    "fmt_amount",
     "fmt_duration",
+    "fmt_latency",
     "parse_budget",
 ]

@@ -25,13 +25,13 @@ class StoppingRule(abc.ABC):
     @abc.abstractmethod
     def decide(self, ledger: Ledger) -> Decision: ...
 
-    def trials_left(self, ledger: Ledger) -> int | None:
-        """How many more trials this rule allows; None when it does not limit trials."""
-        return None
+    def allowance(self, ledger: Ledger, wanted: int) -> int:
+        """How many of `wanted` candidates the next round may measure."""
+        return wanted
 
 
 class AnyOf(StoppingRule):
-    """Stops when any of its rules stops; allows the fewest trials any of them allows."""
+    """Stops when any of its rules stops; a round gets the fewest candidates any allows."""
 
     def __init__(self, rules: list[StoppingRule]) -> None:
         self.rules = list(rules)
@@ -43,6 +43,5 @@ class AnyOf(StoppingRule):
                 return decision
         return GO
 
-    def trials_left(self, ledger: Ledger) -> int | None:
-        allowed = [n for n in (r.trials_left(ledger) for r in self.rules) if n is not None]
-        return min(allowed) if allowed else None
+    def allowance(self, ledger: Ledger, wanted: int) -> int:
+        return min([wanted] + [rule.allowance(ledger, wanted) for rule in self.rules])

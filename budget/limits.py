@@ -1,82 +1,146 @@
-"""The budget rule: stop before a round that would not fit in what is left of the budget."""
+"""The budget rule: a round runs only as large as what is left of the budget allows."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 from .base import GO, Decision, StoppingRule
-from .grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL, Budget
-from .ledger import Ledger
+from .grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL, Budget, Limit
+from .ledger import Ledger, Spend
+from .units import fmt_amount, fmt_duration
 
 
-def fmt_duration(seconds: float) -> str:
-    """12.3s, 4m05s, 1h02m."""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def check_applicable(budget: Budget, *, devices: int) -> None:
+def check_applicable(
+    budget: Budget, *, devices: int, price_known: bool = False, energy_known: bool = False
+) -> None:
     """Raise ValueError naming the units that apply when a limit cannot be metered here."""
-    usable = "s, min, h, trials" + (", gpu-h, gpu-min" if devices else "")
+    usable = ["s", "min", "h", "trials"]
+    if devices:
+        usable += ["gpu-h", "gpu-min"]
+    if price_known:
+        usable += ["$ / usd"]
+    if energy_known:
+        usable += ["J", "kJ", "Wh", "kWh"]
+    units = ", ".join(usable)
     for limit in budget.limits:
         if limit.kind == DEVICE_HOURS and not devices:
             raise ValueError(
                 f"budget {limit.text!r} is in GPU-hours but this run uses no GPU; "
-                f"units that apply: {usable}"
+                f"units that apply: {units}"
             )
-        if limit.kind in (DOLLARS, ENERGY):
+        if limit.kind == DOLLARS and not price_known:
             raise ValueError(
-                f"budget {limit.text!r}: {limit.words} cannot be metered yet; "
-                f"units that apply: {usable}"
+                f"budget {limit.text!r} is in dollars but configs/prices.toml has no price for "
+                f"this machine; give one with --price USD_PER_HOUR (units that apply: {units})"
+            )
+        if limit.kind == ENERGY and not energy_known:
+            raise ValueError(
+                f"budget {limit.text!r} is GPU energy, which needs NVML on a GPU run; "
+                f"units that apply: {units}"
             )
 
 
 class BudgetLimits(StoppingRule):
-    """Wall-clock, device-hour and trial limits, counting spend from earlier sessions.
+    """Every limit of the budget, counting spend from earlier sessions.
 
-    A round is not started when the forecast of its wall time plus the time reserved for the
-    final phase would exceed what is left; the first round of a session always runs if the
-    reserve fits, since there is nothing to forecast from.
+    Before a round, each limit's remaining amount is turned into seconds (trials excepted) and
+    the round shrinks to the candidates whose forecast cost, plus the time reserved for the
+    final compile and check, still fits; a round smaller than `min_round` is not started.
     """
 
-    def __init__(self, budget: Budget, *, devices: int = 0) -> None:
-        check_applicable(budget, devices=devices)
+    def __init__(self, budget: Budget, *, round_size: int, min_round: int | None = None) -> None:
+        if round_size < 1:
+            raise ValueError(f"round_size must be at least 1 but got {round_size}.")
         self.budget = budget
+        self.round_size = round_size
+        self.min_round = min_round if min_round is not None else max(1, round_size // 4)
 
     def decide(self, ledger: Ledger) -> Decision:
-        trials = self.budget.get(TRIALS)
-        if trials is not None and ledger.trials >= trials:
-            return Decision(True, f"trial budget reached: {ledger.trials} of {int(trials)}")
-        wall = self.budget.get(WALL)
-        if wall is not None:
-            decision = self._time_left(ledger, wall - ledger.wall_s, "wall-clock", wall)
-            if decision.stop:
-                return decision
-        device_h = self.budget.get(DEVICE_HOURS)
-        if device_h is not None and ledger.devices:
-            left_s = (device_h - ledger.device_h) * 3600.0 / ledger.devices
-            decision = self._time_left(ledger, left_s, "GPU-hour", device_h * 3600.0)
-            if decision.stop:
-                return decision
+        for limit in self.budget.limits:
+            if self._allowance(ledger, limit, self.round_size) < self._smallest(limit):
+                return Decision(True, self._reason(ledger, limit))
         return GO
 
-    def trials_left(self, ledger: Ledger) -> int | None:
-        trials = self.budget.get(TRIALS)
-        return None if trials is None else max(0, int(trials) - ledger.trials)
+    def allowance(self, ledger: Ledger, wanted: int) -> int:
+        return min([wanted] + [self._allowance(ledger, lim, wanted) for lim in self.budget.limits])
 
-    @staticmethod
-    def _time_left(ledger: Ledger, left_s: float, words: str, total_s: float) -> Decision:
-        needed = ledger.reserved_s + (ledger.expected_round_s() or 0.0)
-        if left_s > needed:
-            return GO
-        spent = fmt_duration(total_s - left_s)
-        return Decision(
-            True,
-            f"{words} budget reached: {spent} of {fmt_duration(total_s)} spent; the next round "
-            f"needs ~{fmt_duration(ledger.expected_round_s() or 0.0)} and "
-            f"{fmt_duration(ledger.reserved_s)} are kept for compiling and checking the model",
+    def _smallest(self, limit: Limit) -> int:
+        # Trials are exact (500trials measures 500); time-like limits do not start a round
+        # too small to repay its search.
+        return 1 if limit.kind == TRIALS else self.min_round
+
+    def _allowance(self, ledger: Ledger, limit: Limit, wanted: int) -> int:
+        spent = ledger.spent(limit.kind) or 0.0
+        left = limit.amount - spent
+        if limit.kind == TRIALS:
+            return max(0, min(wanted, int(left)))
+        per_second = _units_per_second(ledger, limit.kind)
+        left_s = left / per_second if per_second else (math.inf if left > 0 else 0.0)
+        left_s -= ledger.reserved_s
+        if left_s <= 0:
+            return 0
+        full = ledger.forecast_round(wanted)
+        if full is None or full <= left_s:  # nothing to forecast from yet, or it all fits
+            return wanted
+        fixed = ledger.forecast_round(0) or 0.0
+        per_candidate = (full - fixed) / wanted if wanted else 0.0
+        if per_candidate <= 0:
+            return 0
+        return max(0, min(wanted, int((left_s - fixed) / per_candidate)))
+
+    def _reason(self, ledger: Ledger, limit: Limit) -> str:
+        if limit.kind == TRIALS:
+            return f"trial budget reached: {ledger.trials} of {int(limit.amount)}"
+        spent = fmt_amount(limit.kind, ledger.spent(limit.kind))
+        head = (
+            f"{limit.words} budget reached: {spent} of {fmt_amount(limit.kind, limit.amount)} spent"
         )
+        smallest = self._smallest(limit)
+        needed = ledger.forecast_round(smallest)
+        if needed is None:
+            return f"{head}; {fmt_duration(ledger.reserved_s)} are kept for compiling and checking the model"
+        return (
+            f"{head}; a round of {smallest}+ candidates needs ~{fmt_duration(needed)} and "
+            f"{fmt_duration(ledger.reserved_s)} are kept for compiling and checking the model"
+        )
+
+
+def _units_per_second(ledger: Ledger, kind: str) -> float | None:
+    if kind == WALL:
+        return 1.0
+    if kind == DEVICE_HOURS:
+        return ledger.devices / 3600.0
+    if kind == DOLLARS:
+        return (ledger.usd_per_hour or 0.0) / 3600.0
+    return ledger.joules_per_second()  # energy: the session's mean power, once known
+
+
+def budget_status(budget: Budget, spend: Spend) -> list[dict[str, Any]]:
+    """Per limit: amount, spent, left and overshoot, for the report."""
+    rows = []
+    for limit in budget.limits:
+        spent = spend.spent(limit.kind)
+        rows.append(
+            {
+                "limit": limit.text,
+                "kind": limit.kind,
+                "amount": limit.amount,
+                "spent": spent,
+                "left": None if spent is None else max(0.0, limit.amount - spent),
+                "overshoot": None if spent is None else max(0.0, spent - limit.amount),
+            }
+        )
+    return rows
+
+
+def primary_limit(
+    budget: Budget, preferred: Sequence[str] = (DEVICE_HOURS, DOLLARS, WALL, ENERGY, TRIALS)
+) -> Limit:
+    """The limit reports are drawn against: GPU-hours, then dollars, wall time, energy, trials."""
+    for kind in preferred:
+        for limit in budget.limits:
+            if limit.kind == kind:
+                return limit
+    return budget.limits[0]

@@ -1,12 +1,41 @@
-"""The cost report's JSON form (`report.json`): what was spent, what it bought, why it stopped."""
+"""The cost report's data (`report.json`): what was spent, what it bought, why it stopped.
+
+The schema is `budget/report.schema.json`; `render.py` turns a report into Markdown, HTML
+and plots.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Any
+
+from .forecast import fit_curve
+from .grammar import Budget
+from .ledger import Point, Spend
+from .limits import budget_status, primary_limit
 
 SCHEMA = "tune-orchestrator/report"
 VERSION = 1
+# Phases shown as "spend by phase"; "idle" is wall time in none of them.
+PHASES = (
+    "import",
+    "restore",
+    "untuned",
+    "search",
+    "build",
+    "measure",
+    "learn",
+    "filter",
+    "compile",
+    "check",
+)
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema every report.json validates against."""
+    return json.loads(resources.files(__package__).joinpath("report.schema.json").read_text())
 
 
 def task_row(
@@ -20,10 +49,10 @@ def task_row(
     rounds: int,
     untuned_s: float | None,
     best_s: float | None,
+    spend_s: float,
     done: str | None,
 ) -> dict[str, Any]:
     """One task's line: latencies are of one call; speedup is untuned / best."""
-    speedup = untuned_s / best_s if untuned_s and best_s else None
     return {
         "index": index,
         "name": name,
@@ -34,8 +63,9 @@ def task_row(
         "rounds": rounds,
         "untuned_s": untuned_s,
         "best_s": best_s,
-        "speedup": speedup,
+        "speedup": untuned_s / best_s if untuned_s and best_s else None,
         "gflops": flops / best_s / 1e9 if best_s else None,
+        "spend_s": spend_s,
         "done": done,
     }
 
@@ -45,43 +75,97 @@ def make_report(
     model: Mapping[str, Any],
     target: Mapping[str, Any],
     settings: Mapping[str, Any],
-    budget: str,
+    budget: Budget,
+    price: Mapping[str, Any] | None,
     build_only: bool,
     sessions: int,
     tasks: Sequence[Mapping[str, Any]],
     untuned: Mapping[str, Any] | None,
     tuned: Mapping[str, Any] | None,
-    spend: Mapping[str, Any],
+    spend: Spend,
+    curve: Sequence[Point],
     stop_reason: str,
     paths: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}}."""
-    untuned_s = _median(untuned)
-    tuned_s = _median(tuned)
+    """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...}."""
+    untuned_s, tuned_s = _median(untuned), _median(tuned)
+    phases = dict(spend.phases)
+    accounted = sum(phases.get(p, 0.0) for p in PHASES)
     return {
         "schema": SCHEMA,
         "version": VERSION,
         "model": dict(model),
         "target": dict(target),
-        "budget": budget,
+        "budget": {"text": str(budget), "limits": budget_status(budget, spend)},
+        "price": dict(price) if price else None,
         "build_only": build_only,
         "sessions": sessions,
         "summary": {
             "untuned_latency_s": untuned_s,
             "tuned_latency_s": tuned_s,
             "speedup": untuned_s / tuned_s if untuned_s and tuned_s else None,
-            "trials": spend.get("trials", 0),
-            "rounds": spend.get("rounds", 0),
-            "wall_s": spend.get("wall_s", 0.0),
+            "trials": spend.trials,
+            "rounds": spend.rounds,
+            "wall_s": spend.wall_s,
+            "device_h": spend.device_h,
+            "usd": spend.usd,
+            "energy_j": spend.energy_j,
             "stop_reason": stop_reason,
             "check_ok": (tuned or {}).get("check", {}).get("ok"),
         },
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
         "tasks": [dict(t) for t in tasks],
-        "spend": dict(spend),
+        "spend": spend.to_dict(),
+        "phases": {
+            **{p: phases.get(p, 0.0) for p in PHASES},
+            "idle": max(0.0, spend.wall_s - accounted),
+        },
+        "measuring_share": phases.get("measure", 0.0) / spend.wall_s if spend.wall_s else 0.0,
+        "convergence": [_point(p) for p in curve],
+        "forecast": _forecast(budget, spend, curve),
         "settings": dict(settings),
         "paths": dict(paths),
+    }
+
+
+def _point(p: Point) -> dict[str, Any]:
+    return {
+        "wall_s": p.wall_s,
+        "device_h": p.device_h,
+        "usd": p.usd,
+        "trials": p.trials,
+        "energy_j": p.energy_j,
+        "latency_s": p.latency_s,
+    }
+
+
+def _forecast(budget: Budget, spend: Spend, curve: Sequence[Point]) -> dict[str, Any] | None:
+    """What the rest of the primary limit would likely have bought, from the fitted curve."""
+    limit = primary_limit(budget)
+    points = [(p.spent(limit.kind), p.latency_s) for p in curve if p.spent(limit.kind) is not None]
+    now = spend.spent(limit.kind)
+    if now is None or len(points) < 3:
+        return None
+    fitted = fit_curve([x for x, _ in points], [y for _, y in points])
+    if fitted is None:
+        return None
+    left = max(0.0, limit.amount - now)
+    return {
+        "limit": limit.text,
+        "kind": limit.kind,
+        "spent": now,
+        "left": left,
+        "gain": fitted.gain(now, now + left),
+        "latency_s": fitted(now + left),
+        "curve": {
+            "kind": fitted.kind,
+            "floor": fitted.floor,
+            "span": fitted.span,
+            "scale": fitted.scale,
+            "power": fitted.power,
+            "rms_log_error": fitted.rms_log_error,
+        },
     }
 
 

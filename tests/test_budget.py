@@ -1,11 +1,19 @@
+"""budget/: grammar, meters, prices, the budget rule, plateau, forecasts, diminishing returns."""
+
+import math
 import pickle
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget import AnyOf, BudgetError, BudgetLimits, Ledger, Spend, parse_budget
+from budget import AnyOf, BudgetError, BudgetLimits, Ledger, Spend, check_applicable, parse_budget
+from budget.diminishing import DiminishingReturns
+from budget.forecast import fit_curve
 from budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
+from budget.limits import budget_status, primary_limit
+from budget.plateau import TaskPlateau
+from budget.prices import run_price
 
 
 class FakeClock:
@@ -14,6 +22,19 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class FakeEnergy:
+    """A GPU drawing `watts`, metered against the fake clock."""
+
+    def __init__(self, clock: FakeClock, watts: float) -> None:
+        self.clock, self.watts, self.start = clock, watts, clock.now
+
+    def __call__(self) -> float:
+        return (self.clock.now - self.start) * self.watts + 5e6  # counters start anywhere
+
+
+# -- grammar -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -40,9 +61,7 @@ def test_every_unit_of_the_design_parses(text, kind, amount):
 
 def test_several_limits_join_with_commas():
     budget = parse_budget("2gpu-h,$4, 500trials")
-    assert budget.get(DEVICE_HOURS) == 2.0
-    assert budget.get(DOLLARS) == 4.0
-    assert budget.get(TRIALS) == 500
+    assert (budget.get(DEVICE_HOURS), budget.get(DOLLARS), budget.get(TRIALS)) == (2.0, 4.0, 500)
     assert str(budget) == "2gpu-h,$4,500trials"
 
 
@@ -76,23 +95,59 @@ def test_any_string_parses_or_gets_the_clear_error(text):
         assert all(limit.amount > 0 for limit in budget.limits)
 
 
-def test_gpu_units_on_a_cpu_run_name_the_units_that_apply():
-    with pytest.raises(ValueError, match="units that apply: s, min, h, trials$"):
-        BudgetLimits(parse_budget("2gpu-h"), devices=0)
-    BudgetLimits(parse_budget("2gpu-h"), devices=1)  # fine with a GPU
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=24))
+def test_arbitrary_unicode_parses_or_gets_the_clear_error(text):
+    try:
+        parse_budget(text)
+    except BudgetError as exc:
+        assert "budget" in str(exc)
 
 
-def test_ledger_charges_phases_with_the_injected_clock():
+@pytest.mark.parametrize(
+    "text, setup, message",
+    [
+        (
+            "2gpu-h",
+            {"devices": 0},
+            "is in GPU-hours but this run uses no GPU; units that apply: s, min, h, trials",
+        ),
+        ("$5", {"devices": 0}, "no price for this machine; give one with --price USD_PER_HOUR"),
+        (
+            "200kJ",
+            {"devices": 1},
+            "needs NVML on a GPU run; units that apply: s, min, h, trials, gpu-h, gpu-min",
+        ),
+    ],
+)
+def test_units_that_cannot_be_metered_name_the_ones_that_can(text, setup, message):
+    with pytest.raises(ValueError) as info:
+        check_applicable(parse_budget(text), **setup)
+    assert message in str(info.value)
+    check_applicable(parse_budget(text), devices=1, price_known=True, energy_known=True)
+
+
+# -- meters --------------------------------------------------------------------------------
+
+
+def test_meters_charge_phases_and_every_unit_with_the_injected_clock():
     clock = FakeClock()
-    ledger = Ledger(clock=clock)
+    ledger = Ledger(
+        clock=clock, devices=2, cores=16, usd_per_hour=6.0, energy=FakeEnergy(clock, 700.0)
+    )
     with ledger.phase("build"):
-        clock.now += 3.0
-    with ledger.phase("build"):
-        clock.now += 2.0
-    ledger.charge_round(trials=8, seconds=5.0)
-    assert ledger.phases == {"build": 5.0}
-    assert ledger.wall_s == 5.0
+        clock.now += 1800.0
+    ledger.charge_round(trials=8, seconds=1800.0, fixed_s=600.0)
+    assert ledger.phases == {"build": 1800.0}
+    assert ledger.wall_s == 1800.0
+    assert ledger.device_h == pytest.approx(1.0)  # two GPUs held for half an hour
+    assert ledger.core_h == pytest.approx(8.0)
+    assert ledger.usd == pytest.approx(3.0)
+    assert ledger.energy_j == pytest.approx(700.0 * 1800.0)
     assert (ledger.trials, ledger.rounds) == (8, 1)
+    # Forecasts are padded by 10%: overshooting is worse than stopping a little early.
+    assert ledger.forecast_round(8) == pytest.approx(1.1 * 1800.0)
+    assert ledger.forecast_round(4) == pytest.approx(1.1 * (600.0 + 4 * 150.0))
 
 
 def test_work_before_the_ledger_existed_counts():
@@ -103,62 +158,230 @@ def test_work_before_the_ledger_existed_counts():
     assert ledger.wall_s == 5.0 and ledger.phases == {"import": 4.0}
 
 
-def test_spend_of_an_earlier_session_carries_over():
+def test_spend_survives_a_resume_and_downtime_is_not_spend():
     clock = FakeClock()
-    first = Ledger(clock=clock, devices=1)
+    first = Ledger(clock=clock, devices=1, usd_per_hour=3.0, energy=FakeEnergy(clock, 500.0))
     with first.phase("measure"):
         clock.now += 1800.0
     first.charge_round(trials=64, seconds=1800.0)
     saved = pickle.loads(pickle.dumps(Spend.from_dict(first.snapshot().to_dict())))
-    clock.now += 10_000.0  # the machine was down; downtime is not spend
-    second = Ledger(clock=clock, carried=saved, devices=1)
+    clock.now += 10_000.0  # the machine was down
+    second = Ledger(
+        clock=clock, carried=saved, devices=1, usd_per_hour=3.0, energy=FakeEnergy(clock, 500.0)
+    )
     clock.now += 600.0
     assert second.wall_s == pytest.approx(2400.0)
     assert second.device_h == pytest.approx(2400.0 / 3600.0)
-    assert second.trials == 64
-    assert second.phases["measure"] == pytest.approx(1800.0)
+    assert second.usd == pytest.approx(2.0)
+    assert second.energy_j == pytest.approx(500.0 * 2400.0)
+    assert second.trials == 64 and second.phases["measure"] == pytest.approx(1800.0)
+    assert second.forecast_round(64) == pytest.approx(1.1 * 1800.0)  # round costs carry over
 
 
-def test_trial_limit_stops_at_the_budget_and_caps_the_round():
-    rule = BudgetLimits(parse_budget("20trials"))
+def test_sessions_without_a_price_are_charged_at_a_later_one():
+    clock = FakeClock()
+    first = Ledger(clock=clock)
+    clock.now += 3600.0
+    assert first.usd is None
+    second = Ledger(
+        clock=clock, carried=Spend.from_dict(first.snapshot().to_dict()), usd_per_hour=2.0
+    )
+    clock.now += 3600.0
+    assert second.usd == pytest.approx(4.0)
+
+
+# -- the budget rule -----------------------------------------------------------------------
+
+
+def test_trials_are_exact_and_cap_the_round():
+    rule = BudgetLimits(parse_budget("20trials"), round_size=16)
     ledger = Ledger(clock=FakeClock())
     ledger.charge_round(trials=16, seconds=1.0)
     assert not rule.decide(ledger).stop
-    assert rule.trials_left(ledger) == 4
+    assert rule.allowance(ledger, 16) == 4  # the last round shrinks to what is left
     ledger.charge_round(trials=4, seconds=1.0)
-    decision = rule.decide(ledger)
-    assert decision.stop and decision.reason == "trial budget reached: 20 of 20"
+    assert rule.decide(ledger).reason == "trial budget reached: 20 of 20"
 
 
-def test_wall_limit_keeps_the_reserve_and_skips_a_round_that_would_not_fit():
+@pytest.mark.parametrize(
+    "text, setup",
+    [
+        ("10min", {}),
+        ("0.5gpu-h", {"devices": 3}),
+        ("$0.40", {"usd_per_hour": 2.4}),
+        ("1000kJ", {"devices": 1, "watts": 1500.0}),
+    ],
+)
+def test_rounds_shrink_so_no_budget_is_ever_overshot(text, setup):
+    """Simulated tuning: each round costs 30 s of search plus 2 s per candidate."""
     clock = FakeClock()
-    rule = BudgetLimits(parse_budget("100s"))
+    watts = setup.pop("watts", None)
+    ledger = Ledger(clock=clock, energy=FakeEnergy(clock, watts) if watts else None, **setup)
+    ledger.reserved_s = 20.0
+    budget = parse_budget(text)
+    rule = BudgetLimits(budget, round_size=64)
+    sizes = []
+    while not rule.decide(ledger).stop:
+        n = rule.allowance(ledger, 64)
+        assert n >= rule.min_round
+        clock.now += 30.0 + 2.0 * n
+        ledger.charge_round(trials=n, seconds=30.0 + 2.0 * n, fixed_s=30.0)
+        sizes.append(n)
+    clock.now += 20.0  # the reserve: compiling and checking the tuned model
+    limit = budget.limits[0]
+    assert ledger.spent(limit.kind) <= limit.amount * (1 + 1e-9)
+    assert sizes[0] == 64
+    assert ledger.spent(limit.kind) > 0.8 * limit.amount  # and the budget was used
+
+
+def test_the_last_round_shrinks_to_what_is_left_instead_of_being_skipped():
+    clock = FakeClock()
+    ledger = Ledger(clock=clock)
+    rule = BudgetLimits(parse_budget("300s"), round_size=64)
+    clock.now += 158.0
+    ledger.charge_round(trials=64, seconds=158.0, fixed_s=30.0)  # 30 s + 2 s per candidate
+    # 142 s left; padded forecast 1.1 x (30 + 2 n) <= 142 gives n = 49
+    assert rule.allowance(ledger, 64) == 49
+    ledger.reserved_s = 20.0
+    assert rule.allowance(ledger, 64) == 40
+
+
+def test_the_stop_reason_gives_spend_limit_and_what_the_next_round_needs():
+    clock = FakeClock()
     ledger = Ledger(clock=clock)
     ledger.reserved_s = 10.0
-    assert not rule.decide(ledger).stop  # no round yet: nothing to forecast
-    clock.now += 30.0
-    ledger.charge_round(trials=8, seconds=30.0)
-    assert not rule.decide(ledger).stop  # 70 s left > 30 s round + 10 s reserve
-    clock.now += 30.0
-    ledger.charge_round(trials=8, seconds=30.0)
-    decision = rule.decide(ledger)  # 40 s left, not more than 30 + 10
+    clock.now += 80.0
+    ledger.charge_round(trials=64, seconds=80.0, fixed_s=16.0)
+    decision = BudgetLimits(parse_budget("100s"), round_size=64).decide(ledger)
     assert decision.stop
-    assert "wall-clock budget reached: 1m00s of 1m40s spent" in decision.reason
+    assert decision.reason == (
+        "wall-clock time budget reached: 1m20s of 1m40s spent; a round of 16+ candidates needs "
+        "~35.2s and 10.0s are kept for compiling and checking the model"
+    )
 
 
-def test_device_hours_limit_counts_wall_time_times_devices():
-    clock = FakeClock()
-    rule = BudgetLimits(parse_budget("1gpu-min"), devices=1)
-    ledger = Ledger(clock=clock, devices=1)
-    clock.now += 59.0
-    assert not rule.decide(ledger).stop
-    clock.now += 2.0
-    assert rule.decide(ledger).stop
-
-
-def test_any_of_stops_on_the_first_rule_and_allows_the_fewest_trials():
-    rules = AnyOf([BudgetLimits(parse_budget("1h")), BudgetLimits(parse_budget("10trials"))])
+def test_any_of_stops_on_the_first_rule_and_allows_the_fewest_candidates():
+    rules = AnyOf(
+        [
+            BudgetLimits(parse_budget("1h"), round_size=64),
+            BudgetLimits(parse_budget("10trials"), round_size=64),
+        ]
+    )
     ledger = Ledger(clock=FakeClock())
-    assert rules.trials_left(ledger) == 10
+    assert rules.allowance(ledger, 64) == 10
     ledger.charge_round(trials=10, seconds=1.0)
     assert rules.decide(ledger).reason.startswith("trial budget reached")
+
+
+def test_budget_status_reports_spend_left_and_overshoot():
+    clock = FakeClock()
+    ledger = Ledger(clock=clock, usd_per_hour=3.6)
+    clock.now += 110.0
+    rows = budget_status(parse_budget("100s,$1"), ledger.snapshot())
+    assert rows[0]["spent"] == pytest.approx(110.0) and rows[0]["overshoot"] == pytest.approx(10.0)
+    assert rows[1]["spent"] == pytest.approx(0.11) and rows[1]["left"] == pytest.approx(0.89)
+    assert primary_limit(parse_budget("500trials,$3,2h")).kind == DOLLARS
+
+
+# -- prices --------------------------------------------------------------------------------
+
+
+def test_prices_come_from_the_table_by_gpu_name_or_core_count_and_the_override_wins():
+    h100 = run_price(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", devices=2, cores=16)
+    assert h100.usd_per_hour == pytest.approx(2 * 2.99) and "H100" in h100.source
+    assert run_price(device_type="cuda", device_name="Mystery GPU", devices=1, cores=8) is None
+    assert (
+        run_price(device_type="cpu", device_name="x86_64", devices=0, cores=2).usd_per_hour == 0.096
+    )
+    assert run_price(
+        device_type="cpu", device_name="x86_64", devices=0, cores=6
+    ).usd_per_hour == pytest.approx(6 * 0.048)
+    assert (
+        run_price(
+            device_type="cuda", device_name="Mystery GPU", devices=4, cores=8, override=1.5
+        ).usd_per_hour
+        == 6.0
+    )
+
+
+# -- plateau -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "history, stops",
+    [
+        ([5.0, 3.0, 2.0], False),  # too young to judge
+        ([5.0, 3.0, 2.0, 1.0], False),  # still improving
+        ([5.0, 1.0, 1.0, 0.999, 0.998], True),  # 0.2% in 3 rounds
+        ([math.inf, math.inf, math.inf], True),  # nothing ever measured
+        ([math.inf, 2.0, 2.0, 2.0], False),  # first success just came
+    ],
+)
+def test_task_plateau(history, stops):
+    assert TaskPlateau(patience=3, min_gain=0.005).decide(history).stop is stops
+
+
+# -- forecasts and diminishing returns -----------------------------------------------------
+
+
+def exp_curve(x):
+    return 1.0 + 9.0 * math.exp(-x / 300.0)
+
+
+def power_curve(x):
+    return 1.0 + 9.0 * (1.0 + x / 100.0) ** -1.5
+
+
+@pytest.mark.parametrize("truth", [exp_curve, power_curve])
+def test_fitted_curves_forecast_the_rest_of_the_curve(truth):
+    xs = [30.0 * i for i in range(1, 30)]
+    curve = fit_curve(xs, [truth(x) for x in xs])
+    assert curve is not None and curve.rms_log_error < 0.01
+    assert curve(3000.0) == pytest.approx(truth(3000.0), rel=0.02)
+    assert curve.gain(870.0, 3000.0) == pytest.approx(
+        (truth(870.0) - truth(3000.0)) / truth(870.0), abs=0.01
+    )
+    assert fit_curve([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]) is None  # nothing to fit
+
+
+def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, **rule_args):
+    """Simulated run on a known tuning curve; returns (spend at stop or None, reason)."""
+    clock = FakeClock()
+    ledger = Ledger(clock=clock)
+    rule = DiminishingReturns(parse_budget(f"{budget_s}s").limits[0], **rule_args)
+    ledger.record_point(truth(0.0))
+    while ledger.wall_s < budget_s:
+        clock.now += round_s
+        ledger.charge_round(trials=64, seconds=round_s)
+        ledger.record_point(truth(ledger.wall_s))
+        decision = rule.decide(ledger)
+        if decision.stop:
+            return ledger.wall_s, decision.reason
+    return None, ""
+
+
+def test_diminishing_returns_stop_after_the_knee_not_before():
+    stopped, reason = run_until_stopped(exp_curve)
+    knee = 300.0 * math.log(9.0 / 0.1)  # where the curve is within 10% of its floor: ~1350 s
+    assert stopped is not None and knee <= stopped <= 3000.0
+    assert reason.startswith(f"stopped at {int(stopped // 60)}m")
+    assert "of 1h40m: the last 20% of spend improved end-to-end latency by" in reason
+    assert "(< 1%); forecast for the remaining" in reason
+
+
+def test_steady_improvement_is_never_stopped_early():
+    stopped, _ = run_until_stopped(lambda x: 10.0 - 0.0012 * x)  # ~7% better per window at the end
+    assert stopped is None
+
+
+def test_a_long_tail_keeps_the_run_going_while_the_forecast_pays():
+    stopped_tail, _ = run_until_stopped(power_curve, min_gain=0.01)
+    stopped_exp, _ = run_until_stopped(exp_curve, min_gain=0.01)
+    assert stopped_tail is None or stopped_tail > stopped_exp
+
+
+def test_no_decision_on_too_few_rounds():
+    ledger = Ledger(clock=FakeClock())
+    for latency in (10.0, 10.0, 10.0):
+        ledger.record_point(latency)
+    assert not DiminishingReturns(parse_budget("1h").limits[0]).decide(ledger).stop

@@ -1,0 +1,67 @@
+"""Stop when more spending stops paying: a small windowed gain and a small forecast."""
+
+from __future__ import annotations
+
+from .base import GO, Decision, StoppingRule
+from .forecast import fit_curve
+from .grammar import DOLLARS, Limit
+from .ledger import Ledger
+from .limits import fmt_amount
+
+
+class DiminishingReturns(StoppingRule):
+    """Stops when the last `window` share of spend cut the model latency by less than
+    `min_gain`, and the fitted tuning curve forecasts less than `min_gain` more from what
+    is left of `limit`.
+
+    Spend is measured in the unit of `limit` (the budget's primary limit). It never decides
+    with fewer than `min_rounds` rounds, or with fewer than two rounds inside the window.
+    """
+
+    def __init__(
+        self, limit: Limit, *, min_gain: float = 0.01, window: float = 0.2, min_rounds: int = 4
+    ) -> None:
+        if not 0 < min_gain < 1:
+            raise ValueError(f"min_gain must be in (0, 1) but got {min_gain}.")
+        if not 0 < window <= 1:
+            raise ValueError(f"window must be in (0, 1] but got {window}.")
+        if min_rounds < 2:
+            raise ValueError(f"min_rounds must be at least 2 but got {min_rounds}.")
+        self.limit = limit
+        self.min_gain = min_gain
+        self.window = window
+        self.min_rounds = min_rounds
+        self.last_forecast: float | None = None
+
+    def decide(self, ledger: Ledger) -> Decision:
+        kind = self.limit.kind
+        points = [(p.spent(kind), p.latency_s) for p in ledger.history if p.spent(kind) is not None]
+        if len(points) < self.min_rounds:
+            return GO
+        x_now, latency_now = points[-1]
+        x_start = x_now * (1.0 - self.window)
+        before = [lat for x, lat in points if x <= x_start]
+        inside = [x for x, _ in points if x > x_start]
+        if not before or len(inside) < 2:
+            return GO
+        windowed = max(0.0, (before[-1] - latency_now) / before[-1])
+        curve = fit_curve([x for x, _ in points], [lat for _, lat in points])
+        left = max(0.0, self.limit.amount - x_now)
+        forecast = curve.gain(x_now, x_now + left) if curve is not None else None
+        self.last_forecast = forecast
+        if windowed >= self.min_gain or forecast is None or forecast >= self.min_gain:
+            return GO
+        return Decision(True, self._reason(ledger, x_now, left, windowed, forecast))
+
+    def _reason(
+        self, ledger: Ledger, x_now: float, left: float, windowed: float, forecast: float
+    ) -> str:
+        kind = self.limit.kind
+        where = f"{fmt_amount(kind, x_now)} of {fmt_amount(kind, self.limit.amount)}"
+        if kind != DOLLARS and ledger.usd is not None:
+            where += f" ({fmt_amount(DOLLARS, ledger.usd)})"
+        return (
+            f"stopped at {where}: the last {self.window:.0%} of spend improved end-to-end "
+            f"latency by {windowed:.2%} (< {self.min_gain:.0%}); forecast for the remaining "
+            f"{fmt_amount(kind, left)}: +{forecast:.2%}"
+        )

@@ -1,0 +1,252 @@
+"""The cost report for people: the text of report.md and report.html, and their plots."""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .grammar import DEVICE_HOURS, DOLLARS, WALL
+from .units import fmt_amount, fmt_duration, fmt_latency
+
+PLOTS = "plots"
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _headline(report: Mapping[str, Any]) -> list[str]:
+    s = report["summary"]
+    lines = [
+        f"Model `{report['model']['name']}` on {report['target']['description']}, budget `{report['budget']['text']}`."
+    ]
+    if s["untuned_latency_s"] and s["tuned_latency_s"]:
+        lines.append(
+            f"End-to-end latency {fmt_latency(s['untuned_latency_s'])} untuned -> "
+            f"{fmt_latency(s['tuned_latency_s'])} tuned (**{s['speedup']:.2f}x**)."
+        )
+    spent = [fmt_duration(s["wall_s"])]
+    if report["spend"]["device_h"]:
+        spent.append(f"{s['device_h']:.3g} GPU-h")
+    if s["usd"] is not None:
+        spent.append(f"${s['usd']:.2f}")
+    if s["energy_j"] is not None:
+        spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
+    lines.append(f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds.")
+    lines.append(f"Stopped because {s['stop_reason']}.")
+    if s["check_ok"] is False:
+        lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
+    forecast = report.get("forecast")
+    if forecast and forecast["left"] > 0:
+        lines.append(
+            f"The remaining {fmt_amount(forecast['kind'], forecast['left'])} would likely have "
+            f"cut the model's kernel time by another {forecast['gain']:.1%} "
+            f"(fitted {forecast['curve']['kind']} curve)."
+        )
+    return lines
+
+
+def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    budget_rows = [
+        [
+            row["limit"],
+            fmt_amount(row["kind"], row["spent"]),
+            fmt_amount(row["kind"], row["left"]),
+            fmt_amount(row["kind"], row["overshoot"]) if row["overshoot"] else "none",
+        ]
+        for row in report["budget"]["limits"]
+    ]
+    task_rows = [
+        [
+            t["name"],
+            str(t["weight"]),
+            str(t["trials"]),
+            fmt_latency(t["untuned_s"]),
+            fmt_latency(t["best_s"]),
+            f"{t['speedup']:.2f}x" if t["speedup"] else "n/a",
+            fmt_duration(t["spend_s"]),
+            t["done"] or "",
+        ]
+        for t in report["tasks"]
+    ]
+    wall = report["spend"]["wall_s"] or 1.0
+    phase_rows = [
+        [name, fmt_duration(secs), f"{secs / wall:.1%}"]
+        for name, secs in sorted(report["phases"].items(), key=lambda kv: -kv[1])
+        if secs > 0
+    ]
+    return [
+        ("Budget", ["limit", "spent", "left", "overshoot"], budget_rows),
+        (
+            "Tasks",
+            ["task", "weight", "trials", "untuned", "best", "speedup", "spend", "retired"],
+            task_rows,
+        ),
+        (
+            f"Spend by phase (measuring: {report['measuring_share']:.1%} of the run)",
+            ["phase", "time", "share"],
+            phase_rows,
+        ),
+    ]
+
+
+def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
+    out = ["# Tuning report", "", *_headline(report), ""]
+    for title, header, rows in _tables(report):
+        out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        out += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+        out.append("")
+    if plots:
+        out += (
+            ["## Plots", ""]
+            + [f"![{name}]({p.relative_to(run_dir).as_posix()})" for name, p in plots.items()]
+            + [""]
+        )
+    return "\n".join(out)
+
+
+def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>Tuning report: '
+        + esc(report["model"]["name"])
+        + "</title>",
+        "<style>body{font-family:sans-serif;max-width:64rem;margin:2rem auto;padding:0 1rem}"
+        "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}"
+        "td:first-child,th:first-child{text-align:left}img{max-width:100%}</style></head><body>",
+        "<h1>Tuning report</h1>",
+    ]
+    for line in _headline(report):
+        text = esc(line).replace("**", "")
+        parts.append(f"<p>{text}</p>")
+    for title, header, rows in _tables(report):
+        parts.append(
+            f"<h2>{esc(title)}</h2><table><tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in header)
+            + "</tr>"
+        )
+        parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
+        parts.append("</table>")
+    for name, path in plots.items():
+        parts.append(
+            f'<h2>{esc(name.capitalize())}</h2><img src="{esc(path.relative_to(run_dir).as_posix())}" alt="{esc(name)}">'
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+# -- plots ----------------------------------------------------------------------------------
+
+
+def write_plots(report: Mapping[str, Any], folder: Path) -> dict[str, Path]:
+    """convergence.png (latency against spend, stop point, forecast), phases.png, tasks.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    curve = report["convergence"]
+    if curve:
+        axes_kinds = [DEVICE_HOURS if report["spend"]["device_h"] else WALL]
+        if curve[-1]["usd"] is not None:
+            axes_kinds.append(DOLLARS)
+        fig, axes = plt.subplots(
+            1, len(axes_kinds), figsize=(6 * len(axes_kinds), 4), squeeze=False
+        )
+        for ax, kind in zip(axes[0], axes_kinds, strict=True):
+            _convergence(ax, report, kind)
+        fig.tight_layout()
+        written["convergence"] = _save(fig, folder / "convergence.png")
+        plt.close(fig)
+    phases = {k: v for k, v in report["phases"].items() if v > 0}
+    if phases:
+        fig, ax = plt.subplots(figsize=(6, 0.4 * len(phases) + 1))
+        names = sorted(phases, key=phases.get)
+        ax.barh(names, [phases[n] / 60 for n in names], color="#4c72b0")
+        ax.set_xlabel("minutes")
+        ax.set_title("Spend by phase")
+        fig.tight_layout()
+        written["phases"] = _save(fig, folder / "phases.png")
+        plt.close(fig)
+    tuned = [t for t in report["tasks"] if t["untuned_s"] and t["best_s"]]
+    if tuned:
+        fig, ax = plt.subplots(figsize=(6, 0.5 * len(tuned) + 1.2))
+        labels = [t["name"][:40] for t in tuned]
+        y = range(len(tuned))
+        ax.barh(
+            [i + 0.2 for i in y],
+            [t["untuned_s"] * 1e6 for t in tuned],
+            height=0.4,
+            label="untuned",
+            color="#c44e52",
+        )
+        ax.barh(
+            [i - 0.2 for i in y],
+            [t["best_s"] * 1e6 for t in tuned],
+            height=0.4,
+            label="tuned",
+            color="#55a868",
+        )
+        ax.set_yticks(list(y), labels, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("microseconds per call")
+        ax.legend()
+        fig.tight_layout()
+        written["tasks"] = _save(fig, folder / "tasks.png")
+        plt.close(fig)
+    return written
+
+
+def _convergence(ax: Any, report: Mapping[str, Any], kind: str) -> None:
+    scale, label = {
+        WALL: (1 / 60, "minutes"),
+        DEVICE_HOURS: (1.0, "GPU-hours"),
+        DOLLARS: (1.0, "US dollars"),
+    }[kind]
+    key = {WALL: "wall_s", DEVICE_HOURS: "device_h", DOLLARS: "usd"}[kind]
+    xs = [p[key] * scale for p in report["convergence"]]
+    ys = [p["latency_s"] * 1e3 for p in report["convergence"]]
+    ax.plot(xs, ys, marker="o", markersize=3, label="model kernel time (estimate)")
+    ax.scatter([xs[-1]], [ys[-1]], color="black", zorder=3, label="stop")
+    forecast = report.get("forecast")
+    if forecast and forecast["kind"] == kind and forecast["left"] > 0:
+        ax.plot(
+            [xs[-1], (forecast["spent"] + forecast["left"]) * scale],
+            [ys[-1], forecast["latency_s"] * 1e3],
+            linestyle="--",
+            color="gray",
+            label="forecast to the budget",
+        )
+    for limit in report["budget"]["limits"]:
+        if limit["kind"] == kind:
+            ax.axvline(
+                limit["amount"] * scale,
+                color="#c44e52",
+                linewidth=1,
+                label=f"budget {limit['limit']}",
+            )
+    summary = report["summary"]
+    if summary["tuned_latency_s"]:
+        ax.axhline(
+            summary["tuned_latency_s"] * 1e3,
+            color="#55a868",
+            linestyle=":",
+            label="tuned model, measured",
+        )
+    ax.set_xlabel(label)
+    ax.set_ylabel("milliseconds")
+    ax.set_yscale("log")
+    ax.set_title(f"Latency against {label}")
+    ax.legend(fontsize=7)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+    return path
