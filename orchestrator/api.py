@@ -93,22 +93,32 @@ def tune(
     trials_per_round: int | None = None,
     seed: int | None = None,
     filter: str | None = None,
+    price: float | None = None,
+    min_gain: float | None = None,
+    early_stop: bool | None = None,
     build_only: bool = False,
     on_event: Callable[[Event], None] | None = None,
 ) -> Result:
     """Tune `model` (an ONNX file) within `budget` and compile it; see `orchestrate --help`.
 
     Options left as None come from `config` (a TOML file) over `configs/default.toml`.
-    Raises InputError for bad input; nothing in an existing run directory is touched then.
+    `price` is USD per hour (per GPU on GPU runs, per machine on CPU runs) and replaces the
+    price table. Raises InputError for bad input; nothing in an existing run directory is
+    touched then.
     """
-    from budget import BudgetError, BudgetLimits, parse_budget
+    from budget import AnyOf, BudgetError, BudgetLimits, check_applicable, parse_budget
+    from budget.diminishing import DiminishingReturns
+    from budget.limits import primary_limit
+    from budget.plateau import TaskPlateau
+    from budget.prices import run_price
     from filters import make_filter
+    from measure.telemetry import energy_meter
 
     from .config import Settings
     from .model import fuse_for_tuning, import_to_relax, load_model
     from .rundir import RunDir
     from .session import Session, fingerprint
-    from .targets import resolve_target
+    from .targets import host_cores, resolve_target
     from .tasks import extract_tasks
 
     overrides = {
@@ -117,6 +127,8 @@ def tune(
         "tune.trials_per_round": trials_per_round,
         "tune.seed": seed,
         "tune.filter": filter,
+        "stopping.min_gain": min_gain,
+        "stopping.early_stop": early_stop,
     }
     settings = Settings.load(config, {k: v for k, v in overrides.items() if v is not None})
     # 1. Check everything the user gave before anything is written.
@@ -130,10 +142,39 @@ def tune(
         raise InputError(f"--filter: {exc}") from None
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=build_only)
+    if price is not None and not price >= 0:
+        raise InputError(
+            f"--price must be a non-negative number of US dollars per hour, not {price}"
+        )
+    run_cost = run_price(
+        device_type=resolved.device_type,
+        device_name=resolved.device_name,
+        devices=resolved.devices,
+        cores=host_cores(),
+        override=price,
+    )
+    energy = energy_meter(resolved.device_type) if resolved.device_present else None
     try:
-        stopping = BudgetLimits(budget_obj, devices=resolved.devices)
+        check_applicable(
+            budget_obj,
+            devices=resolved.devices,
+            price_known=run_cost is not None,
+            energy_known=energy is not None,
+        )
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    s_stop = settings.stopping
+    rules = [BudgetLimits(budget_obj, round_size=settings.tune.trials_per_round)]
+    if s_stop.early_stop:
+        rules.append(
+            DiminishingReturns(
+                primary_limit(budget_obj),
+                min_gain=s_stop.min_gain,
+                window=s_stop.window,
+                min_rounds=s_stop.min_rounds,
+            )
+        )
+    plateau = TaskPlateau(patience=s_stop.task_patience, min_gain=s_stop.task_min_gain)
     started = time.monotonic()
     relax_mod = import_to_relax(onnx_model)
     tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
@@ -150,7 +191,10 @@ def tune(
             target=resolved,
             settings=settings,
             budget=budget_obj,
-            stopping=stopping,
+            stopping=AnyOf(rules),
+            plateau=plateau,
+            price=run_cost,
+            energy=energy,
             candidate_filter=candidate_filter,
             run=run,
             build_only=build_only,

@@ -75,6 +75,8 @@ def main() -> None:
 
     \b
       orchestrate --budget 5min model.onnx      tune (the default command)
+      orchestrate estimate model.onnx           tasks, untuned latency, spend forecast
+      orchestrate report runs/<run>             render the cost report again
       orchestrate config                        print the resolved configuration
 
     Exit codes: 0 done, 2 bad input or configuration (one line on stderr).
@@ -116,6 +118,22 @@ def main() -> None:
     help="TOML file layered over configs/default.toml.",
 )
 @click.option(
+    "--price",
+    type=float,
+    metavar="USD_PER_HOUR",
+    help="Price of an hour, per GPU on GPU runs and per machine on CPU runs (default: configs/prices.toml).",
+)
+@click.option(
+    "--min-gain",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Stop early when the last 20% of spend cut latency by less than this share and the forecast agrees (default 0.01).",
+)
+@click.option(
+    "--no-early-stop",
+    is_flag=True,
+    help="Spend the whole budget: never stop on diminishing returns.",
+)
+@click.option(
     "--build-only",
     is_flag=True,
     help="Do not tune: compile the model with the run directory's records (works for a GPU target on a host without one).",
@@ -131,6 +149,9 @@ def tune_command(
     seed: int | None,
     filter_name: str | None,
     config_file: Path | None,
+    price: float | None,
+    min_gain: float | None,
+    no_early_stop: bool,
     build_only: bool,
     quiet: bool,
 ) -> int:
@@ -150,10 +171,76 @@ def tune_command(
         trials_per_round=trials_per_round,
         seed=seed,
         filter=filter_name,
+        price=price,
+        min_gain=min_gain,
+        early_stop=False if no_early_stop else None,
         build_only=build_only,
         on_event=printer,
     )
     printer.summary(result)
+    return EXIT_OK
+
+
+@main.command("estimate")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--target", help="As for tuning; default auto.")
+@click.option(
+    "--input-shape",
+    "input_shapes",
+    multiple=True,
+    metavar="NAME:DIMS",
+    help="Shape of an input with dynamic dimensions (repeatable).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML file layered over configs/default.toml.",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("runs"),
+    show_default=True,
+    help="Earlier runs to learn the tuning curve and round costs from.",
+)
+@click.option(
+    "--price", type=float, metavar="USD_PER_HOUR", help="Price of an hour, as for tuning."
+)
+def estimate_command(
+    model: Path,
+    target: str | None,
+    input_shapes: tuple[str, ...],
+    config_file: Path | None,
+    runs_dir: Path,
+    price: float | None,
+) -> int:
+    """Tasks, FLOPs, untuned latency, and the spend likely needed to reach 90/95/99% of the
+    attainable gain."""
+    from .estimate import estimate
+    from .printer import print_estimate
+
+    print_estimate(
+        estimate(
+            model,
+            target=target,
+            input_shapes=input_shapes,
+            config=config_file,
+            runs_dir=runs_dir,
+            price=price,
+        )
+    )
+    return EXIT_OK
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+def report_command(run_dir: Path) -> int:
+    """Render the cost report of RUN_DIR again: report.json, report.md, report.html, plots."""
+    from .reporting import rerender
+
+    for kind, path in rerender(run_dir).items():
+        click.echo(f"{kind:<18}{path}")
     return EXIT_OK
 
 

@@ -100,6 +100,26 @@ class SchedulerSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class StoppingSettings:
+    early_stop: bool
+    min_gain: float
+    window: float
+    min_rounds: int
+    task_patience: int
+    task_min_gain: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_gain < 1:
+            raise ValueError(f"[stopping] min_gain must be in (0, 1) but got {self.min_gain}.")
+        if not 0 < self.window <= 1:
+            raise ValueError(f"[stopping] window must be in (0, 1] but got {self.window}.")
+        if self.min_rounds < 2:
+            raise ValueError(f"[stopping] min_rounds must be at least 2 but got {self.min_rounds}.")
+        _positive("stopping", "task_patience", self.task_patience)
+        _probability("stopping", "task_min_gain", self.task_min_gain)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckSettings:
     rtol: float
     latency_repeat: int
@@ -120,6 +140,7 @@ class Settings:
     build: BuildSettings
     measure: MeasureSettings
     scheduler: SchedulerSettings
+    stopping: StoppingSettings
     check: CheckSettings
 
     @classmethod

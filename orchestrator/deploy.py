@@ -131,6 +131,22 @@ def compare(ours: Sequence[np.ndarray], reference: Sequence[np.ndarray], rtol: f
     return Check(worst, rtol, len(reference))
 
 
+class Checker:
+    """The model's random inputs, onnxruntime's outputs for them (computed once), and the
+    comparison of a compiled model against them."""
+
+    def __init__(self, model: OnnxModel, *, seed: int, rtol: float) -> None:
+        self.model = model
+        self.inputs = random_inputs(model, seed)
+        self.rtol = rtol
+        self._reference: list[np.ndarray] | None = None
+
+    def check(self, vm: Any, dev: Any) -> Check:
+        if self._reference is None:
+            self._reference = run_onnxruntime(self.model, self.inputs)
+        return compare(run_vm(vm, dev, self.inputs), self._reference, self.rtol)
+
+
 def time_model(
     vm: Any, dev: Any, inputs: Sequence[np.ndarray], *, repeat: int, min_repeat_ms: int
 ) -> Latency:

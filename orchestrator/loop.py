@@ -8,12 +8,14 @@ One round gives one task `trials_per_round` fresh candidates:
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from budget import Ledger, StoppingRule
+from budget.plateau import TaskPlateau
 from filters import Filter
 from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from measure.base import short_error
@@ -99,6 +101,7 @@ class TuningLoop:
         candidate_filter: Filter,
         scheduler: Scheduler,
         stopping: StoppingRule,
+        plateau: TaskPlateau | None,
         ledger: Ledger,
         journal: Callable[[dict[str, Any]], None],
         emit: Emit,
@@ -116,6 +119,7 @@ class TuningLoop:
         self.filter = candidate_filter
         self.scheduler = scheduler
         self.stopping = stopping
+        self.plateau = plateau
         self.ledger = ledger
         self.journal = journal
         self.emit = emit
@@ -136,7 +140,8 @@ class TuningLoop:
                 return "every task is done: " + "; ".join(
                     sorted({s.done for s in self.states if s.done})
                 )
-            self._round(state, self.stopping.trials_left(self.ledger))
+            wanted = self.settings.tune.trials_per_round
+            self._round(state, self.stopping.allowance(self.ledger, wanted))
 
     def _search(self, task: Task) -> TaskSearch:
         if task.index not in self._searches:
@@ -152,12 +157,22 @@ class TuningLoop:
                 )
         return self._searches[task.index]
 
-    def _round(self, state: TaskState, trials_left: int | None) -> None:
-        task, started = state.task, time.monotonic()
+    @contextlib.contextmanager
+    def _phase(self, name: str, times: dict[str, float]) -> Iterator[None]:
+        """Charge the block to the ledger's phase `name` and to this round's `times`."""
+        start = time.monotonic()
+        try:
+            with self.ledger.phase(name):
+                yield
+        finally:
+            times[name] = times.get(name, 0.0) + time.monotonic() - start
+
+    def _round(self, state: TaskState, allowed: int) -> None:
+        task, started, times = state.task, time.monotonic(), {}
         # 1. The search proposes candidates.
         try:
             search = self._search(task)
-            with self.ledger.phase("search"):
+            with self._phase("search", times):
                 proposed = search.propose()
         except Exception as exc:  # a TVM error in one task's search ends that task, not the run
             self._retire(state, f"search failed: {short_error(exc)}")
@@ -173,13 +188,11 @@ class TuningLoop:
             key = structural_key(mc.sch.mod)
             if key not in known and all(c.key != key for c in fresh):
                 fresh.append(Candidate(task, mc, key))
-        # 3. The filter keeps the promising ones.
-        with self.ledger.phase("filter"):
+        # 3. The filter keeps the promising ones; the budget may allow fewer.
+        with self._phase("filter", times):
             selection = self.filter.select(task, fresh)
-        chosen = [fresh[i] for i in selection.keep]
-        kept = len(chosen)
-        if trials_left is not None:
-            chosen = chosen[:trials_left]
+        kept = [fresh[i] for i in selection.keep]
+        chosen = kept[:allowed]
         if not chosen:
             self._empty_rounds[task.index] = self._empty_rounds.get(task.index, 0) + 1
             if self._empty_rounds[task.index] >= _MAX_EMPTY_ROUNDS:
@@ -187,30 +200,40 @@ class TuningLoop:
             return
         self._empty_rounds[task.index] = 0
         # 4. Build, 5. measure.
-        with self.ledger.phase("build"):
+        with self._phase("build", times):
             builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
-        measurements = self._measure(chosen, builds)
+        with self._phase("measure", times):
+            measurements = self._measure(chosen, builds)
         self.builder.release(builds)
         # 6. The database, the search, the cost model and the filter learn.
-        with self.ledger.phase("learn"):
+        with self._phase("learn", times):
             self._record(search, chosen, builds, measurements)
             self.filter.learn(task, chosen, measurements)
         known.update(c.key for c in chosen)
-        # 7. Charge the round and tell the journal.
+        # 7. Charge the round, extend the curve, tell the journal, retire a plateaued task.
         good = [m.mean_s for m in measurements if m.ok]
+        seconds = time.monotonic() - started
         state.trials += len(chosen)
         state.failures += len(chosen) - len(good)
         state.record_round(min(good) if good else None)
-        self.ledger.charge_round(trials=len(chosen), seconds=time.monotonic() - started)
+        state.round_s.append(seconds)
+        fixed_s = seconds - times.get("build", 0.0) - times.get("measure", 0.0)
+        self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=fixed_s)
+        self.ledger.record_point(model_latency_s(self.states))
         self._journal_round(
             state,
             proposed=len(proposed),
             fresh=len(fresh),
-            kept=kept,
+            kept=len(kept),
             chosen=chosen,
             builds=builds,
             measurements=measurements,
+            seconds=seconds,
         )
+        if self.plateau is not None:
+            verdict = self.plateau.decide(state.history)
+            if verdict.stop:
+                self._retire(state, verdict.reason)
 
     def _measure(self, chosen: Sequence[Candidate], builds: Sequence[Build]) -> list[Measurement]:
         """One Measurement per build: timed where it built, its build error where not."""
@@ -219,8 +242,7 @@ class TuningLoop:
             for c, b in zip(chosen, builds, strict=True)
             if b.artifact
         ]
-        with self.ledger.phase("measure"):
-            timed = iter(self.engine.measure(inputs))
+        timed = iter(self.engine.measure(inputs))
         return [next(timed) if b.artifact else Measurement(None, b.error) for b in builds]
 
     def _record(
@@ -264,6 +286,7 @@ class TuningLoop:
         chosen: Sequence[Candidate],
         builds: Sequence[Build],
         measurements: Sequence[Measurement],
+        seconds: float,
     ) -> None:
         errors = [m.error for m in measurements if not m.ok]
         entry = {
@@ -282,6 +305,7 @@ class TuningLoop:
             "round_best_s": min((m.mean_s for m in measurements if m.ok), default=None),
             "build_s": statistics.fmean([b.seconds for b in builds if b.ok] or [0.0]),
             "model_latency_s": model_latency_s(self.states),
+            "seconds": round(seconds, 3),
             "spend": self.ledger.snapshot().to_dict(),
         }
         if errors:

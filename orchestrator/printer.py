@@ -6,19 +6,9 @@ from typing import Any
 
 import click
 
-from budget import fmt_duration
+from budget.units import fmt_duration, fmt_latency
 
 from .api import Result
-
-
-def fmt_latency(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
 
 
 def fmt_flops(flops: float) -> str:
@@ -45,7 +35,11 @@ class Printer:
             click.echo(text)
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
-        self._say(f"tuning {e['model']} for {e['target']} within {e['budget']}")
+        if e["build_only"]:
+            self._say(f"compiling {e['model']} for {e['target']} (build only: no tuning)")
+        else:
+            price = f" at ${e['price']:.3g}/h" if e["price"] is not None else ""
+            self._say(f"tuning {e['model']} for {e['target']} within {e['budget']}{price}")
         if e["resumed"]:
             self._say(
                 f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
@@ -132,3 +126,43 @@ class Printer:
             f"  tuned library       {result.paths['library']}",
         ]
         click.echo("\n".join(lines))
+
+
+def print_estimate(estimate: dict[str, Any]) -> None:
+    """The `orchestrate estimate` table."""
+    tasks = estimate["tasks"]
+    total = sum(t["weight"] * (t["untuned_s"] or 0.0) for t in tasks) or 1.0
+    click.echo(
+        f"{estimate['model']['name']} on {estimate['target']['description']}: {len(tasks)} tasks"
+    )
+    click.echo(f"  {'task':<52}{'weight':>7}{'FLOPs':>13}{'untuned':>11}{'share':>8}")
+    for t in tasks:
+        share = t["weight"] * (t["untuned_s"] or 0.0) / total
+        click.echo(
+            f"  {t['name'][:51]:<52}{t['weight']:>7}{fmt_flops(t['flops']):>13}"
+            f"{fmt_latency(t['untuned_s']):>11}{share:>8.1%}"
+        )
+    untuned = estimate["untuned"]
+    if untuned:
+        verdict = (
+            "outputs match onnxruntime"
+            if untuned["check"]["ok"]
+            else "OUTPUTS DIFFER FROM ONNXRUNTIME"
+        )
+        click.echo(
+            f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference ({verdict})"
+        )
+    else:
+        click.echo("untuned model: not measured (no device here to run it)")
+    r = estimate["round"]
+    click.echo(
+        f"rounds of {r['candidates']} candidates, ~{fmt_duration(r['seconds'])} each ({r['source']})"
+    )
+    for row in estimate["forecast"]:
+        money = f", ${row['usd']:.2f}" if row["usd"] is not None else ""
+        gpu = f", {row['device_h']:.3g} GPU-h" if row["device_h"] else ""
+        click.echo(
+            f"  {row['target']:.0%} of the attainable gain: {row['rounds']} rounds, "
+            f"{row['trials']} trials, ~{fmt_duration(row['seconds'])}{gpu}{money}"
+        )
+    click.echo(f"trust: {estimate['trust']}")

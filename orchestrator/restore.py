@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budget import Spend
+from budget.ledger import Point
 
 from .loop import FAILED_RUN_SECS
 from .scheduler import TaskState
@@ -25,6 +26,7 @@ class Restored:
     sessions: int  # earlier sessions of this run directory
     untuned: dict[str, Any] | None  # the untuned model's latency and check, if measured
     baselines: set[int]  # tasks whose untuned latency was measured (or failed) before
+    points: list[Point]  # the convergence curve so far
 
     @property
     def trials(self) -> int:
@@ -73,8 +75,8 @@ def restore(
         cands.append(candidate)
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
 
-    # 2. Rounds, retirements and untuned latencies from the journal.
-    sessions, untuned, baselines = 0, None, set()
+    # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
+    sessions, untuned, baselines, points = 0, None, set(), []
     for entry in journal:
         kind = entry.get("type")
         if kind == "session":
@@ -82,6 +84,8 @@ def restore(
         elif kind == "round" and entry.get("task") in measured:
             best = entry.get("best_s")
             states[entry["task"]].history.append(best if best is not None else float("inf"))
+            if entry.get("seconds") is not None:
+                states[entry["task"]].round_s.append(float(entry["seconds"]))
         elif kind == "task_done" and entry.get("task") in measured:
             states[entry["task"]].done = entry.get("reason", "done")
         elif kind == "baseline" and entry.get("task") in measured:
@@ -91,11 +95,14 @@ def restore(
             untuned = {
                 k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
             }
+        if kind in ("round", "point") and entry.get("model_latency_s") and "spend" in entry:
+            spend = Spend.from_dict(entry["spend"])
+            points.append(Point.at(spend, float(entry["model_latency_s"])))
 
     # 3. The cost model relearns everything measured before.
     if learn:
         _retrain(cost_model, tasks, target, learn)
-    return Restored(states, measured, sessions, untuned, baselines)
+    return Restored(states, measured, sessions, untuned, baselines, points)
 
 
 def _retrain(

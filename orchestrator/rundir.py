@@ -22,6 +22,9 @@ class RunDir:
     CONFIG = "config.json"
     JOURNAL = "journal.jsonl"
     REPORT = "report.json"
+    REPORT_MD = "report.md"
+    REPORT_HTML = "report.html"
+    PLOTS = "plots"
     LIBRARY = "model.so"
     WORKLOAD_DB = "database_workload.json"
     RECORD_DB = "database_tuning_record.json"
@@ -52,6 +55,18 @@ class RunDir:
         except BaseException:
             run.close()
             raise
+        return run
+
+    @classmethod
+    def open_existing(cls, path: str | Path) -> RunDir:
+        """Open a run directory that must exist already (for reading and re-rendering)."""
+        run = cls(Path(path))
+        if not (run.path / cls.CONFIG).is_file():
+            raise InputError(
+                f"{run.path} is not a run directory (no {cls.CONFIG}); give the --out of a run"
+            )
+        run._lock()
+        run.resumed = True
         return run
 
     def close(self) -> None:
@@ -99,14 +114,17 @@ class RunDir:
     # -- whole files -------------------------------------------------------------------
 
     def write_json(self, name: str, data: Any) -> Path:
-        """Write a JSON file atomically: a reader sees the old or the new file, never a mix."""
+        """Write a JSON file atomically (see write_text)."""
+        return self.write_text(name, json.dumps(data, indent=2) + "\n")
+
+    def write_text(self, name: str, text: str) -> Path:
+        """Write a file atomically: a reader sees the old or the new file, never a mix."""
         target = self.path / name
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
         try:
             os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the report from other users
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=2, sort_keys=False)
-                fh.write("\n")
+                fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, target)

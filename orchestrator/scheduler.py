@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import statistics
 from collections.abc import Sequence
 
 from .tasks import Task
@@ -17,6 +18,7 @@ class TaskState:
     baseline_s: float | None = None  # untuned latency of one call
     best_s: float | None = None  # best measured latency of one call
     history: list[float] = dataclasses.field(default_factory=list)
+    round_s: list[float] = dataclasses.field(default_factory=list)  # wall time of each round
     trials: int = 0
     failures: int = 0
     done: str | None = None  # why the task gets no more rounds
@@ -55,12 +57,14 @@ class Scheduler(abc.ABC):
 
 
 class GainScheduler(Scheduler):
-    """The task whose next round is expected to cut the most model latency.
+    """The task whose next round is expected to cut the most model latency per second spent.
 
     Expected gain = weight x current latency x expected relative improvement, where the
     improvement is the task's mean gain per round over its last `window` rounds (from the
     untuned latency for young tasks), never below `min_gain`, and `first_round_gain` for a
-    task not yet tuned. Tasks with no latency yet (untuned measurement failed) go first.
+    task not yet tuned. Expected cost = the task's recent round time (tasks differ in build
+    and measurement cost), or the typical round time before its first round. Tasks with no
+    latency yet (untuned measurement failed) go first.
     """
 
     def __init__(self, *, window: int = 3, first_round_gain: float = 0.5, min_gain: float = 0.01):
@@ -97,9 +101,22 @@ class GainScheduler(Scheduler):
         gain_per_round = max(0.0, (before - now) / before) / (k - start)
         return max(self.min_gain, min(1.0, gain_per_round))
 
+    @staticmethod
+    def expected_cost(state: TaskState, typical_s: float) -> float:
+        """Seconds the task's next round is expected to take."""
+        recent = state.round_s[-3:]
+        return statistics.median(recent) if recent else typical_s
+
     def pick(self, states: Sequence[TaskState]) -> TaskState | None:
         active = [s for s in states if s.done is None]
         if not active:
             return None
-        # Highest expected gain; ties go to the task with fewer rounds, then the lower index.
-        return max(active, key=lambda s: (self.expected_gain(s), -s.rounds, -s.task.index))
+        seen = [t for s in states for t in s.round_s[-3:]]
+        typical = statistics.median(seen) if seen else 1.0
+
+        def value(s: TaskState) -> tuple[float, int, int]:
+            per_second = self.expected_gain(s) / max(self.expected_cost(s, typical), 1e-9)
+            # Ties go to the task with fewer rounds, then the lower index.
+            return (per_second, -s.rounds, -s.task.index)
+
+        return max(active, key=value)

@@ -1,4 +1,4 @@
-"""One invocation on a run directory: import, measure untuned, tune, compile, check, report."""
+"""One invocation on a run directory: measure untuned, tune, compile, check, report."""
 
 from __future__ import annotations
 
@@ -9,19 +9,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from budget import Budget, Ledger, StoppingRule
+from budget.ledger import EnergyMeter
+from budget.plateau import TaskPlateau
+from budget.prices import Price
 from budget.report import make_report, task_row
 from filters import Filter
-from measure import BuildInput, BuildPool, Engine, LocalEngine, MeasureInput, TimerConfig
+from measure import Engine
 
 from . import deploy
 from .config import Settings
 from .loop import TuningLoop
+from .measuring import make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
+from .reporting import write_report
 from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
-from .scheduler import GainScheduler
+from .scheduler import GainScheduler, model_latency_s
 from .targets import ResolvedTarget, host_cores
-from .tasks import Task, arg_specs
+from .tasks import Task
 
 Emit = Callable[..., None]
 # The run keeps back this multiple of the untuned model's compile time (plus the check's
@@ -41,6 +46,9 @@ class Session:
         settings: Settings,
         budget: Budget,
         stopping: StoppingRule,
+        plateau: TaskPlateau | None,
+        price: Price | None,
+        energy: EnergyMeter | None,
         candidate_filter: Filter,
         run: RunDir,
         build_only: bool,
@@ -54,21 +62,27 @@ class Session:
         self.settings = settings
         self.budget = budget
         self.stopping = stopping
+        self.plateau = plateau
+        self.price = price
+        self.energy = energy
         self.filter = candidate_filter
         self.run = run
         self.build_only = build_only
         self.emit = emit
-        self._inputs = deploy.random_inputs(model, settings.tune.seed)
-        self._reference: list[Any] | None = None
+        self._checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
         from tvm.s_tir import meta_schedule as ms
 
-        relax_mod, tasks = self.relax_mod, self.tasks
         journal = self.run.journal()
         ledger = Ledger(
-            carried=spend_so_far(journal), devices=self.target.devices, earlier_s=self.import_s
+            carried=spend_so_far(journal),
+            devices=self.target.devices,
+            cores=host_cores(),
+            usd_per_hour=self.price.usd_per_hour if self.price else None,
+            energy=self.energy,
+            earlier_s=self.import_s,
         )
         ledger.charge_phase("import", self.import_s)
         # 1. Restore what earlier sessions measured and spent.
@@ -78,21 +92,28 @@ class Session:
         )
         with ledger.phase("restore"):
             restored = restore(
-                tasks, journal, database, cost_model=cost_model, target=self.target.target
+                self.tasks, journal, database, cost_model=cost_model, target=self.target.target
             )
         # A crash between a database commit and its journal line leaves records the journal
         # has not counted: count them, so that the trial budget is never exceeded.
         ledger.trials = max(ledger.trials, restored.trials)
-        self._start(restored, tasks, ledger)
+        ledger.history = list(restored.points)
+        self._start(restored, ledger)
 
         untuned = restored.untuned
         stop_reason = "build only: nothing was tuned"
         if not self.build_only:
-            with self._builder() as builder, self._engine() as engine:
+            logs = self.run[RunDir.LOGS]
+            with (
+                make_builder(self.settings, logs) as builder,
+                make_engine(self.settings, self.target, logs) as engine,
+            ):
                 # 2. Untuned latency of each task, and of the whole model.
                 self._measure_baselines(restored, builder, engine, ledger)
                 if untuned is None:
-                    untuned = self._untuned_model(relax_mod, ledger)
+                    untuned = self._untuned_model(ledger)
+                if not ledger.history:
+                    self._point(ledger, model_latency_s(restored.states))
                 ledger.reserved_s = (
                     _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
                     + untuned.get("check_s", 0.0)
@@ -101,7 +122,7 @@ class Session:
                 # 3. Tune.
                 stop_reason = (
                     self._tune(restored, database, cost_model, builder, engine, ledger)
-                    if tasks
+                    if self.tasks
                     else "the model has no operators to tune"
                 )
             self.run.append(
@@ -109,16 +130,16 @@ class Session:
             )
             self.emit("stopped", reason=stop_reason, wall_s=ledger.wall_s, trials=ledger.trials)
         # 4. Compile with the database, export, check and time.
-        tuned = self._compile_and_check(relax_mod, database, ledger, self.run[RunDir.LIBRARY])
+        tuned = self._compile_and_check(database, ledger, self.run[RunDir.LIBRARY])
         report = self._report(restored, untuned, tuned, ledger, stop_reason)
-        self.run.write_json(RunDir.REPORT, report)
+        write_report(self.run, report)
         self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         self.emit("finished", report=report)
         return report
 
     # -- steps ------------------------------------------------------------------------------
 
-    def _start(self, restored: Restored, tasks: Sequence[Task], ledger: Ledger) -> None:
+    def _start(self, restored: Restored, ledger: Ledger) -> None:
         self.run.write_json(RunDir.CONFIG, self.config_record())
         self.run.append(
             {
@@ -127,7 +148,8 @@ class Session:
                 "pid": os.getpid(),
                 "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "budget": str(self.budget),
-                "tasks": [t.describe() for t in tasks],
+                "price": self.price.usd_per_hour if self.price else None,
+                "tasks": [t.describe() for t in self.tasks],
             }
         )
         self.emit(
@@ -137,34 +159,12 @@ class Session:
             model=self.model.name,
             target=self.target.describe(),
             budget=str(self.budget),
+            build_only=self.build_only,
+            price=self.price.usd_per_hour if self.price else None,
             spent_s=ledger.wall_s,
             trials=ledger.trials,
         )
-        self.emit("tasks", tasks=[t.describe() for t in tasks])
-
-    def _builder(self) -> BuildPool:
-        b = self.settings.build
-        return BuildPool(
-            workers=b.workers or host_cores(),
-            timeout_s=b.timeout_s,
-            recycle_after=b.recycle_after,
-            log_path=self.run[RunDir.LOGS] / "build.log",
-        )
-
-    def _engine(self) -> Engine:
-        m = self.settings.measure
-        timer = TimerConfig(
-            number=m.number,
-            repeat=m.repeat,
-            min_repeat_ms=m.min_repeat_ms,
-            cpu_cache_flush=m.cpu_cache_flush,
-        )
-        return LocalEngine(
-            device_type=self.target.device_type,
-            timer=timer,
-            timeout_s=m.timeout_s,
-            log_path=self.run[RunDir.LOGS] / "measure.log",
-        )
+        self.emit("tasks", tasks=[t.describe() for t in self.tasks])
 
     def _measure_baselines(
         self, restored: Restored, builder: Any, engine: Engine, ledger: Ledger
@@ -174,16 +174,8 @@ class Session:
         if not todo:
             return
         with ledger.phase("untuned"):
-            mods = [untuned_workload(s.task, self.target) for s in todo]
-            builds = builder.build([BuildInput(m, self.target.target) for m in mods])
-            ok = [i for i, b in enumerate(builds) if b.ok]
-            timed = engine.measure(
-                [MeasureInput(builds[i].artifact, workload_args(mods[i])) for i in ok]
-            )
-            builder.release(builds)
-        results = {i: (m.mean_s if m.ok else None, m.error) for i, m in zip(ok, timed, strict=True)}
-        for i, state in enumerate(todo):
-            latency, error = results.get(i, (None, builds[i].error))
+            results = measure_untuned_tasks([s.task for s in todo], self.target, builder, engine)
+        for state, (latency, error) in zip(todo, results, strict=True):
             state.baseline_s = latency
             entry = {"type": "baseline", "task": state.task.index, "latency_s": latency}
             if error:
@@ -194,17 +186,26 @@ class Session:
             tasks=[{"task": s.task.name, "latency_s": s.baseline_s} for s in todo],
         )
 
-    def _untuned_model(self, relax_mod: Any, ledger: Ledger) -> dict[str, Any]:
+    def _untuned_model(self, ledger: Ledger) -> dict[str, Any]:
         """Compile without any record, time and check: the baseline of the whole model."""
         from tvm.s_tir import meta_schedule as ms
 
         path = self.run[RunDir.LOGS] / "untuned.so"
         result = self._compile_and_check(
-            relax_mod, ms.database.MemoryDatabase(), ledger, path, label="untuned"
+            ms.database.MemoryDatabase(), ledger, path, label="untuned"
         )
         path.unlink(missing_ok=True)
         self.run.append({"type": "untuned", **result})
         return result
+
+    def _point(self, ledger: Ledger, latency_s: float | None) -> None:
+        """The first point of the convergence curve: the untuned model's kernels."""
+        if latency_s is None:
+            return
+        ledger.record_point(latency_s)
+        self.run.append(
+            {"type": "point", "model_latency_s": latency_s, "spend": ledger.snapshot().to_dict()}
+        )
 
     def _tune(
         self,
@@ -231,6 +232,7 @@ class Session:
                 min_gain=sched.min_gain,
             ),
             stopping=self.stopping,
+            plateau=self.plateau,
             ledger=ledger,
             journal=self.run.append,
             emit=self.emit,
@@ -243,12 +245,12 @@ class Session:
         return loop.run()
 
     def _compile_and_check(
-        self, relax_mod: Any, database: Any, ledger: Ledger, library: Any, label: str = "tuned"
+        self, database: Any, ledger: Ledger, library: Any, label: str = "tuned"
     ) -> dict[str, Any]:
         result: dict[str, Any] = {}
         start = time.monotonic()
         with ledger.phase("compile"):
-            executable = deploy.compile_model(relax_mod, self.target.target, database)
+            executable = deploy.compile_model(self.relax_mod, self.target.target, database)
             deploy.export_library(executable, library)
         result["compile_s"] = time.monotonic() - start
         if not self.target.device_present:
@@ -257,17 +259,14 @@ class Session:
         start = time.monotonic()
         with ledger.phase("check"):
             vm, dev = deploy.load_vm(library, self.target.device_type)
-            if self._reference is None:
-                self._reference = deploy.run_onnxruntime(self.model, self._inputs)
-            check = deploy.compare(
-                deploy.run_vm(vm, dev, self._inputs), self._reference, self.settings.check.rtol
-            )
+            check = self._checker.check(vm, dev)
+            c = self.settings.check
             latency = deploy.time_model(
                 vm,
                 dev,
-                self._inputs,
-                repeat=self.settings.check.latency_repeat,
-                min_repeat_ms=self.settings.check.latency_min_repeat_ms,
+                self._checker.inputs,
+                repeat=c.latency_repeat,
+                min_repeat_ms=c.latency_min_repeat_ms,
             )
         result["check_s"] = time.monotonic() - start
         result["check"] = check.to_dict()
@@ -295,6 +294,7 @@ class Session:
                 rounds=s.rounds,
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
+                spend_s=sum(s.round_s),
                 done=s.done,
             )
             for s in restored.states
@@ -307,22 +307,29 @@ class Session:
             "journal": str(self.run[RunDir.JOURNAL]),
             "config": str(self.run[RunDir.CONFIG]),
             "report": str(self.run[RunDir.REPORT]),
+            "report_md": str(self.run[RunDir.REPORT_MD]),
+            "report_html": str(self.run[RunDir.REPORT_HTML]),
         }
         return make_report(
             model=self.model.describe(),
             target={
                 "spec": self.target.spec,
                 "description": self.target.describe(),
+                "device": self.target.device_name,
                 "tvm": self.target.to_json(),
             },
             settings=self.settings.to_dict(),
-            budget=str(self.budget),
+            budget=self.budget,
+            price=None
+            if self.price is None
+            else {"usd_per_hour": self.price.usd_per_hour, "source": self.price.source},
             build_only=self.build_only,
             sessions=restored.sessions + 1,
             tasks=rows,
             untuned=untuned,
             tuned=tuned,
-            spend=ledger.snapshot().to_dict(),
+            spend=ledger.snapshot(),
+            curve=ledger.history,
             stop_reason=stop_reason,
             paths=paths,
         )
@@ -333,6 +340,9 @@ class Session:
             "model": self.model.describe(),
             "target": {"spec": self.target.spec, "tvm": self.target.to_json()},
             "budget": str(self.budget),
+            "price": None
+            if self.price is None
+            else {"usd_per_hour": self.price.usd_per_hour, "source": self.price.source},
             "build_only": self.build_only,
             "settings": self.settings.to_dict(),
         }
@@ -346,26 +356,3 @@ def fingerprint(model: OnnxModel, target: ResolvedTarget) -> dict[str, Any]:
         "inputs": [[i.name, list(i.shape), i.dtype] for i in model.inputs],
         "target": target.to_json(),
     }
-
-
-def untuned_workload(task: Task, target: ResolvedTarget) -> Any:
-    """The task as the model runs it without tuning: as lowered on CPUs, with the same
-    default GPU schedules `compile_relax` falls back to on GPUs."""
-    if target.device_type != "cuda":
-        return task.workload
-    from tvm.s_tir import dlight as dl
-
-    with target.target:
-        return dl.ApplyDefaultSchedule(
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        )(task.workload)
-
-
-def workload_args(mod: Any) -> Any:
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True))

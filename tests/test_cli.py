@@ -64,7 +64,7 @@ def models(tmp_path):
             ["--budget", "2gpu-h", "--target", "llvm", "tiny.onnx"],
             "units that apply: s, min, h, trials",
         ),
-        (["--budget", "$5", "--target", "llvm", "tiny.onnx"], "cannot be metered yet"),
+        (["--budget", "200kJ", "--target", "llvm", "tiny.onnx"], "needs NVML on a GPU run"),
         (["--target", "foo", "tiny.onnx"], "unknown target 'foo'"),
         (["--filter", "magic", "tiny.onnx"], "unknown filter 'magic'; choose one of: none"),
         (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),

@@ -67,3 +67,22 @@ def test_model_latency_sums_weight_times_the_deployed_latency():
 def test_bad_arguments_are_refused(kwargs):
     with pytest.raises(ValueError):
         GainScheduler(**kwargs)
+
+
+def test_equal_gains_go_to_the_task_whose_rounds_cost_less():
+    sched = GainScheduler(window=1)
+    slow = state(0, baseline=4.0, history=[2.0])
+    fast = state(1, baseline=4.0, history=[2.0])
+    slow.round_s, fast.round_s = [120.0], [30.0]
+    assert sched.pick([slow, fast]) is fast
+    fast.round_s = [600.0]  # now more than 4x dearer than the other for the same gain
+    assert sched.pick([slow, fast]) is slow
+
+
+def test_a_never_tuned_task_is_costed_at_the_typical_round():
+    sched = GainScheduler(window=1, first_round_gain=0.5)
+    tuned = state(0, baseline=10.0, history=[8.0])  # expects 20% of 8 = 1.6 s per round
+    tuned.round_s = [100.0]
+    fresh = state(1, baseline=2.0)  # expects 50% of 2 = 1.0 at the typical cost
+    assert sched.expected_cost(fresh, 100.0) == 100.0
+    assert sched.pick([tuned, fresh]) is tuned

@@ -167,3 +167,48 @@ def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_conf
     assert len(records(run)) == 16
     assert "stopped because     trial budget reached: 16 of 16" in result.stdout
     assert not any(e["type"] == "round" for e in journal(run)[len(journal(tuned.out)) :])
+
+
+def test_the_real_report_validates_and_comes_in_every_form(tuned):
+    import jsonschema
+
+    from budget.report import schema
+
+    jsonschema.validate(tuned.report, schema())
+    for name in (
+        "report.md",
+        "report.html",
+        "plots/convergence.png",
+        "plots/phases.png",
+        "plots/tasks.png",
+    ):
+        assert (tuned.out / name).stat().st_size > 0, name
+    assert tuned.report["budget"]["limits"][0]["spent"] == 16
+    assert len(tuned.report["convergence"]) == 3  # untuned, then one point per round
+    assert tuned.report["price"]["source"].startswith("configs/prices.toml")
+
+
+def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config):
+    args = [
+        "estimate",
+        tuned.model,
+        "--target",
+        "llvm",
+        "--config",
+        fast_config,
+        "--runs-dir",
+        tuned.out.parent,
+    ]
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "twins on llvm" in out and "untuned model:" in out and "outputs match onnxruntime" in out
+    assert "rounds of 8 candidates" in out and "(round costs from 1 earlier run(s))" in out
+    assert [
+        line.split(":")[0].strip() for line in out.splitlines() if "of the attainable gain" in line
+    ] == [
+        "90% of the attainable gain",
+        "95% of the attainable gain",
+        "99% of the attainable gain",
+    ]
+    assert "trust: rough" in out

@@ -1,0 +1,191 @@
+"""The cost report: JSON that validates against its schema, Markdown, HTML that parses, plots."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from budget import Ledger, parse_budget
+from budget.report import make_report, schema, task_row
+from orchestrator.cli import main
+from orchestrator.errors import InputError
+from orchestrator.estimate import journal_observations
+from orchestrator.reporting import rerender, write_report
+from orchestrator.rundir import RunDir
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def synthetic_report(run_dir: Path) -> dict:
+    """A finished GPU run of two tasks, spend driven by a fake clock."""
+    clock = Clock()
+    ledger = Ledger(clock=clock, devices=1, usd_per_hour=2.99)
+    ledger.record_point(4e-3)
+    for i, latency in enumerate([2.5e-3, 1.6e-3, 1.3e-3, 1.22e-3, 1.2e-3]):
+        with ledger.phase("search" if i % 2 else "measure"):
+            clock.now += 600.0
+        ledger.charge_round(trials=64, seconds=600.0, fixed_s=200.0)
+        ledger.record_point(latency)
+    tasks = [
+        task_row(
+            name="conv",
+            index=0,
+            weight=2,
+            flops=1e9,
+            trials=192,
+            failures=3,
+            rounds=3,
+            untuned_s=1.5e-3,
+            best_s=0.45e-3,
+            spend_s=1800.0,
+            done=None,
+        ),
+        task_row(
+            name="dense",
+            index=1,
+            weight=1,
+            flops=1e8,
+            trials=128,
+            failures=0,
+            rounds=2,
+            untuned_s=1e-3,
+            best_s=0.3e-3,
+            spend_s=1200.0,
+            done="plateau: ...",
+        ),
+    ]
+    compiled = {
+        "compile_s": 12.0,
+        "check_s": 3.0,
+        "check": {"max_rel_error": 1e-6, "rtol": 1e-3, "outputs": 1, "ok": True},
+        "latency": {"median_s": 1.3e-3, "min_s": 1.28e-3, "max_s": 1.4e-3, "repeats": 10},
+    }
+    untuned = {
+        **compiled,
+        "latency": {"median_s": 4.1e-3, "min_s": 4e-3, "max_s": 4.3e-3, "repeats": 10},
+    }
+    paths = {
+        k: str(run_dir / k)
+        for k in (
+            "run_dir",
+            "database_workload",
+            "database_tuning_record",
+            "library",
+            "journal",
+            "config",
+            "report",
+        )
+    }
+    return make_report(
+        model={
+            "path": "m.onnx",
+            "name": "m",
+            "sha256": "0" * 64,
+            "inputs": [{"name": "x", "shape": [1], "dtype": "float32"}],
+            "outputs": ["y"],
+        },
+        target={
+            "spec": "cuda",
+            "description": "cuda sm_90 (NVIDIA H100 80GB HBM3)",
+            "device": "NVIDIA H100 80GB HBM3",
+            "tvm": {"kind": "cuda"},
+        },
+        settings={},
+        budget=parse_budget("2gpu-h"),
+        price={"usd_per_hour": 2.99, "source": "configs/prices.toml"},
+        build_only=False,
+        sessions=1,
+        tasks=tasks,
+        untuned=untuned,
+        tuned=compiled,
+        spend=ledger.snapshot(),
+        curve=ledger.history,
+        stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
+        paths=paths,
+    )
+
+
+def test_a_report_validates_and_renders_to_markdown_html_and_plots(tmp_path):
+    report = synthetic_report(tmp_path)
+    jsonschema.validate(report, schema())
+    assert report["summary"]["device_h"] == pytest.approx(3000 / 3600)
+    assert report["summary"]["usd"] == pytest.approx(3000 / 3600 * 2.99)
+    assert report["phases"]["idle"] == pytest.approx(0.0)
+    assert report["measuring_share"] == pytest.approx(0.6)
+    assert report["forecast"]["left"] == pytest.approx(2 - 3000 / 3600)
+    assert 0 <= report["forecast"]["gain"] < 0.05  # the curve has flattened
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        written = write_report(run, report)
+        html_text = written["html"].read_text()
+        md = written["markdown"].read_text()
+    assert "| conv | 2 | 192 | 1.5 ms | 450 us | 3.33x |" in md
+    assert "(**3.15x**)" in md and "$2.49" in md
+    images = ImageCollector.collect(html_text)
+    assert set(images) == {"plots/convergence.png", "plots/phases.png", "plots/tasks.png"}
+    for image in images:
+        assert (tmp_path / "run" / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(written["json"].read_text()) == report
+
+
+class ImageCollector(HTMLParser):
+    """Parses an HTML page strictly enough to fail on broken markup; collects image sources."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.open: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        elif tag not in ("meta", "br"):
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, f"</{tag}> closes {self.open[-1:]}"
+        self.open.pop()
+
+    @classmethod
+    def collect(cls, text: str) -> list[str]:
+        parser = cls()
+        parser.feed(text)
+        parser.close()
+        assert not parser.open, parser.open
+        return parser.images
+
+
+def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
+    report = synthetic_report(tmp_path)
+    run_dir = tmp_path / "run"
+    with RunDir.open(run_dir, fingerprint={}) as run:
+        run.write_json(RunDir.CONFIG, {"fingerprint": {}})
+        write_report(run, report)
+    (run_dir / "report.md").unlink()
+    (run_dir / "plots" / "tasks.png").unlink()
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "report.md").is_file() and (run_dir / "plots" / "tasks.png").is_file()
+    with pytest.raises(InputError, match="is not a run directory"):
+        rerender(tmp_path)
+
+
+def test_journal_observations_give_each_task_its_share_of_its_final_gain():
+    journal = [
+        {"type": "baseline", "task": 0, "latency_s": 10.0},
+        {"type": "round", "task": 0, "best_s": 4.0, "measured": 60, "failed": 4},
+        {"type": "round", "task": 0, "best_s": 2.5, "measured": 64, "failed": 0},
+        {"type": "round", "task": 0, "best_s": 2.0, "measured": 64, "failed": 0},
+        {"type": "baseline", "task": 1, "latency_s": 1.0},
+        {"type": "round", "task": 1, "best_s": 0.5, "measured": 64, "failed": 0},  # one round only
+    ]
+    assert journal_observations(journal) == [(64, 0.75), (128, 0.9375)]
