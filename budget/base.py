@@ -29,6 +29,10 @@ class StoppingRule(abc.ABC):
         """How many of `wanted` candidates the next round may measure."""
         return wanted
 
+    def progress(self, ledger: Ledger) -> float | None:
+        """The share of the budget used (the largest over its limits); None if not a budget."""
+        return None
+
 
 class AnyOf(StoppingRule):
     """Stops when any of its rules stops; a round gets the fewest candidates any allows."""
@@ -45,3 +49,7 @@ class AnyOf(StoppingRule):
 
     def allowance(self, ledger: Ledger, wanted: int) -> int:
         return min([wanted] + [rule.allowance(ledger, wanted) for rule in self.rules])
+
+    def progress(self, ledger: Ledger) -> float | None:
+        shares = [p for p in (rule.progress(ledger) for rule in self.rules) if p is not None]
+        return max(shares) if shares else None

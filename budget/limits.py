@@ -66,6 +66,10 @@ class BudgetLimits(StoppingRule):
     def allowance(self, ledger: Ledger, wanted: int) -> int:
         return min([wanted] + [self._allowance(ledger, lim, wanted) for lim in self.budget.limits])
 
+    def progress(self, ledger: Ledger) -> float | None:
+        shares = [(ledger.spent(lim.kind) or 0.0) / lim.amount for lim in self.budget.limits]
+        return max(shares)
+
     def _smallest(self, limit: Limit) -> int:
         # Trials are exact (500trials measures 500); time-like limits do not start a round
         # too small to repay its search.

@@ -47,10 +47,14 @@ def task_row(
     trials: int,
     failures: int,
     rounds: int,
+    proposed: int = 0,
+    filtered: int = 0,
+    built: int = 0,
+    audited: int = 0,
     untuned_s: float | None,
     best_s: float | None,
     spend_s: float,
-    done: str | None,
+    retired: str | None,
 ) -> dict[str, Any]:
     """One task's line: latencies are of one call; speedup is untuned / best."""
     return {
@@ -61,12 +65,16 @@ def task_row(
         "trials": trials,
         "failures": failures,
         "rounds": rounds,
+        "proposed": proposed,
+        "filtered": filtered,
+        "built": built,
+        "audited": audited,
         "untuned_s": untuned_s,
         "best_s": best_s,
         "speedup": untuned_s / best_s if untuned_s and best_s else None,
         "gflops": flops / best_s / 1e9 if best_s else None,
         "spend_s": spend_s,
-        "done": done,
+        "retired": retired,
     }
 
 
@@ -86,6 +94,10 @@ def make_report(
     curve: Sequence[Point],
     stop_reason: str,
     paths: Mapping[str, str],
+    interrupted: bool = False,
+    budget_too_small: bool = False,
+    warnings: Sequence[str] = (),
+    candidate_filter: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...}."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
@@ -111,8 +123,12 @@ def make_report(
             "usd": spend.usd,
             "energy_j": spend.energy_j,
             "stop_reason": stop_reason,
+            "interrupted": interrupted,
+            "budget_too_small": budget_too_small,
             "check_ok": (tuned or {}).get("check", {}).get("ok"),
         },
+        "warnings": list(warnings),
+        "filter": dict(candidate_filter or {"name": "none"}),
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
         "tasks": [dict(t) for t in tasks],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ class TaskResult:
     untuned_s: float | None
     best_s: float | None
     speedup: float | None
-    done: str | None
+    retired: str | None  # why the task got no more rounds, if it was retired
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +39,13 @@ class Result:
     trials: int
     rounds: int
     wall_s: float
+    device_h: float
+    usd: float | None
+    energy_j: float | None
     phases: Mapping[str, float]
     stop_reason: str
+    interrupted: bool
+    budget_too_small: bool
     check_ok: bool | None
     max_rel_error: float | None
     tasks: tuple[TaskResult, ...]
@@ -48,7 +54,7 @@ class Result:
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Result:
-        summary, spend = report["summary"], report["spend"]
+        summary = report["summary"]
         check = (report.get("tuned") or {}).get("check") or {}
         return cls(
             run_dir=Path(report["paths"]["run_dir"]),
@@ -60,8 +66,13 @@ class Result:
             trials=summary["trials"],
             rounds=summary["rounds"],
             wall_s=summary["wall_s"],
-            phases=dict(spend["phases"]),
+            device_h=summary["device_h"],
+            usd=summary["usd"],
+            energy_j=summary["energy_j"],
+            phases=dict(report["spend"]["phases"]),
             stop_reason=summary["stop_reason"],
+            interrupted=summary["interrupted"],
+            budget_too_small=summary["budget_too_small"],
             check_ok=check.get("ok"),
             max_rel_error=check.get("max_rel_error"),
             tasks=tuple(
@@ -73,7 +84,7 @@ class Result:
                     untuned_s=t["untuned_s"],
                     best_s=t["best_s"],
                     speedup=t["speedup"],
-                    done=t["done"],
+                    retired=t["retired"],
                 )
                 for t in report["tasks"]
             ),
@@ -81,11 +92,26 @@ class Result:
             report=report,
         )
 
+    @property
+    def exit_code(self) -> int:
+        from . import exits
+
+        return exits.for_result(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, as in the `finished` event."""
+        out = dataclasses.asdict(self)
+        del out["report"]
+        out["run_dir"] = str(self.run_dir)
+        out["tasks"] = list(out["tasks"])
+        out["paths"] = {k: str(v) for k, v in self.paths.items()}
+        return out
+
 
 def tune(
     model: str | Path,
     *,
-    budget: str | None = None,
+    budget: Any = None,
     target: str | None = None,
     out: str | Path | None = None,
     input_shapes: Mapping[str, Sequence[int]] | Iterable[str] | None = None,
@@ -93,28 +119,42 @@ def tune(
     trials_per_round: int | None = None,
     seed: int | None = None,
     filter: str | None = None,
+    warm_start: str | Path | None = None,
     price: float | None = None,
     min_gain: float | None = None,
     early_stop: bool | None = None,
     build_only: bool = False,
     on_event: Callable[[Event], None] | None = None,
+    handle_signals: bool = True,
+    mlflow: bool | str = False,
+    mlflow_experiment: str = "tune-orchestrator",
+    env: Mapping[str, str] | None = None,
 ) -> Result:
     """Tune `model` (an ONNX file) within `budget` and compile it; see `orchestrate --help`.
 
-    Options left as None come from `config` (a TOML file) over `configs/default.toml`.
-    `price` is USD per hour (per GPU on GPU runs, per machine on CPU runs) and replaces the
-    price table. Raises InputError for bad input; nothing in an existing run directory is
-    touched then.
+    `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
+    directory (its records train the filter's predictor, whatever model they came from) or a
+    saved predictor.json. Options left as None come from
+    ORCHESTRATE_* variables of `env` (default: os.environ), then `config` (a TOML file), over
+    `configs/default.toml`. `price` is USD per hour (per GPU on GPU runs, per machine on CPU
+    runs). `on_event` receives every event (see orchestrator/events.schema.json). With
+    `handle_signals`, SIGINT/SIGTERM stop the run after the current round (main thread only).
+    `mlflow` logs to MLflow: True for MLFLOW_TRACKING_URI, or a tracking URI.
+
+    Raises InputError for bad input; nothing in an existing run directory is touched then.
     """
     from budget import AnyOf, BudgetError, BudgetLimits, check_applicable, parse_budget
     from budget.diminishing import DiminishingReturns
     from budget.limits import primary_limit
     from budget.plateau import TaskPlateau
     from budget.prices import run_price
-    from filters import make_filter
+    from filters import NAMES, TrimmerConfig, make_filter
     from measure.telemetry import energy_meter
 
+    from . import exits
     from .config import Settings
+    from .events import Emitter
+    from .interrupt import Interrupt, on_signals
     from .model import fuse_for_tuning, import_to_relax, load_model
     from .rundir import RunDir
     from .session import Session, fingerprint
@@ -122,7 +162,7 @@ def tune(
     from .tasks import extract_tasks
 
     overrides = {
-        "tune.budget": budget,
+        "tune.budget": None if budget is None else str(budget),
         "tune.target": target,
         "tune.trials_per_round": trials_per_round,
         "tune.seed": seed,
@@ -130,16 +170,21 @@ def tune(
         "stopping.min_gain": min_gain,
         "stopping.early_stop": early_stop,
     }
-    settings = Settings.load(config, {k: v for k, v in overrides.items() if v is not None})
+    settings = Settings.load(
+        config,
+        {k: v for k, v in overrides.items() if v is not None},
+        env=os.environ if env is None else env,
+    )
     # 1. Check everything the user gave before anything is written.
     try:
         budget_obj = parse_budget(settings.tune.budget)
     except BudgetError as exc:
         raise InputError(str(exc)) from None
-    try:
-        candidate_filter = make_filter(settings.tune.filter)
-    except ValueError as exc:
-        raise InputError(f"--filter: {exc}") from None
+    if settings.tune.filter not in NAMES:
+        raise InputError(
+            f"--filter: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
+        )
+    warm_path = _warm_start_source(warm_start, settings.tune.filter)
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=build_only)
     if price is not None and not price >= 0:
@@ -163,8 +208,9 @@ def tune(
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    interrupt = Interrupt()
     s_stop = settings.stopping
-    rules = [BudgetLimits(budget_obj, round_size=settings.tune.trials_per_round)]
+    rules = [interrupt, BudgetLimits(budget_obj, round_size=settings.tune.trials_per_round)]
     if s_stop.early_stop:
         rules.append(
             DiminishingReturns(
@@ -175,14 +221,49 @@ def tune(
             )
         )
     plateau = TaskPlateau(patience=s_stop.task_patience, min_gain=s_stop.task_min_gain)
+    mlflow_logger = None
+    if mlflow:
+        from .mlflow_log import MlflowLogger
+
+        mlflow_logger = MlflowLogger(
+            tracking_uri=mlflow if isinstance(mlflow, str) else None,
+            experiment=mlflow_experiment,
+            params={
+                "model": onnx_model.name,
+                "model_sha256": onnx_model.sha256,
+                "target": resolved.describe(),
+                **_flat(settings.to_dict()),
+            },
+        )
     started = time.monotonic()
     relax_mod = import_to_relax(onnx_model)
     tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
     import_s = time.monotonic() - started
     out_dir = Path(out) if out is not None else default_out(onnx_model.name)
     # 2. Run on the directory we own.
-    emit = _emitter(on_event)
-    with RunDir.open(out_dir, fingerprint=fingerprint(onnx_model, resolved)) as run:
+    emit = Emitter(on_event, mlflow_logger)
+    with (
+        RunDir.open(out_dir, fingerprint=fingerprint(onnx_model, resolved)) as run,
+        on_signals(interrupt, handle_signals),
+    ):
+        f = settings.filter
+        candidate_filter = make_filter(
+            settings.tune.filter,
+            target=resolved.target,
+            config=TrimmerConfig(
+                min_samples=f.min_samples,
+                margin=f.margin,
+                min_margin=f.min_margin,
+                max_margin=f.max_margin,
+                widen=f.widen,
+                narrow=f.narrow,
+                min_keep=min(f.min_keep, settings.tune.trials_per_round),
+                max_keep=settings.tune.trials_per_round,
+                audit_share=f.audit_share,
+                seed=settings.tune.seed,
+            ),
+            state_dir=run.path,
+        )
         report = Session(
             model=onnx_model,
             relax_mod=relax_mod,
@@ -195,12 +276,35 @@ def tune(
             plateau=plateau,
             price=run_cost,
             energy=energy,
+            interrupt=interrupt,
             candidate_filter=candidate_filter,
+            warm_start=warm_path,
             run=run,
             build_only=build_only,
             emit=emit,
         ).execute()
-    return Result.from_report(report)
+    result = Result.from_report(report)
+    emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))
+    return result
+
+
+def _warm_start_source(given: str | Path | None, filter_name: str) -> Path | None:
+    """Check --warm-start: a run directory with a database, or a predictor .json file."""
+    if given is None:
+        return None
+    path = Path(given)
+    if filter_name != "xgb":
+        raise InputError(
+            f"--warm-start trains the xgb filter's predictor; it needs --filter xgb, not {filter_name}"
+        )
+    if path.is_dir() and (path / "database_tuning_record.json").is_file():
+        return path
+    if path.is_file() and path.suffix == ".json":
+        return path
+    raise InputError(
+        f"--warm-start {path} is neither a run directory (with database_tuning_record.json) "
+        "nor a saved predictor (predictor.json)"
+    )
 
 
 def default_out(model_name: str) -> Path:
@@ -211,6 +315,14 @@ def default_out(model_name: str) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def _flat(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        f"{section}.{key}": value
+        for section, values in nested.items()
+        for key, value in values.items()
+    }
 
 
 def _shapes(
@@ -229,11 +341,3 @@ def _shapes(
             raise InputError(f"--input-shape gives {name!r} twice; give each input once")
         shapes[name] = shape
     return shapes
-
-
-def _emitter(on_event: Callable[[Event], None] | None) -> Callable[..., None]:
-    def emit(event: str, **fields: Any) -> None:
-        if on_event is not None:
-            on_event({"event": event, "time": time.time(), **fields})
-
-    return emit

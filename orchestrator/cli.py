@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +13,8 @@ import click
 
 from budget import BudgetError, parse_budget
 
+from . import exits
 from .errors import InputError
-
-EXIT_OK, EXIT_INPUT = 0, 2
 
 
 class BudgetType(click.ParamType):
@@ -28,7 +30,8 @@ class BudgetType(click.ParamType):
 class DefaultGroup(click.Group):
     """A group whose default command is `tune`: `orchestrate --budget 5min model.onnx`.
 
-    Every usage error and InputError becomes one line on stderr and exit code 2.
+    Every usage error and InputError becomes one line on stderr and exit code 2; anything
+    unexpected is an internal error (exit 1) with its traceback on stderr.
     """
 
     default_command = "tune"
@@ -48,22 +51,26 @@ class DefaultGroup(click.Group):
     ) -> Any:
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            code = code if isinstance(code, int) else EXIT_OK
+            code = code if isinstance(code, int) else exits.OK
         except click.exceptions.Exit as exc:
             code = exc.exit_code
         except click.exceptions.NoArgsIsHelpError as exc:  # plain `orchestrate`: show the help
             click.echo(exc.ctx.get_help())
-            code = EXIT_OK
+            code = exits.OK
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             click.echo(f"error: {exc.format_message()}{hint}", err=True)
-            code = EXIT_INPUT
+            code = exits.INPUT
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
-            code = EXIT_INPUT
-        except click.Abort:
-            click.echo("interrupted", err=True)
-            code = 130
+            code = exits.INPUT
+        except (click.Abort, KeyboardInterrupt):
+            click.echo("aborted; resume the run with the same --out", err=True)
+            code = exits.INTERRUPTED
+        except Exception as exc:  # a bug or a broken environment
+            click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+            click.echo(traceback.format_exc(), err=True, nl=False)
+            code = exits.INTERNAL
         if standalone_mode:
             sys.exit(code)
         return code
@@ -79,7 +86,12 @@ def main() -> None:
       orchestrate report runs/<run>             render the cost report again
       orchestrate config                        print the resolved configuration
 
-    Exit codes: 0 done, 2 bad input or configuration (one line on stderr).
+    Settings: configs/default.toml, then --config FILE (or $ORCHESTRATE_CONFIG), then
+    ORCHESTRATE_<SECTION>_<KEY> variables (e.g. ORCHESTRATE_TUNE_BUDGET=5min), then options.
+
+    Exit codes: 0 done; 1 internal error; 2 bad input or configuration; 3 budget too small to
+    tune anything; 4 tuned model's outputs differ from onnxruntime; 130 interrupted
+    (SIGINT/SIGTERM: the round finishes and the report is written; resume with the same --out).
     """
 
 
@@ -110,7 +122,16 @@ def main() -> None:
     "--trials-per-round", type=click.IntRange(min=1), help="Candidates per round (default 64)."
 )
 @click.option("--seed", type=click.IntRange(min=0), help="Random seed of the search.")
-@click.option("--filter", "filter_name", help="Candidate filter: none (default).")
+@click.option(
+    "--filter",
+    "filter_name",
+    help="Candidate filter: xgb (default: the Trimmer predictor, audited) or none (build and measure everything).",
+)
+@click.option(
+    "--warm-start",
+    type=click.Path(path_type=Path, exists=False),
+    help="An earlier run directory (any model) or a saved predictor.json to start the xgb filter from.",
+)
 @click.option(
     "--config",
     "config_file",
@@ -139,6 +160,25 @@ def main() -> None:
     help="Do not tune: compile the model with the run directory's records (works for a GPU target on a host without one).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only the closing summary.")
+@click.option(
+    "--json",
+    "json_events",
+    is_flag=True,
+    help="Write one JSON event per line on stdout and nothing else (schema: orchestrator/events.schema.json).",
+)
+@click.option(
+    "--mlflow",
+    "mlflow_on",
+    is_flag=True,
+    help="Log parameters, per-round metrics and the report to MLflow (tracking URI from MLFLOW_TRACKING_URI or --mlflow-uri).",
+)
+@click.option("--mlflow-uri", metavar="URI", help="MLflow tracking URI (implies --mlflow).")
+@click.option(
+    "--mlflow-experiment",
+    default="tune-orchestrator",
+    show_default=True,
+    help="MLflow experiment to log to.",
+)
 def tune_command(
     model: Path,
     budget: str | None,
@@ -148,19 +188,25 @@ def tune_command(
     trials_per_round: int | None,
     seed: int | None,
     filter_name: str | None,
+    warm_start: Path | None,
     config_file: Path | None,
     price: float | None,
     min_gain: float | None,
     no_early_stop: bool,
     build_only: bool,
     quiet: bool,
+    json_events: bool,
+    mlflow_on: bool,
+    mlflow_uri: str | None,
+    mlflow_experiment: str,
 ) -> int:
     """Tune MODEL (an ONNX file) and leave a run directory with the tuned library, a stock TVM
-    tuning database, a journal and report.json. Run again with the same --out to resume."""
+    tuning database, a journal and the cost report. Run again with the same --out to resume."""
     from .api import tune
+    from .events import JsonLines
     from .printer import Printer
 
-    printer = Printer(quiet=quiet)
+    printer = None if json_events else Printer(quiet=quiet)
     result = tune(
         model,
         budget=budget,
@@ -171,14 +217,37 @@ def tune_command(
         trials_per_round=trials_per_round,
         seed=seed,
         filter=filter_name,
+        warm_start=warm_start,
         price=price,
         min_gain=min_gain,
         early_stop=False if no_early_stop else None,
         build_only=build_only,
-        on_event=printer,
+        on_event=JsonLines(sys.stdout) if json_events else printer,
+        mlflow=mlflow_uri or mlflow_on,
+        mlflow_experiment=mlflow_experiment,
     )
-    printer.summary(result)
-    return EXIT_OK
+    if printer is not None:
+        printer.summary(result)
+    code = result.exit_code
+    if code == exits.INTERRUPTED:
+        click.echo(
+            f"{result.stop_reason}: the report is written; resume with the same command and "
+            f"--out {result.run_dir}",
+            err=True,
+        )
+    elif code == exits.BUDGET_TOO_SMALL:
+        click.echo(
+            f"budget too small to tune anything ({result.stop_reason}); give a larger --budget "
+            f"and the same --out {result.run_dir} to go on",
+            err=True,
+        )
+    elif code == exits.CHECK_FAILED:
+        click.echo(
+            f"the tuned model's outputs differ from onnxruntime's (max relative error "
+            f"{result.max_rel_error:.2e}); see {result.paths['report_md']}",
+            err=True,
+        )
+    return code
 
 
 @main.command("estimate")
@@ -207,6 +276,7 @@ def tune_command(
 @click.option(
     "--price", type=float, metavar="USD_PER_HOUR", help="Price of an hour, as for tuning."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the estimate as one JSON object.")
 def estimate_command(
     model: Path,
     target: str | None,
@@ -214,23 +284,26 @@ def estimate_command(
     config_file: Path | None,
     runs_dir: Path,
     price: float | None,
+    as_json: bool,
 ) -> int:
     """Tasks, FLOPs, untuned latency, and the spend likely needed to reach 90/95/99% of the
     attainable gain."""
     from .estimate import estimate
     from .printer import print_estimate
 
-    print_estimate(
-        estimate(
-            model,
-            target=target,
-            input_shapes=input_shapes,
-            config=config_file,
-            runs_dir=runs_dir,
-            price=price,
-        )
+    result = estimate(
+        model,
+        target=target,
+        input_shapes=input_shapes,
+        config=config_file,
+        runs_dir=runs_dir,
+        price=price,
     )
-    return EXIT_OK
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        print_estimate(result)
+    return exits.OK
 
 
 @main.command("report")
@@ -241,7 +314,7 @@ def report_command(run_dir: Path) -> int:
 
     for kind, path in rerender(run_dir).items():
         click.echo(f"{kind:<18}{path}")
-    return EXIT_OK
+    return exits.OK
 
 
 @main.command("config")
@@ -255,13 +328,13 @@ def config_command(config_file: Path | None) -> int:
     """Print the resolved configuration as TOML."""
     from .config import Settings
 
-    settings = Settings.load(config_file)
+    settings = Settings.load(config_file, env=os.environ)
     for section, values in settings.to_dict().items():
         click.echo(f"[{section}]")
         for key, value in values.items():
             click.echo(f"{key} = {_toml_value(value)}")
         click.echo()
-    return EXIT_OK
+    return exits.OK
 
 
 def _toml_value(value: Any) -> str:

@@ -62,6 +62,35 @@ class SearchSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class FilterSettings:
+    proposal_factor: int
+    min_samples: int
+    margin: float
+    min_margin: float
+    max_margin: float
+    widen: float
+    narrow: float
+    min_keep: int
+    audit_share: float
+
+    def __post_init__(self) -> None:
+        _positive("filter", "proposal_factor", self.proposal_factor)
+        _non_negative("filter", "min_samples", self.min_samples)
+        _positive("filter", "min_keep", self.min_keep)
+        if not 0 < self.min_margin <= self.margin <= self.max_margin:
+            raise ValueError(
+                f"[filter] needs 0 < min_margin <= margin <= max_margin but got "
+                f"{self.min_margin}, {self.margin}, {self.max_margin}."
+            )
+        if not (self.widen > 1 and 0 < self.narrow < 1):
+            raise ValueError(
+                f"[filter] widen must be > 1 and narrow in (0, 1) but got {self.widen}, {self.narrow}."
+            )
+        if not 0 < self.audit_share <= 1:
+            raise ValueError(f"[filter] audit_share must be in (0, 1] but got {self.audit_share}.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildSettings:
     workers: int
     timeout_s: float
@@ -137,6 +166,7 @@ class Settings:
 
     tune: TuneSettings
     search: SearchSettings
+    filter: FilterSettings
     build: BuildSettings
     measure: MeasureSettings
     scheduler: SchedulerSettings
@@ -148,17 +178,25 @@ class Settings:
         cls,
         config_file: str | Path | None = None,
         overrides: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Settings:
-        """Defaults, then `config_file`, then `overrides` ({"tune.budget": "5min", ...}).
+        """Defaults, then `config_file` (or $ORCHESTRATE_CONFIG), then ORCHESTRATE_<SECTION>_<KEY>
+        variables of `env`, then `overrides` ({"tune.budget": "5min", ...}).
 
         Raises InputError naming the source, the key and the fix for unknown keys, wrong
         types and out-of-range values.
         """
+        env = env or {}
         layers: list[tuple[str, dict[str, Any]]] = [
             ("configs/default.toml", tomllib.loads(configs.read_text("default.toml")))
         ]
+        config_file = (
+            config_file if config_file is not None else env.get(f"{ENV_PREFIX}CONFIG") or None
+        )
         if config_file is not None:
             layers.append((str(config_file), _read_toml(Path(config_file))))
+        if env:
+            layers.append(("environment", _env_layer(env)))
         if overrides:
             layers.append(("options", _nest(overrides)))
         merged: dict[str, dict[str, Any]] = {}
@@ -178,6 +216,48 @@ class Settings:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+
+ENV_PREFIX = "ORCHESTRATE_"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _env_layer(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """ORCHESTRATE_TUNE_BUDGET=5min -> {"tune": {"budget": "5min"}}, typed like the setting."""
+    hints = typing.get_type_hints(Settings)
+    fields = {
+        f"{ENV_PREFIX}{section}_{key}".upper(): (section, key, kind)
+        for section, section_type in hints.items()
+        for key, kind in typing.get_type_hints(section_type).items()
+    }
+    layer: dict[str, dict[str, Any]] = {}
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX) or name == f"{ENV_PREFIX}CONFIG":
+            continue
+        if name not in fields:
+            raise InputError(
+                f"environment variable {name} is not a setting; they are named like "
+                f"{ENV_PREFIX}TUNE_BUDGET (see 'orchestrate config')"
+            )
+        section, key, kind = fields[name]
+        layer.setdefault(section, {})[key] = _parse_env(name, text, kind)
+    return layer
+
+
+def _parse_env(name: str, text: str, kind: type) -> Any:
+    value = text.strip()
+    try:
+        if kind is bool:
+            if value.lower() not in _TRUE + _FALSE:
+                raise ValueError
+            return value.lower() in _TRUE
+        if kind in (int, float):
+            return kind(value)
+    except ValueError:
+        raise InputError(
+            f"environment variable {name} must be {kind.__name__} but is {text!r}"
+        ) from None
+    return value
 
 
 def _section_type(field: dataclasses.Field) -> type:

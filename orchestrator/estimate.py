@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -100,7 +101,7 @@ def estimate(
     from .targets import host_cores, resolve_target
     from .tasks import extract_tasks
 
-    settings = Settings.load(config, {"tune.target": target} if target else None)
+    settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=True)
     relax_mod = import_to_relax(onnx_model)

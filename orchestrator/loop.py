@@ -45,6 +45,7 @@ class TaskSearch:
         cost_model: Any,
         rand_state: int,
         threads: int,
+        proposals: int,
     ) -> None:
         from tvm.s_tir import meta_schedule as ms
 
@@ -72,7 +73,7 @@ class TaskSearch:
         # last batches on the way; the budget stops the loop instead, so give it ample room.
         self.ctx.pre_tuning(
             max_trials=1 << 30,
-            num_trials_per_iter=settings.tune.trials_per_round,
+            num_trials_per_iter=proposals,
             design_spaces=self.ctx.generate_design_space(),
             database=database,
             cost_model=cost_model,
@@ -83,6 +84,17 @@ class TaskSearch:
         """Candidates for one round; None once the search has nothing left to propose."""
         proposed = self.ctx.generate_measure_candidates()
         return None if proposed is None else list(proposed)
+
+
+def spend_fields(ledger: Ledger) -> dict[str, Any]:
+    """Spend so far, as events report it."""
+    return {
+        "wall_s": ledger.wall_s,
+        "device_h": ledger.device_h,
+        "usd": ledger.usd,
+        "energy_j": ledger.energy_j,
+        "trials": ledger.trials,
+    }
 
 
 class TuningLoop:
@@ -126,6 +138,9 @@ class TuningLoop:
         self.measured = measured  # task index -> keys of candidates already in the database
         self.rand_state = rand_state
         self.threads = threads
+        # A filter needs more proposals than it keeps, to have something to choose from.
+        factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
+        self.proposals = settings.tune.trials_per_round * factor
         self._searches: dict[int, TaskSearch] = {}
         self._empty_rounds: dict[int, int] = {}
 
@@ -137,8 +152,8 @@ class TuningLoop:
                 return decision.reason
             state = self.scheduler.pick(self.states)
             if state is None:
-                return "every task is done: " + "; ".join(
-                    sorted({s.done for s in self.states if s.done})
+                return "every task is retired: " + "; ".join(
+                    sorted({s.retired for s in self.states if s.retired})
                 )
             wanted = self.settings.tune.trials_per_round
             self._round(state, self.stopping.allowance(self.ledger, wanted))
@@ -154,6 +169,7 @@ class TuningLoop:
                     cost_model=self.cost_model,
                     rand_state=self.rand_state,
                     threads=self.threads,
+                    proposals=self.proposals,
                 )
         return self._searches[task.index]
 
@@ -193,6 +209,7 @@ class TuningLoop:
             selection = self.filter.select(task, fresh)
         kept = [fresh[i] for i in selection.keep]
         chosen = kept[:allowed]
+        audited = {fresh[i].key for i in selection.audit} & {c.key for c in chosen}
         if not chosen:
             self._empty_rounds[task.index] = self._empty_rounds.get(task.index, 0) + 1
             if self._empty_rounds[task.index] >= _MAX_EMPTY_ROUNDS:
@@ -215,6 +232,10 @@ class TuningLoop:
         seconds = time.monotonic() - started
         state.trials += len(chosen)
         state.failures += len(chosen) - len(good)
+        state.proposed += len(proposed)
+        state.filtered += len(fresh) - len(kept)
+        state.built += sum(b.ok for b in builds)
+        state.audited += len(audited)
         state.record_round(min(good) if good else None)
         state.round_s.append(seconds)
         fixed_s = seconds - times.get("build", 0.0) - times.get("measure", 0.0)
@@ -225,6 +246,7 @@ class TuningLoop:
             proposed=len(proposed),
             fresh=len(fresh),
             kept=len(kept),
+            audited=len(audited),
             chosen=chosen,
             builds=builds,
             measurements=measurements,
@@ -272,9 +294,9 @@ class TuningLoop:
             )
 
     def _retire(self, state: TaskState, reason: str) -> None:
-        state.done = reason
-        self.journal({"type": "task_done", "task": state.task.index, "reason": reason})
-        self.emit("task_done", task=state.task.name, reason=reason)
+        state.retired = reason
+        self.journal({"type": "task_retired", "task": state.task.index, "reason": reason})
+        self.emit("task_retired", task=state.task.name, reason=reason)
 
     def _journal_round(
         self,
@@ -283,6 +305,7 @@ class TuningLoop:
         proposed: int,
         fresh: int,
         kept: int,
+        audited: int,
         chosen: Sequence[Candidate],
         builds: Sequence[Build],
         measurements: Sequence[Measurement],
@@ -297,6 +320,7 @@ class TuningLoop:
             "proposed": proposed,
             "duplicates": proposed - fresh,
             "filtered": fresh - kept,
+            "audited": audited,
             "over_budget": kept - len(chosen),
             "built": sum(b.ok for b in builds),
             "measured": sum(m.ok for m in measurements),
@@ -321,6 +345,6 @@ class TuningLoop:
             failed=entry["failed"],
             best_s=state.best_s,
             model_latency_s=entry["model_latency_s"],
-            wall_s=self.ledger.wall_s,
-            trials=self.ledger.trials,
+            spend=spend_fields(self.ledger),
+            budget_used=self.stopping.progress(self.ledger),
         )

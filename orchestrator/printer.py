@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -19,11 +20,16 @@ def fmt_flops(flops: float) -> str:
 
 
 class Printer:
-    """An `on_event` callback that prints one line per step; `quiet` keeps only warnings."""
+    """An `on_event` callback for people: on a terminal, a progress bar (spend against the
+    budget, best model latency so far) under the step lines; elsewhere one plain line per
+    step. `quiet` keeps only warnings and the summary."""
 
-    def __init__(self, *, quiet: bool = False) -> None:
+    BAR = 24
+
+    def __init__(self, *, quiet: bool = False, tty: bool | None = None) -> None:
         self.quiet = quiet
-        self._tasks: int = 0
+        self.tty = sys.stdout.isatty() if tty is None else tty
+        self._bar = ""  # the progress line on screen, if any
 
     def __call__(self, event: dict[str, Any]) -> None:
         handler = getattr(self, "_on_" + event["event"], None)
@@ -31,8 +37,25 @@ class Printer:
             handler(event)
 
     def _say(self, text: str) -> None:
-        if not self.quiet:
-            click.echo(text)
+        if self.quiet:
+            return
+        if self._bar:  # print above the bar, then draw it again
+            click.echo("\r" + " " * len(self._bar) + "\r", nl=False)
+        click.echo(text)
+        if self._bar:
+            click.echo(self._bar, nl=False)
+
+    def _progress(self, text: str) -> None:
+        if self.quiet:
+            return
+        padding = " " * max(0, len(self._bar) - len(text))
+        self._bar = text
+        click.echo("\r" + text + padding, nl=False)
+
+    def _end_progress(self) -> None:
+        if self._bar and not self.quiet:
+            click.echo()
+        self._bar = ""
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
         if e["build_only"]:
@@ -85,18 +108,35 @@ class Printer:
             )
 
     def _on_round(self, e: dict[str, Any]) -> None:
+        spend = e["spend"]
         failed = f", {e['failed']} failed" if e["failed"] else ""
-        self._say(
+        line = (
             f"round {e['round']:>3}  {e['task']} [{e['task_index'] + 1}/{e['tasks']}]  "
             f"{e['measured']} measured{failed}  task best {fmt_latency(e['best_s'])}  "
             f"model ~{fmt_latency(e['model_latency_s'])}  "
-            f"{fmt_duration(e['wall_s'])}, {e['trials']} trials"
+            f"{fmt_duration(spend['wall_s'])}, {spend['trials']} trials"
+        )
+        if not self.tty:
+            self._say(line)
+            return
+        used = min(1.0, e["budget_used"] or 0.0)
+        filled = int(round(used * self.BAR))
+        money = f", ${spend['usd']:.2f}" if spend["usd"] is not None else ""
+        self._say(line)
+        self._progress(
+            f"[{'#' * filled}{'.' * (self.BAR - filled)}] {used:4.0%} of budget  "
+            f"{fmt_duration(spend['wall_s'])}{money}  best model ~{fmt_latency(e['model_latency_s'])}"
         )
 
-    def _on_task_done(self, e: dict[str, Any]) -> None:
-        self._say(f"task {e['task']} done: {e['reason']}")
+    def _on_task_retired(self, e: dict[str, Any]) -> None:
+        self._say(f"task {e['task']} retired: {e['reason']}")
+
+    def _on_warning(self, e: dict[str, Any]) -> None:
+        self._end_progress()
+        click.echo(f"warning: {e['message']}", err=True)
 
     def _on_stopped(self, e: dict[str, Any]) -> None:
+        self._end_progress()
         self._say(f"stopped: {e['reason']}")
 
     def summary(self, result: Result) -> None:
@@ -118,9 +158,16 @@ class Printer:
             for name, secs in sorted(result.phases.items(), key=lambda kv: -kv[1])
             if secs >= 0.05
         )
+        spent = fmt_duration(result.wall_s)
+        if result.device_h:
+            spent += f", {result.device_h:.3g} GPU-h"
+        if result.usd is not None:
+            spent += f", ${result.usd:.2f}"
+        if result.energy_j is not None:
+            spent += f", {result.energy_j / 1e3:.3g} kJ"
         lines += [
             f"  trials              {result.trials} in {result.rounds} rounds",
-            f"  time spent          {fmt_duration(result.wall_s)} ({phases})",
+            f"  spent               {spent} ({phases})",
             f"  stopped because     {result.stop_reason}",
             f"  run directory       {result.run_dir}",
             f"  tuned library       {result.paths['library']}",

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from budget import Budget, Ledger, StoppingRule
@@ -18,7 +19,9 @@ from measure import Engine
 
 from . import deploy
 from .config import Settings
-from .loop import TuningLoop
+from .durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
+from .interrupt import Interrupt
+from .loop import TuningLoop, spend_fields
 from .measuring import make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
 from .reporting import write_report
@@ -49,7 +52,9 @@ class Session:
         plateau: TaskPlateau | None,
         price: Price | None,
         energy: EnergyMeter | None,
+        interrupt: Interrupt,
         candidate_filter: Filter,
+        warm_start: Path | None,
         run: RunDir,
         build_only: bool,
         emit: Emit,
@@ -65,19 +70,24 @@ class Session:
         self.plateau = plateau
         self.price = price
         self.energy = energy
+        self.interrupt = interrupt
         self.filter = candidate_filter
+        self.warm_start = warm_start
         self.run = run
         self.build_only = build_only
         self.emit = emit
         self._checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
+        self.warnings: list[str] = []
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
         from tvm.s_tir import meta_schedule as ms
 
-        journal = self.run.journal()
+        # 1. Restore what earlier sessions measured and spent; mend what a crash tore.
+        journal = self.run.journal()  # read (and refused if corrupt) before anything is mended
+        repairs = repair_database(self.run)
         ledger = Ledger(
-            carried=spend_so_far(journal),
+            carried=checkpointed_spend(self.run, spend_so_far(journal)),
             devices=self.target.devices,
             cores=host_cores(),
             usd_per_hour=self.price.usd_per_hour if self.price else None,
@@ -85,57 +95,90 @@ class Session:
             earlier_s=self.import_s,
         )
         ledger.charge_phase("import", self.import_s)
-        # 1. Restore what earlier sessions measured and spent.
         database = ms.database.JSONDatabase(work_dir=str(self.run.path))
         cost_model = ms.cost_model.XGBModel(
             num_warmup_samples=self.settings.search.cost_model_warmup
         )
         with ledger.phase("restore"):
             restored = restore(
-                self.tasks, journal, database, cost_model=cost_model, target=self.target.target
+                self.tasks,
+                journal,
+                database,
+                cost_model=cost_model,
+                target=self.target.target,
+                candidate_filter=self.filter,
             )
+            if self.warm_start is not None:
+                used = self.filter.warm_start(self.warm_start)  # type: ignore[attr-defined]
+                self.run.append(
+                    {"type": "warm_start", "source": str(self.warm_start), "used": used}
+                )
         # A crash between a database commit and its journal line leaves records the journal
         # has not counted: count them, so that the trial budget is never exceeded.
         ledger.trials = max(ledger.trials, restored.trials)
         ledger.history = list(restored.points)
         self._start(restored, ledger)
-
-        untuned = restored.untuned
-        stop_reason = "build only: nothing was tuned"
-        if not self.build_only:
-            logs = self.run[RunDir.LOGS]
-            with (
-                make_builder(self.settings, logs) as builder,
-                make_engine(self.settings, self.target, logs) as engine,
-            ):
-                # 2. Untuned latency of each task, and of the whole model.
-                self._measure_baselines(restored, builder, engine, ledger)
-                if untuned is None:
-                    untuned = self._untuned_model(ledger)
-                if not ledger.history:
-                    self._point(ledger, model_latency_s(restored.states))
-                ledger.reserved_s = (
-                    _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
-                    + untuned.get("check_s", 0.0)
-                    + _RESERVE_MARGIN_S
+        for repair in repairs:
+            self._warn(f"the run directory was mended after a crash: {repair}")
+        with Heartbeat(self.run, ledger.snapshot):
+            untuned, stop_reason = restored.untuned, "build only: nothing was tuned"
+            if not self.build_only:
+                untuned, stop_reason = self._measure_and_tune(
+                    restored, database, cost_model, ledger
                 )
-                # 3. Tune.
-                stop_reason = (
-                    self._tune(restored, database, cost_model, builder, engine, ledger)
-                    if self.tasks
-                    else "the model has no operators to tune"
-                )
-            self.run.append(
-                {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
-            )
-            self.emit("stopped", reason=stop_reason, wall_s=ledger.wall_s, trials=ledger.trials)
-        # 4. Compile with the database, export, check and time.
-        tuned = self._compile_and_check(database, ledger, self.run[RunDir.LIBRARY])
-        report = self._report(restored, untuned, tuned, ledger, stop_reason)
-        write_report(self.run, report)
-        self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
-        self.emit("finished", report=report)
+            # 4. Compile with the database, export, check and time.
+            tuned = self._compile_and_check(database, ledger, self.run[RunDir.LIBRARY])
+            report = self._report(restored, untuned, tuned, ledger, stop_reason)
+            write_report(self.run, report)
+            self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
+
+    def _measure_and_tune(
+        self, restored: Restored, database: Any, cost_model: Any, ledger: Ledger
+    ) -> tuple[dict[str, Any], str]:
+        logs = self.run[RunDir.LOGS]
+        device = f"{self.target.device_type}0" if self.target.device_type == "cuda" else "cpu"
+        with (
+            DeviceClaim(device) as claim,
+            make_builder(self.settings, logs) as builder,
+            make_engine(self.settings, self.target, logs) as engine,
+        ):
+            if claim.shared_with:
+                self._warn(
+                    f"another orchestrate process (pid {claim.shared_with}) is measuring on "
+                    f"{device}: the measurements of both runs are disturbed"
+                )
+            # 2. Untuned latency of each task, and of the whole model.
+            self._measure_baselines(restored, builder, engine, ledger)
+            untuned = restored.untuned or self._untuned_model(ledger)
+            if not ledger.history:
+                self._point(ledger, model_latency_s(restored.states))
+            ledger.reserved_s = (
+                _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
+                + untuned.get("check_s", 0.0)
+                + _RESERVE_MARGIN_S
+            )
+            # 3. Tune.
+            stop_reason = (
+                self._tune(restored, database, cost_model, builder, engine, ledger)
+                if self.tasks
+                else "the model has no operators to tune"
+            )
+        self.run.append(
+            {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
+        )
+        self.emit(
+            "stopped",
+            reason=stop_reason,
+            interrupted=self.interrupt.requested,
+            spend=spend_fields(ledger),
+        )
+        return untuned, stop_reason
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.run.append({"type": "warning", "message": message})
+        self.emit("warning", message=message)
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -291,11 +334,15 @@ class Session:
                 flops=s.task.flops,
                 trials=s.trials,
                 failures=s.failures,
+                proposed=s.proposed,
+                filtered=s.filtered,
+                built=s.built,
+                audited=s.audited,
                 rounds=s.rounds,
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
                 spend_s=sum(s.round_s),
-                done=s.done,
+                retired=s.retired,
             )
             for s in restored.states
         ]
@@ -331,6 +378,15 @@ class Session:
             spend=ledger.snapshot(),
             curve=ledger.history,
             stop_reason=stop_reason,
+            interrupted=self.interrupt.requested,
+            warnings=self.warnings,
+            candidate_filter=self.filter.stats(),
+            # Nothing measured in the whole run, yet not stopped by a signal: the budget was
+            # used up by import, untuned measurement and compiling.
+            budget_too_small=not self.build_only
+            and bool(self.tasks)
+            and ledger.trials == 0
+            and not self.interrupt.requested,
             paths=paths,
         )
 

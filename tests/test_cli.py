@@ -6,11 +6,11 @@ import hashlib
 import json
 from pathlib import Path
 
-import onnx_models
 import pytest
 from click.testing import CliRunner
-from devices import GPU
 
+import onnx_models
+from devices import GPU
 from orchestrator.cli import main
 from orchestrator.rundir import RunDir
 
@@ -66,7 +66,7 @@ def models(tmp_path):
         ),
         (["--budget", "200kJ", "--target", "llvm", "tiny.onnx"], "needs NVML on a GPU run"),
         (["--target", "foo", "tiny.onnx"], "unknown target 'foo'"),
-        (["--filter", "magic", "tiny.onnx"], "unknown filter 'magic'; choose one of: none"),
+        (["--filter", "magic", "tiny.onnx"], "unknown filter 'magic'; choose one of: xgb, none"),
         (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),
         (["--frobnicate", "tiny.onnx"], "No such option '--frobnicate'"),
         (["--trials-per-round", "0", "tiny.onnx"], "0 is not in the range x>=1"),

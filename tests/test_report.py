@@ -48,7 +48,7 @@ def synthetic_report(run_dir: Path) -> dict:
             untuned_s=1.5e-3,
             best_s=0.45e-3,
             spend_s=1800.0,
-            done=None,
+            retired=None,
         ),
         task_row(
             name="dense",
@@ -61,7 +61,7 @@ def synthetic_report(run_dir: Path) -> dict:
             untuned_s=1e-3,
             best_s=0.3e-3,
             spend_s=1200.0,
-            done="plateau: ...",
+            retired="plateau: ...",
         ),
     ]
     compiled = {

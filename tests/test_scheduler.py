@@ -4,12 +4,12 @@ from orchestrator.scheduler import GainScheduler, TaskState, model_latency_s
 from orchestrator.tasks import Task
 
 
-def state(index, *, weight=1, baseline=None, history=(), done=None):
+def state(index, *, weight=1, baseline=None, history=(), retired=None):
     task = Task(index, f"t{index}", weight, 1e6, None, f"{index:016x}")
     s = TaskState(task, baseline_s=baseline)
     for best in history:
         s.record_round(best)
-    s.done = done
+    s.retired = retired
     return s
 
 
@@ -49,10 +49,10 @@ def test_a_task_without_any_latency_goes_first():
 def test_done_tasks_get_no_rounds_and_none_is_returned_when_all_are_done():
     sched = GainScheduler()
     assert (
-        sched.pick([state(0, baseline=5.0, done="exhausted"), state(1, baseline=1.0)]).task.index
+        sched.pick([state(0, baseline=5.0, retired="exhausted"), state(1, baseline=1.0)]).task.index
         == 1
     )
-    assert sched.pick([state(0, baseline=1.0, done="exhausted")]) is None
+    assert sched.pick([state(0, baseline=1.0, retired="exhausted")]) is None
 
 
 def test_model_latency_sums_weight_times_the_deployed_latency():

@@ -1,0 +1,133 @@
+"""Logging a run to MLflow from its events (optional: `pip install 'tune-orchestrator[mlflow]'`).
+
+Parameters when the session starts, metrics after every round (step = round), final metrics,
+the report and the database as artifacts when it finishes. A tracking server that fails in
+the middle of a run costs a warning, not the tuning.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+class MlflowLogger:
+    """An `on_event` subscriber that mirrors one session into one MLflow run."""
+
+    def __init__(
+        self, *, tracking_uri: str | None, experiment: str, params: Mapping[str, Any]
+    ) -> None:
+        try:
+            from mlflow import MlflowClient
+        except ImportError:
+            raise InputError(
+                "--mlflow needs the mlflow client: pip install 'tune-orchestrator[mlflow]'"
+            ) from None
+        try:
+            self._client = MlflowClient(tracking_uri=tracking_uri)
+            found = self._client.get_experiment_by_name(experiment)
+            self._experiment = (
+                found.experiment_id if found else self._client.create_experiment(experiment)
+            )
+        except Exception as exc:
+            where = tracking_uri or "the tracking URI in MLFLOW_TRACKING_URI"
+            raise InputError(f"cannot use MLflow at {where}: {exc}") from None
+        self._params = {k: str(v)[:500] for k, v in params.items()}
+        self._run_id: str | None = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        handler = getattr(self, "_on_" + event["event"], None)
+        if handler is None:
+            return
+        try:
+            handler(event)
+        except Exception as exc:  # the tracking server failing must not end the tuning
+            print(f"warning: MLflow logging failed ({exc}); tuning goes on", file=sys.stderr)
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    def _on_run_started(self, e: dict[str, Any]) -> None:
+        run = self._client.create_run(
+            self._experiment,
+            run_name=f"{e['model']}-{Path(e['run_dir']).name}",
+            tags={
+                "run_dir": e["run_dir"],
+                "model": e["model"],
+                "target": e["target"],
+                "resumed": str(e["resumed"]).lower(),
+            },
+        )
+        self._run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in {**self._params, "budget": e["budget"]}.items()]
+        for start in range(0, len(params), 100):  # the API takes at most 100 per batch
+            self._client.log_batch(self._run_id, params=params[start : start + 100])
+
+    def _on_round(self, e: dict[str, Any]) -> None:
+        spend = e["spend"]
+        metrics = {
+            "model_latency_ms": None
+            if e["model_latency_s"] is None
+            else e["model_latency_s"] * 1e3,
+            "trials": spend["trials"],
+            "wall_s": spend["wall_s"],
+            "device_h": spend["device_h"],
+            "usd": spend["usd"],
+            "energy_j": spend["energy_j"],
+            "budget_used": e["budget_used"],
+        }
+        self._log(metrics, step=e["round"])
+
+    def _on_task_retired(self, e: dict[str, Any]) -> None:
+        self._client.set_tag(self._run_id, f"retired.{e['task']}"[:250], e["reason"][:5000])
+
+    def _on_finished(self, e: dict[str, Any]) -> None:
+        result = e["result"]
+        self._log(
+            {
+                "untuned_latency_ms": _ms(result["untuned_latency_s"]),
+                "tuned_latency_ms": _ms(result["tuned_latency_s"]),
+                "speedup": result["speedup"],
+                "trials": result["trials"],
+                "wall_s": result["wall_s"],
+                "device_h": result["device_h"],
+                "usd": result["usd"],
+            },
+            step=None,
+        )
+        self._client.set_tag(self._run_id, "stop_reason", result["stop_reason"][:5000])
+        paths = result["paths"]
+        for key in (
+            "report",
+            "report_md",
+            "report_html",
+            "database_workload",
+            "database_tuning_record",
+        ):
+            if key in paths and Path(paths[key]).is_file():
+                self._client.log_artifact(self._run_id, paths[key])
+        plots = Path(paths["run_dir"]) / "plots"
+        if plots.is_dir():
+            self._client.log_artifacts(self._run_id, str(plots), artifact_path="plots")
+        status = "KILLED" if result["interrupted"] else "FINISHED"
+        self._client.set_terminated(self._run_id, status=status)
+
+    def _log(self, metrics: Mapping[str, float | None], step: int | None) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
+        self._client.log_batch(self._run_id, metrics=batch)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3

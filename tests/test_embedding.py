@@ -1,0 +1,353 @@
+"""Embedding in pipelines: the Python API, the JSON event stream, exit codes, config layers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+import onnx_models
+from orchestrator import InputError, tune
+from orchestrator.cli import main
+from orchestrator.config import Settings
+from orchestrator.events import schema as event_schema
+from orchestrator.printer import Printer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def orchestrate_process(*args, env=None, **popen) -> subprocess.Popen:
+    """The real CLI in its own process (as a pipeline runs it)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=full_env,
+        **popen,
+    )
+
+
+# -- the Python API ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory, fast_config):
+    base = tmp_path_factory.mktemp("api")
+    model = onnx_models.tiny_cnn(base / "tiny.onnx")
+    events: list[dict] = []
+    result = tune(
+        model,
+        budget="12trials",
+        target="llvm",
+        config=fast_config,
+        out=base / "run",
+        on_event=events.append,
+        env={},
+    )
+    return result, events
+
+
+def test_api_result_agrees_with_report_json(api_run):
+    result, _ = api_run
+    report = json.loads(result.paths["report"].read_text())
+    summary = report["summary"]
+    assert result.trials == summary["trials"] == 12
+    assert (
+        result.tuned_latency_s
+        == summary["tuned_latency_s"]
+        == report["tuned"]["latency"]["median_s"]
+    )
+    assert result.untuned_latency_s == report["untuned"]["latency"]["median_s"]
+    assert result.speedup == pytest.approx(result.untuned_latency_s / result.tuned_latency_s)
+    assert (result.wall_s, result.device_h, result.usd, result.energy_j) == (
+        summary["wall_s"],
+        summary["device_h"],
+        summary["usd"],
+        summary["energy_j"],
+    )
+    assert result.usd is not None and result.energy_j is None  # CPU run: priced, no NVML
+    assert result.stop_reason == summary["stop_reason"] == "trial budget reached: 12 of 12"
+    assert [t.name for t in result.tasks] == [t["name"] for t in report["tasks"]]
+    assert result.check_ok is True and result.exit_code == 0
+    assert not result.interrupted and not result.budget_too_small
+    assert all(path.exists() for path in result.paths.values())
+    assert json.loads(json.dumps(result.to_dict()))["paths"]["library"].endswith("model.so")
+
+
+def test_every_event_reaches_the_callback_and_validates(api_run):
+    result, events = api_run
+    kinds = [e["event"] for e in events]
+    assert kinds[:2] == ["run_started", "tasks"]
+    assert kinds[-3:] == ["stopped", "compiled", "finished"]  # the tuned model after tuning
+    assert {"untuned_tasks", "compiled", "round"} <= set(kinds)
+    assert kinds.count("round") == 2  # 12 trials in rounds of 8
+    for event in events:
+        jsonschema.validate(event, event_schema())
+    finished = events[-1]
+    assert finished["exit_code"] == 0 and finished["result"] == json.loads(
+        json.dumps(result.to_dict())
+    )
+    rounds = [e for e in events if e["event"] == "round"]
+    assert rounds[-1]["spend"]["trials"] == 12 and rounds[-1]["budget_used"] == pytest.approx(1.0)
+
+
+def test_api_raises_input_error_before_touching_anything(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        tune(tmp_path / "nope.onnx", budget="1min", out=tmp_path / "run", env={})
+    assert not (tmp_path / "run").exists()
+
+
+# -- the JSON event stream from a real CLI process -------------------------------------------
+
+
+def test_json_stream_has_one_valid_event_per_line_and_nothing_else(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    proc = orchestrate_process(
+        "--json",
+        "--budget",
+        "8trials",
+        "--target",
+        "llvm",
+        "--config",
+        fast_config,
+        "--out",
+        tmp_path / "run",
+        model,
+    )
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    lines = stdout.splitlines()
+    events = [json.loads(line) for line in lines]  # every line is JSON
+    for event in events:
+        jsonschema.validate(event, event_schema())
+    assert [e["event"] for e in events][0] == "run_started"
+    assert events[-1]["event"] == "finished" and events[-1]["exit_code"] == 0
+    assert any(e["event"] == "round" for e in events)
+
+
+# -- exit codes, provoked for real ----------------------------------------------------------
+
+
+def test_exit_2_for_bad_input_from_a_real_process(tmp_path):
+    proc = orchestrate_process("--budget", "5min", tmp_path / "missing.onnx")
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert stderr.strip().splitlines() == [
+        f"error: model file {tmp_path / 'missing.onnx'} does not exist; check the path"
+    ]
+
+
+def test_exit_3_when_the_budget_is_too_small_to_tune_anything(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    result = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "2s",
+            "--target",
+            "llvm",
+            "--config",
+            str(fast_config),
+            "--out",
+            str(tmp_path / "run"),
+            str(model),
+        ],
+    )
+    assert result.exit_code == 3, result.output
+    assert "budget too small to tune anything" in result.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["summary"]["budget_too_small"] is True and report["summary"]["trials"] == 0
+    assert report["untuned"]["latency"]["median_s"] > 0  # what was learnt is kept
+
+
+def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
+    strict = tmp_path / "strict.toml"  # a tolerance no float32 computation can meet
+    strict.write_text(fast_config.read_text().replace("[check]\n", "[check]\nrtol = 1e-15\n"))
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    result = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "8trials",
+            "--target",
+            "llvm",
+            "--config",
+            str(strict),
+            "--out",
+            str(tmp_path / "run"),
+            str(model),
+        ],
+    )
+    assert result.exit_code == 4, result.output
+    assert "the tuned model's outputs differ from onnxruntime's" in result.stderr
+
+
+def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx", twin_convs=True)
+    run = tmp_path / "run"
+    proc = orchestrate_process(
+        "--json",
+        "--budget",
+        "30min",
+        "--no-early-stop",
+        "--target",
+        "llvm",
+        "--config",
+        fast_config,
+        "--out",
+        run,
+        model,
+    )
+    for line in proc.stdout:  # wait for the first round to finish, then ask to stop
+        if json.loads(line)["event"] == "round":
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 130, stderr
+    events = [json.loads(line) for line in rest.splitlines()]
+    stopped = next(e for e in events if e["event"] == "stopped")
+    assert stopped["interrupted"] is True and stopped["reason"] == "interrupted by SIGTERM"
+    assert events[-1]["event"] == "finished" and events[-1]["exit_code"] == 130
+    assert f"resume with the same command and --out {run}" in stderr
+    report = json.loads((run / "report.json").read_text())
+    assert report["summary"]["interrupted"] is True and report["summary"]["rounds"] <= 2
+
+
+def test_exit_1_for_an_internal_error_with_its_traceback(tmp_path):
+    """A broken environment: the process may not map enough memory to load TVM."""
+    import resource
+
+    limit = 600 * 2**20
+
+    def small_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    proc = orchestrate_process(
+        "--budget", "1min", "--out", tmp_path / "run", model, preexec_fn=small_address_space
+    )
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr
+    # (onnxruntime may log its own failure first)
+    assert "\ninternal error: " in "\n" + stderr and "Traceback (most recent call last)" in stderr
+
+
+# -- configuration layers ------------------------------------------------------------------
+
+
+def test_defaults_then_file_then_environment_then_options(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[tune]\nbudget = "3min"\nseed = 7\ntrials_per_round = 16\n')
+    env = {
+        "ORCHESTRATE_TUNE_SEED": "8",
+        "ORCHESTRATE_TUNE_TRIALS_PER_ROUND": "32",
+        "ORCHESTRATE_MEASURE_CPU_CACHE_FLUSH": "yes",
+        "HOME": "/root",
+    }
+    settings = Settings.load(path, {"tune.trials_per_round": 48}, env=env)
+    assert settings.tune.budget == "3min"  # file over default
+    assert settings.tune.seed == 8  # environment over file
+    assert settings.tune.trials_per_round == 48  # option over environment
+    assert settings.measure.cpu_cache_flush is True
+    assert Settings.load(env={"ORCHESTRATE_CONFIG": str(path)}).tune.budget == "3min"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ORCHESTRATE_TUNE_BUDGETT": "5min"}, "ORCHESTRATE_TUNE_BUDGETT is not a setting"),
+        (
+            {"ORCHESTRATE_SEARCH_POPULATION": "many"},
+            "ORCHESTRATE_SEARCH_POPULATION must be int but is 'many'",
+        ),
+        ({"ORCHESTRATE_STOPPING_EARLY_STOP": "maybe"}, "must be bool"),
+    ],
+)
+def test_bad_environment_variables_are_named(env, message):
+    with pytest.raises(InputError) as info:
+        Settings.load(env=env)
+    assert message in str(info.value)
+
+
+def test_config_command_shows_the_environment_layer():
+    result = CliRunner().invoke(main, ["config"], env={"ORCHESTRATE_TUNE_BUDGET": "42min"})
+    assert result.exit_code == 0 and 'budget = "42min"' in result.stdout
+
+
+# -- progress for people -------------------------------------------------------------------
+
+
+def round_event(n: int, used: float) -> dict:
+    return {
+        "event": "round",
+        "round": n,
+        "task": "conv",
+        "task_index": 0,
+        "tasks": 2,
+        "measured": 8,
+        "failed": 0,
+        "best_s": 1e-4,
+        "model_latency_s": 3e-4,
+        "budget_used": used,
+        "spend": {
+            "wall_s": 60.0 * n,
+            "device_h": 0.0,
+            "usd": 0.01 * n,
+            "energy_j": None,
+            "trials": 8 * n,
+        },
+    }
+
+
+def test_a_terminal_gets_a_progress_bar_and_a_log_gets_plain_lines(capsys):
+    tty = Printer(tty=True)
+    tty(round_event(1, 0.25))
+    tty(round_event(2, 0.5))
+    out = capsys.readouterr().out
+    assert "\r[######..................]  25% of budget" in out
+    assert "\r[############............]  50% of budget  2m00s, $0.02  best model ~300 us" in out
+    plain = Printer(tty=False)
+    plain(round_event(1, 0.25))
+    out = capsys.readouterr().out
+    assert "\r" not in out and out.startswith("round   1  conv [1/2]  8 measured")
+
+
+def test_the_pipeline_example_runs_and_exits_with_the_code(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "runs" / "step"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "pipeline_step.py"),
+            str(model),
+            "--budget",
+            "8trials",
+            "--out",
+            str(out),
+            "--config",
+            str(fast_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "ORCHESTRATE_TUNE_TARGET": "llvm"},
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "runs" / "step.result.json").read_text())
+    assert result["trials"] == 8 and result["check_ok"] is True
+    events = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "step.events.jsonl").read_text().splitlines()
+    ]
+    assert events[-1]["event"] == "finished"

@@ -1,0 +1,88 @@
+"""MLflow logging against a real, local, file-backed tracking store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from mlflow import MlflowClient
+
+import onnx_models
+from orchestrator.cli import main
+
+
+def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_config):
+    uri = (tmp_path / "mlruns").as_uri()
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        main,
+        [
+            "--mlflow",
+            "--mlflow-experiment",
+            "pipeline-tests",
+            "--budget",
+            "16trials",
+            "--target",
+            "llvm",
+            "--config",
+            str(fast_config),
+            "--out",
+            str(out),
+            str(model),
+        ],
+        env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"},
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("pipeline-tests")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["run_dir"] == str(out)
+    params = run.data.params
+    assert params["model"] == "tiny" and params["budget"] == "16trials"
+    assert params["tune.trials_per_round"] == "8" and params["search.population"] == "64"
+
+    history = client.get_metric_history(run.info.run_id, "model_latency_ms")
+    assert [m.step for m in history] == [1, 2]  # one point per round
+    rounds = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    latencies = [e["model_latency_s"] * 1e3 for e in rounds if e["type"] == "round"]
+    assert [m.value for m in history] == pytest.approx(latencies)
+    assert run.data.metrics["tuned_latency_ms"] == pytest.approx(
+        report["summary"]["tuned_latency_s"] * 1e3
+    )
+    assert run.data.metrics["speedup"] == pytest.approx(report["summary"]["speedup"])
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {
+        "report.json",
+        "report.md",
+        "report.html",
+        "database_tuning_record.json",
+        "plots",
+    } <= artifacts
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} >= {
+        "plots/convergence.png"
+    }
+
+
+def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    result = CliRunner().invoke(
+        main,
+        [
+            "--mlflow-uri",
+            "nonsense-scheme://x",
+            "--budget",
+            "8trials",
+            "--target",
+            "llvm",
+            str(model),
+        ],
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: cannot use MLflow at nonsense-scheme://x")
+    assert not (tmp_path / "runs").exists()
