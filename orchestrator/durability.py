@@ -1,0 +1,163 @@
+"""Surviving kill -9: database files checked and their torn tails cut on resume, spend
+checkpointed while the run works, and other tuning processes on the same device noticed."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from budget import Spend
+
+from .errors import InputError
+from .rundir import RunDir
+
+CHECKPOINT = "spend.json"
+
+
+def repair_database(run: RunDir) -> list[str]:
+    """Check both database files line by line. A torn last line (a write cut by a crash) is
+    cut off and kept in logs/repairs.log, or just ended if it is whole; any other broken line
+    is an InputError. Returns what was repaired, for the journal."""
+    repairs: list[str] = []
+    workloads = 0
+    for name in (RunDir.WORKLOAD_DB, RunDir.RECORD_DB):
+        path = run[name]
+        if not path.exists():
+            continue
+        data = path.read_bytes()
+        *complete, tail = data.split(b"\n")
+        rows = []
+        for number, line in enumerate(complete, start=1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except ValueError:
+                    raise InputError(
+                        f"{path} is corrupt at line {number} (not JSON); restore it from a "
+                        "backup or start a new run with another --out"
+                    ) from None
+        if tail.strip() and _is_json(tail):  # whole, only its newline is missing: keep it
+            _append(path, b"\n")
+            rows.append((len(complete) + 1, json.loads(tail)))
+            repairs.append(f"ended the last line of {name}")
+        elif tail.strip():
+            _append(
+                run[RunDir.LOGS] / "repairs.log",
+                b"torn tail of " + name.encode() + b": " + tail + b"\n",
+            )
+            with open(path, "r+b") as fh:
+                fh.truncate(len(data) - len(tail))
+                fh.flush()
+                os.fsync(fh.fileno())
+            repairs.append(f"cut a torn last line ({len(tail)} bytes) from {name}")
+        if name == RunDir.WORKLOAD_DB:
+            workloads = len(rows)
+            continue
+        for number, row in rows:
+            if not (
+                isinstance(row, list)
+                and row
+                and isinstance(row[0], int)
+                and 0 <= row[0] < workloads
+            ):
+                raise InputError(
+                    f"{path} line {number} refers to a workload that {RunDir.WORKLOAD_DB} does "
+                    "not have; the run directory is damaged, start a new run with another --out"
+                )
+    return repairs
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def checkpointed_spend(run: RunDir, from_journal: Spend) -> Spend:
+    """The later of the journal's last spend and the heartbeat's checkpoint."""
+    path = run[CHECKPOINT]
+    if not path.exists():
+        return from_journal
+    try:
+        saved = Spend.from_dict(json.loads(path.read_text())["spend"])
+    except (ValueError, KeyError, TypeError):
+        return from_journal  # a checkpoint is replaced atomically, so this is not ours: ignore
+    return saved if saved.wall_s > from_journal.wall_s else from_journal
+
+
+class Heartbeat:
+    """Writes the current spend to spend.json every `interval_s` (atomically), so a run killed
+    between journal entries loses at most that much of its spend."""
+
+    def __init__(self, run: RunDir, snapshot: Callable[[], Spend], interval_s: float = 5.0) -> None:
+        self._run = run
+        self._snapshot = snapshot
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="spend-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.write()
+
+    def write(self) -> None:
+        self._run.write_json(CHECKPOINT, {"spend": self._snapshot().to_dict()})
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.write()
+            except OSError:  # a full disk must not kill the tuning; the journal still has spend
+                pass
+
+
+class DeviceClaim:
+    """An advisory lock per measuring device, shared by every orchestrate process on this host:
+    a second tuning process on the same device spoils both runs' measurements."""
+
+    def __init__(self, device: str) -> None:
+        folder = Path(tempfile.gettempdir()) / "tune-orchestrator"
+        folder.mkdir(exist_ok=True)
+        self.path = folder / f"device-{device.replace('/', '_')}.lock"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        self.shared_with: str | None = None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.shared_with = (
+                os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            )
+        else:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DeviceClaim:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

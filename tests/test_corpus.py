@@ -1,0 +1,88 @@
+"""The bad-input corpus (tests/corpus/manifest.toml): one line, exit 2, nothing changed."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import onnx_models
+from orchestrator.cli import main
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+CASES = tomllib.loads((CORPUS / "manifest.toml").read_text())["case"]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file's hash, except the run directory's lock (it holds the last owner's pid)."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, fast_config):
+    base = tmp_path_factory.mktemp("corpus")
+    good = onnx_models.tiny_cnn(base / "good.onnx")
+    run = base / "run"
+    result = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "8trials",
+            "--target",
+            "llvm",
+            "--config",
+            str(fast_config),
+            "--out",
+            str(run),
+            str(good),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return good, run
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
+    case, finished_run, tmp_path, monkeypatch
+):
+    good, finished = finished_run
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    for name, text in case.get("files", {}).items():
+        (tmp_path / name).write_text(text)
+    if "damage" in case:
+        damage = case["damage"]
+        path = run / damage["file"]
+        lines = path.read_text().splitlines(keepends=True)
+        lines[damage["line"] - 1] = damage["text"] + "\n"
+        path.write_text("".join(lines))
+    places = {
+        "{corpus}": str(CORPUS),
+        "{good}": str(good),
+        "{run}": str(run),
+        "{tmp}": str(tmp_path),
+    }
+    args = []
+    for arg in case["args"]:
+        for key, value in places.items():
+            arg = arg.replace(key, value)
+        args.append(arg)
+    monkeypatch.chdir(tmp_path)
+    before = {"corpus": snapshot(CORPUS), "run": snapshot(run), "tmp": snapshot(tmp_path)}
+
+    result = CliRunner().invoke(main, args)
+
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert case["says"] in lines[0], lines[0]
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert {"corpus": snapshot(CORPUS), "run": snapshot(run), "tmp": snapshot(tmp_path)} == before
