@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from .base import Filter, Selection
 from .none import NoFilter
+from .xgb import TrimmerConfig, TrimmerFilter
 
-_FILTERS: dict[str, type[Filter]] = {NoFilter.name: NoFilter}
-
-NAMES = tuple(_FILTERS)
+NAMES = (TrimmerFilter.name, NoFilter.name)
 
 
-def make_filter(name: str) -> Filter:
+def make_filter(
+    name: str,
+    *,
+    target: Any = None,
+    config: TrimmerConfig | None = None,
+    state_dir: Path | None = None,
+) -> Filter:
     """A filter by its short name; ValueError listing the known names otherwise."""
-    try:
-        return _FILTERS[name]()
-    except KeyError:
-        raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(_FILTERS)}") from None
+    if name == NoFilter.name:
+        return NoFilter()
+    if name == TrimmerFilter.name:
+        return TrimmerFilter(target=target, config=config, state_dir=state_dir)
+    raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "Filter", "NoFilter", "Selection", "make_filter"]
+__all__ = [
+    "NAMES",
+    "Filter",
+    "NoFilter",
+    "Selection",
+    "TrimmerConfig",
+    "TrimmerFilter",
+    "make_filter",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from measure import Measurement
@@ -14,13 +14,17 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Indices (into the proposed candidates, ascending) of those to build and measure."""
+    """Indices (into the proposed candidates, ascending) of those to build and measure;
+    `audit` are those among them measured only to check the filter's judgement."""
 
     keep: tuple[int, ...]
+    audit: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if list(self.keep) != sorted(set(self.keep)):
             raise ValueError(f"keep must be ascending and unique but got {self.keep}.")
+        if not set(self.audit) <= set(self.keep):
+            raise ValueError(f"audited candidates must be kept too, got {self.audit}.")
 
 
 class Filter(abc.ABC):
@@ -35,3 +39,7 @@ class Filter(abc.ABC):
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
     ) -> None:
         """Learn from what was measured (failed measurements included)."""
+
+    def stats(self) -> dict[str, Any]:
+        """For the report: what the filter did and how good its judgement was."""
+        return {"name": self.name}

@@ -13,10 +13,12 @@ from typing import Any
 
 from budget import Spend
 from budget.ledger import Point
+from filters import Filter
+from measure import Measurement
 
 from .loop import FAILED_RUN_SECS
 from .scheduler import TaskState
-from .tasks import Task, structural_key
+from .tasks import Candidate, Task, structural_key
 
 
 @dataclasses.dataclass
@@ -48,6 +50,7 @@ def restore(
     *,
     cost_model: Any,
     target: Any,
+    candidate_filter: Filter | None = None,
 ) -> Restored:
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
@@ -61,7 +64,8 @@ def restore(
         if task is None:
             continue
         candidate = record.as_measure_candidate()
-        measured[task.index].add(structural_key(candidate.sch.mod))
+        key = structural_key(candidate.sch.mod)
+        measured[task.index].add(key)
         state = states[task.index]
         state.trials += 1
         secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
@@ -72,7 +76,7 @@ def restore(
         else:
             state.failures += 1
         cands, results = learn.setdefault(task.index, ([], []))
-        cands.append(candidate)
+        cands.append(Candidate(task, candidate, key))
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
 
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
@@ -84,10 +88,15 @@ def restore(
         elif kind == "round" and entry.get("task") in measured:
             best = entry.get("best_s")
             states[entry["task"]].history.append(best if best is not None else float("inf"))
+            state = states[entry["task"]]
             if entry.get("seconds") is not None:
-                states[entry["task"]].round_s.append(float(entry["seconds"]))
-        elif kind == "task_done" and entry.get("task") in measured:
-            states[entry["task"]].done = entry.get("reason", "done")
+                state.round_s.append(float(entry["seconds"]))
+            state.proposed += int(entry.get("proposed", 0))
+            state.filtered += int(entry.get("filtered", 0))
+            state.built += int(entry.get("built", 0))
+            state.audited += int(entry.get("audited", 0))
+        elif kind == "task_retired" and entry.get("task") in measured:
+            states[entry["task"]].retired = entry.get("reason", "retired")
         elif kind == "baseline" and entry.get("task") in measured:
             states[entry["task"]].baseline_s = entry.get("latency_s")
             baselines.add(entry["task"])
@@ -99,17 +108,18 @@ def restore(
             spend = Spend.from_dict(entry["spend"])
             points.append(Point.at(spend, float(entry["model_latency_s"])))
 
-    # 3. The cost model relearns everything measured before.
+    # 3. The cost model and the filter relearn everything measured before.
     if learn:
-        _retrain(cost_model, tasks, target, learn)
+        _retrain(cost_model, candidate_filter, tasks, target, learn)
     return Restored(states, measured, sessions, untuned, baselines, points)
 
 
 def _retrain(
     cost_model: Any,
+    candidate_filter: Filter | None,
     tasks: Sequence[Task],
     target: Any,
-    learn: Mapping[int, tuple[list[Any], list[Any]]],
+    learn: Mapping[int, tuple[list[Candidate], list[Any]]],
 ) -> None:
     from tvm.s_tir.meta_schedule import TuneContext
 
@@ -119,4 +129,12 @@ def _retrain(
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
-        cost_model.update(ctx, candidates, results)
+        cost_model.update(ctx, [c.measure_candidate for c in candidates], results)
+        if candidate_filter is not None:
+            measurements = [
+                Measurement(tuple(float(s) for s in r.run_secs), None)
+                if r.run_secs
+                else Measurement(None, r.error_msg)
+                for r in results
+            ]
+            candidate_filter.learn(task, candidates, measurements)

@@ -19,9 +19,13 @@ class TaskState:
     best_s: float | None = None  # best measured latency of one call
     history: list[float] = dataclasses.field(default_factory=list)
     round_s: list[float] = dataclasses.field(default_factory=list)  # wall time of each round
-    trials: int = 0
+    trials: int = 0  # measured, failures included
     failures: int = 0
-    done: str | None = None  # why the task gets no more rounds
+    proposed: int = 0  # by the search
+    filtered: int = 0  # rejected by the filter (audited ones included)
+    built: int = 0
+    audited: int = 0  # rejected but measured anyway, to check the filter
+    retired: str | None = None  # why the task gets no more rounds
 
     @property
     def rounds(self) -> int:
@@ -108,7 +112,7 @@ class GainScheduler(Scheduler):
         return statistics.median(recent) if recent else typical_s
 
     def pick(self, states: Sequence[TaskState]) -> TaskState | None:
-        active = [s for s in states if s.done is None]
+        active = [s for s in states if s.retired is None]
         if not active:
             return None
         seen = [t for s in states for t in s.round_s[-3:]]

@@ -27,6 +27,7 @@ def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
         cost_model=ms.cost_model.XGBModel(num_warmup_samples=0),
         rand_state=1,
         threads=2,
+        proposals=8,
     )
     proposed = search.propose()
     assert proposed

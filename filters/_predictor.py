@@ -1,0 +1,110 @@
+"""The Trimmer predictor: XGBoost regression of how much slower than its task's best a
+candidate will run, from MetaSchedule's per-store features.
+
+Why a model of its own rather than the search's cost model: the search already ranks what it
+proposes with its XGB model (proposals are its top predictions plus a few random ones), so the
+same model would mostly agree with itself. This one learns a different target, the log of the
+latency ratio to the task's best measured candidate, which is absolute enough to pool tasks of
+other models (warm start) and to compare against a margin.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The target of a candidate that failed to build or run: log(20), "far slower than the best".
+FAILED_TARGET = math.log(20.0)
+_PARAMS = {
+    "objective": "reg:squarederror",
+    "max_depth": 6,
+    "eta": 0.1,
+    "subsample": 0.9,
+    "min_child_weight": 2,
+    "nthread": 2,
+}
+_ROUNDS = 120
+
+
+def pooled_features(context: Any, measure_candidates: Sequence[Any]) -> np.ndarray:
+    """One row per candidate: sum, max and mean over its stores of MetaSchedule's per-store
+    features, and the number of stores."""
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    matrices = PerStoreFeature().extract_from(context, list(measure_candidates))
+    rows = []
+    for matrix in matrices:
+        stores = matrix.numpy()
+        if stores.size == 0:
+            stores = np.zeros((1, stores.shape[-1] if stores.ndim == 2 else 1))
+        rows.append(np.concatenate([stores.sum(0), stores.max(0), stores.mean(0), [len(stores)]]))
+    return np.vstack(rows).astype(np.float32)
+
+
+class Predictor:
+    """Training data by workload, and the booster fitted on all of it."""
+
+    def __init__(self, *, seed: int = 0, min_samples: int = 64) -> None:
+        self.seed = seed
+        self.min_samples = min_samples
+        self.warm = False  # trained on earlier runs: usable before min_samples of this run
+        self.booster: Any | None = None
+        self._data: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+
+    @property
+    def samples(self) -> int:
+        return sum(len(lat) for _, lat in self._data.values())
+
+    @property
+    def ready(self) -> bool:
+        return self.booster is not None and (self.warm or self.samples >= self.min_samples)
+
+    def add(self, workload: str, features: np.ndarray, latencies: Sequence[float]) -> None:
+        """Measured candidates of one workload; inf latency marks a failure."""
+        rows, lats = self._data.setdefault(workload, ([], []))
+        rows.extend(features)
+        lats.extend(float(x) for x in latencies)
+
+    def fit(self) -> None:
+        import xgboost as xgb
+
+        xs, ys = [], []
+        for rows, lats in self._data.values():
+            finite = [x for x in lats if math.isfinite(x)]
+            if not finite:
+                continue
+            best = min(finite)
+            xs.extend(rows)
+            ys.extend(math.log(x / best) if math.isfinite(x) else FAILED_TARGET for x in lats)
+        if len(ys) < 2:
+            return
+        train = xgb.DMatrix(np.vstack(xs), label=np.asarray(ys))
+        self.booster = xgb.train({**_PARAMS, "seed": self.seed}, train, num_boost_round=_ROUNDS)
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """Predicted log(latency / task's best) per row."""
+        import xgboost as xgb
+
+        if self.booster is None:
+            raise RuntimeError("the predictor has not been fitted")
+        return self.booster.predict(xgb.DMatrix(features))
+
+    def save(self, path: Path) -> None:
+        """xgboost's JSON format (never pickle), replaced atomically."""
+        if self.booster is None:
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.json")
+        self.booster.save_model(str(tmp))
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        import xgboost as xgb
+
+        booster = xgb.Booster()
+        booster.load_model(str(path))
+        self.booster = booster
