@@ -181,7 +181,10 @@ def main() -> None:
     )
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    out = results / f"vs_vanilla-{args.model.stem}-{args.trials}trials-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+    out = (
+        results
+        / f"vs_vanilla-{args.model.stem}-{args.trials}trials-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+    )
     out.write_text(
         json.dumps(
             {

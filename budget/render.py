@@ -67,7 +67,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             fmt_latency(t["best_s"]),
             f"{t['speedup']:.2f}x" if t["speedup"] else "n/a",
             fmt_duration(t["spend_s"]),
-            t["done"] or "",
+            t["retired"] or "",
         ]
         for t in report["tasks"]
     ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx_models
 import pytest
+
+import onnx_models
 
 FAST_CONFIG = """\
 [tune]

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 import tvm
-from devices import GPU
 from tvm.script import tirx as T
 
+from devices import GPU
 from measure import (
     Build,
     Builder,

@@ -1,7 +1,7 @@
 import numpy as np
-import onnx_models
 import pytest
 
+import onnx_models
 from orchestrator.errors import InputError
 from orchestrator.model import (
     fuse_for_tuning,

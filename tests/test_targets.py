@@ -1,6 +1,6 @@
 import pytest
-from devices import GPU
 
+from devices import GPU
 from orchestrator.errors import InputError
 from orchestrator.targets import host_cores, resolve_target
 

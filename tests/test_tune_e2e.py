@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnx
-import onnx_models
 import pytest
 from click.testing import CliRunner
 
+import onnx_models
 from orchestrator.cli import main
 
 
