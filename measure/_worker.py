@@ -52,8 +52,9 @@ def measure(
     repeat: int,
     min_repeat_ms: int,
     cpu_cache_flush: bool,
-) -> list[float]:
-    """Seconds per run of the artifact's entry function, one value per repeat."""
+) -> tuple[list[float], bool]:
+    """Seconds per run of the artifact's entry function, one value per repeat, and whether
+    every floating-point argument is finite afterwards (no NaN or Inf was written)."""
     import tvm
 
     dev = tvm.device(device_type, 0)
@@ -69,7 +70,17 @@ def measure(
         f_preproc="cache_flush_cpu_non_first_arg" if cpu_cache_flush else "",
     )
     dev.sync()
-    return [float(s) for s in evaluator(*tensors).results]
+    run_secs = [float(s) for s in evaluator(*tensors).results]
+    return run_secs, _all_finite(tensors)
+
+
+def _all_finite(tensors: list[Any]) -> bool:
+    import numpy as np
+
+    for tensor in tensors:
+        if str(tensor.dtype).startswith("float") and not np.isfinite(tensor.numpy()).all():
+            return False
+    return True
 
 
 def _arguments(dev: Any, device_type: str, args: tuple[ArgSpec, ...]) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # One kernel argument: (dtype, shape), e.g. ("float32", (1, 3, 32, 32)).
@@ -51,6 +51,7 @@ class Measurement:
 
     run_secs: tuple[float, ...] | None
     error: str | None = None
+    finite: bool | None = None  # the arguments held no NaN / Inf after the run (None: unknown)
 
     def __post_init__(self) -> None:
         if (self.run_secs is None) == (self.error is None):
@@ -95,7 +96,13 @@ class Engine(abc.ABC):
     device_type: str = "cpu"
 
     @abc.abstractmethod
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[Measurement]: ...
+    def measure(
+        self,
+        inputs: Sequence[MeasureInput],
+        on_result: Callable[[int, Measurement], None] | None = None,
+    ) -> list[Measurement]:
+        """Time every input; `on_result(i, measurement)` is called as each result arrives,
+        so the caller can make it durable before the next one is timed."""
 
     def close(self) -> None:
         """Release workers."""

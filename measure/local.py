@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import _worker
@@ -49,8 +49,17 @@ class LocalEngine(Engine):
         self.timer = timer or TimerConfig()
         self._pool = WorkerPool(workers=1, timeout_s=timeout_s, log_path=log_path)
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[Measurement]:
-        return [self._measure_one(item) for item in inputs]
+    def measure(
+        self,
+        inputs: Sequence[MeasureInput],
+        on_result: Callable[[int, Measurement], None] | None = None,
+    ) -> list[Measurement]:
+        results = []
+        for index, item in enumerate(inputs):
+            results.append(self._measure_one(item))
+            if on_result is not None:
+                on_result(index, results[-1])
+        return results
 
     def close(self) -> None:
         self._pool.close()
@@ -67,5 +76,8 @@ class LocalEngine(Engine):
             t.min_repeat_ms,
             t.cpu_cache_flush,
         )
-        run_secs, error = self._pool.outcome(future, "measurement")
-        return Measurement(None, error) if error else Measurement(tuple(run_secs))
+        value, error = self._pool.outcome(future, "measurement")
+        if error:
+            return Measurement(None, error)
+        run_secs, finite = value
+        return Measurement(tuple(run_secs), finite=finite)

@@ -12,6 +12,7 @@ from typing import Any
 
 from budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
 from budget.ledger import Spend
+from measure import Measurement
 
 from .errors import InputError
 from .rundir import RunDir
@@ -109,9 +110,7 @@ def estimate(
     emit = on_event or (lambda event: None)
     emit({"event": "tasks", "tasks": [t.describe() for t in tasks]})
 
-    untuned: list[tuple[float | None, str | None]] = [(None, "no device here to measure on")] * len(
-        tasks
-    )
+    untuned = [Measurement(None, "no device here to measure on")] * len(tasks)
     per_candidate_now = None
     model_untuned: dict[str, Any] | None = None
     if resolved.device_present:
@@ -153,7 +152,8 @@ def estimate(
         per_s = per_candidate_now or 1.0
         cost_source = "build and measurement timed now; search time a guess for this core count"
     round_s = fixed_s + per_s * round_size
-    shares = [t.weight * (lat or 0.0) for t, (lat, _) in zip(tasks, untuned, strict=True)]
+    latencies = [m.mean_s if m.ok else None for m in untuned]
+    shares = [t.weight * (lat or 0.0) for t, lat in zip(tasks, latencies, strict=True)]
     cost = run_price(
         device_type=resolved.device_type,
         device_name=resolved.device_name,
@@ -180,7 +180,7 @@ def estimate(
         },
         "tasks": [
             {**t.describe(), "untuned_s": lat, "error": err}
-            for t, (lat, err) in zip(tasks, untuned, strict=True)
+            for t, lat, err in zip(tasks, latencies, [m.error for m in untuned], strict=True)
         ],
         "untuned": model_untuned,
         "round": {
@@ -200,7 +200,7 @@ def estimate(
         if cost is None
         else {"usd_per_hour": cost.usd_per_hour, "source": cost.source},
         "forecast": forecast,
-        "trust": _trust(prior, seen_cost is not None, any(lat is None for lat, _ in untuned)),
+        "trust": _trust(prior, seen_cost is not None, any(lat is None for lat in latencies)),
     }
 
 

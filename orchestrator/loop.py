@@ -216,15 +216,16 @@ class TuningLoop:
                 self._retire(state, "search proposes nothing new")
             return
         self._empty_rounds[task.index] = 0
-        # 4. Build, 5. measure.
+        # 4. Build, 5. measure; every result goes into the database the moment it is known,
+        #    so a crash loses at most the candidate being timed.
         with self._phase("build", times):
             builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
         with self._phase("measure", times):
-            measurements = self._measure(chosen, builds)
+            measurements = self._measure(state, search, chosen, builds)
         self.builder.release(builds)
-        # 6. The database, the search, the cost model and the filter learn.
+        # 6. The search, the cost model and the filter learn.
         with self._phase("learn", times):
-            self._record(search, chosen, builds, measurements)
+            self._learn(search, chosen, builds, measurements)
             self.filter.learn(task, chosen, measurements)
         known.update(c.key for c in chosen)
         # 7. Charge the round, extend the curve, tell the journal, retire a plateaued task.
@@ -257,35 +258,59 @@ class TuningLoop:
             if verdict.stop:
                 self._retire(state, verdict.reason)
 
-    def _measure(self, chosen: Sequence[Candidate], builds: Sequence[Build]) -> list[Measurement]:
-        """One Measurement per build: timed where it built, its build error where not."""
-        inputs = [
-            MeasureInput(b.artifact, c.args)
-            for c, b in zip(chosen, builds, strict=True)
-            if b.artifact
-        ]
-        timed = iter(self.engine.measure(inputs))
-        return [next(timed) if b.artifact else Measurement(None, b.error) for b in builds]
+    def _measure(
+        self,
+        state: TaskState,
+        search: TaskSearch,
+        chosen: Sequence[Candidate],
+        builds: Sequence[Build],
+    ) -> list[Measurement]:
+        """One Measurement per candidate (a build failure is one), each committed at once."""
+        results: dict[int, Measurement] = {}
 
-    def _record(
+        def arrived(i: int, measurement: Measurement) -> None:
+            results[i] = self._checked(state, measurement)
+            self._commit(search, chosen[i], results[i])
+
+        for i, b in enumerate(builds):
+            if not b.artifact:
+                arrived(i, Measurement(None, b.error))
+        built = [i for i, b in enumerate(builds) if b.artifact]
+        self.engine.measure(
+            [MeasureInput(builds[i].artifact, chosen[i].args) for i in built],  # type: ignore[arg-type]
+            on_result=lambda j, m: arrived(built[j], m),
+        )
+        return [results[i] for i in range(len(chosen))]
+
+    @staticmethod
+    def _checked(state: TaskState, m: Measurement) -> Measurement:
+        """A candidate that writes NaN or Inf where the untuned kernel does not is wrong."""
+        if m.ok and m.finite is False and state.untuned_finite is not False:
+            return Measurement(None, "wrote NaN or Inf, which the untuned kernel does not")
+        return m
+
+    def _commit(self, search: TaskSearch, candidate: Candidate, m: Measurement) -> None:
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        mc = candidate.measure_candidate
+        run_secs = list(m.run_secs) if m.ok else [FAILED_RUN_SECS]
+        self.database.commit_tuning_record(
+            TuningRecord(mc.sch.trace, search.workload, run_secs, self.target, mc.args_info)
+        )
+
+    def _learn(
         self,
         search: TaskSearch,
         chosen: Sequence[Candidate],
         builds: Sequence[Build],
         measurements: Sequence[Measurement],
     ) -> None:
-        from tvm.s_tir.meta_schedule.database import TuningRecord
         from tvm.s_tir.meta_schedule.runner import RunnerResult
 
         results = [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in measurements]
         candidates = [c.measure_candidate for c in chosen]
         # Only what was measured is reported: the search counts reported results.
         search.ctx.notify_runner_results(candidates, results)
-        for mc, m in zip(candidates, measurements, strict=True):
-            run_secs = list(m.run_secs) if m.ok else [FAILED_RUN_SECS]
-            self.database.commit_tuning_record(
-                TuningRecord(mc.sch.trace, search.workload, run_secs, self.target, mc.args_info)
-            )
         # The cost model learns from everything that built (a failed run is a slow candidate).
         built = [i for i, b in enumerate(builds) if b.ok]
         if built:

@@ -6,7 +6,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from measure import Builder, BuildInput, BuildPool, Engine, LocalEngine, MeasureInput, TimerConfig
+from measure import (
+    Builder,
+    BuildInput,
+    BuildPool,
+    Engine,
+    LocalEngine,
+    MeasureInput,
+    Measurement,
+    TimerConfig,
+)
 
 from .config import Settings
 from .targets import ResolvedTarget, host_cores
@@ -58,8 +67,8 @@ def untuned_workload(task: Task, target: ResolvedTarget) -> Any:
 
 def measure_untuned_tasks(
     tasks: Sequence[Task], target: ResolvedTarget, builder: Builder, engine: Engine
-) -> list[tuple[float | None, str | None]]:
-    """(seconds per call, None) or (None, error) for each task, untuned."""
+) -> list[Measurement]:
+    """Each task's untuned kernel, timed (or its build or run error)."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     mods = [untuned_workload(task, target) for task in tasks]
@@ -71,11 +80,4 @@ def measure_untuned_tasks(
     ]
     timed = iter(engine.measure(inputs))
     builder.release(builds)
-    results: list[tuple[float | None, str | None]] = []
-    for b in builds:
-        m = next(timed) if b.artifact else None
-        if m is None:
-            results.append((None, b.error))
-        else:
-            results.append((m.mean_s, None) if m.ok else (None, m.error))
-    return results
+    return [next(timed) if b.artifact else Measurement(None, b.error) for b in builds]

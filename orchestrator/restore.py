@@ -99,6 +99,7 @@ def restore(
             states[entry["task"]].retired = entry.get("reason", "retired")
         elif kind == "baseline" and entry.get("task") in measured:
             states[entry["task"]].baseline_s = entry.get("latency_s")
+            states[entry["task"]].untuned_finite = entry.get("finite")
             baselines.add(entry["task"])
         elif kind == "untuned":
             untuned = {

@@ -16,6 +16,7 @@ class TaskState:
 
     task: Task
     baseline_s: float | None = None  # untuned latency of one call
+    untuned_finite: bool | None = None  # the untuned kernel's outputs held no NaN / Inf
     best_s: float | None = None  # best measured latency of one call
     history: list[float] = dataclasses.field(default_factory=list)
     round_s: list[float] = dataclasses.field(default_factory=list)  # wall time of each round

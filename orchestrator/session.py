@@ -218,11 +218,17 @@ class Session:
             return
         with ledger.phase("untuned"):
             results = measure_untuned_tasks([s.task for s in todo], self.target, builder, engine)
-        for state, (latency, error) in zip(todo, results, strict=True):
-            state.baseline_s = latency
-            entry = {"type": "baseline", "task": state.task.index, "latency_s": latency}
-            if error:
-                entry["error"] = error
+        for state, m in zip(todo, results, strict=True):
+            state.baseline_s = m.mean_s if m.ok else None
+            state.untuned_finite = m.finite
+            entry = {
+                "type": "baseline",
+                "task": state.task.index,
+                "latency_s": state.baseline_s,
+                "finite": m.finite,
+            }
+            if m.error:
+                entry["error"] = m.error
             self.run.append(entry)
         self.emit(
             "untuned_tasks",

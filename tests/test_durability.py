@@ -156,3 +156,91 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
     from tvm.s_tir import meta_schedule as ms
 
     assert len(ms.database.JSONDatabase(work_dir=str(run)).get_all_tuning_records()) == TRIALS
+    print(
+        f"\nkill harness: {len(lived)} kill -9 survived ({', '.join(f'{t:.1f}s' for t in lived)}), "
+        f"{report['sessions']} sessions, {TRIALS} records, none lost or doubled; "
+        f"spend {report['spend']['wall_s']:.1f}s >= {sum(lived):.1f}s lived by killed sessions - 12s each"
+    )
+
+
+# -- records are committed as results arrive, and NaN is judged against the untuned kernel --
+
+
+class DiesAfter:
+    """A real local engine that is killed (KeyboardInterrupt) after `n` results."""
+
+    def __init__(self, engine, n: int) -> None:
+        self.engine, self.n = engine, n
+
+    def measure(self, inputs, on_result=None):
+        def arrived(i, m):
+            on_result(i, m)
+            if i + 1 == self.n:
+                raise KeyboardInterrupt("killed")
+
+        return self.engine.measure(inputs, on_result=arrived)
+
+
+def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_config, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from budget import BudgetLimits, Ledger, parse_budget
+    from filters import NoFilter
+    from measure import BuildPool, LocalEngine, TimerConfig
+    from orchestrator.config import Settings
+    from orchestrator.loop import TuningLoop
+    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from orchestrator.scheduler import GainScheduler, TaskState
+    from orchestrator.targets import resolve_target
+    from orchestrator.tasks import extract_tasks
+
+    target = resolve_target("llvm").target
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    conv = next(t for t in tasks if "conv2d" in t.name)
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    settings = Settings.load(fast_config)
+    with (
+        BuildPool(workers=2) as builder,
+        LocalEngine(timer=TimerConfig(repeat=1, min_repeat_ms=1)) as engine,
+    ):
+        loop = TuningLoop(
+            states=[TaskState(conv, baseline_s=1e-3)],
+            target=target,
+            settings=settings,
+            database=database,
+            cost_model=ms.cost_model.RandomModel(),
+            builder=builder,
+            engine=DiesAfter(engine, 3),
+            candidate_filter=NoFilter(),
+            scheduler=GainScheduler(),
+            stopping=BudgetLimits(parse_budget("8trials"), round_size=8),
+            plateau=None,
+            ledger=Ledger(),
+            journal=lambda entry: None,
+            emit=lambda *a, **k: None,
+            measured={},
+            rand_state=0,
+            threads=2,
+        )
+        with pytest.raises(KeyboardInterrupt):
+            loop.run()
+    reopened = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    assert len(reopened.get_all_tuning_records()) == 3  # measured before the kill: all kept
+
+
+def test_nan_fails_a_candidate_only_where_the_untuned_kernel_is_finite():
+    from measure import Measurement
+    from orchestrator.loop import TuningLoop
+    from orchestrator.scheduler import TaskState
+    from orchestrator.tasks import Task
+
+    task = Task(0, "t", 1, 1.0, None, "0" * 16)
+    nan = Measurement((1e-4,), finite=False)
+    assert not TuningLoop._checked(TaskState(task, untuned_finite=True), nan).ok
+    assert "NaN or Inf" in TuningLoop._checked(TaskState(task, untuned_finite=True), nan).error
+    assert TuningLoop._checked(
+        TaskState(task, untuned_finite=False), nan
+    ).ok  # log(x) of x < 0 anyway
+    assert TuningLoop._checked(
+        TaskState(task, untuned_finite=True), Measurement((1e-4,), finite=True)
+    ).ok

@@ -48,6 +48,14 @@ def never_ends(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
             B[(vi + vj) % 16] = B[(vi * 7 + vj) % 16] * 1.0001 + A[vj % 16]
 
 
+@T.prim_func(s_tir=True)
+def writes_nan(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i in range(16):
+        with T.sblock("B"):
+            vi = T.axis.remap("S", [i])
+            B[vi] = T.log(A[vi] - 100.0)  # the inputs are ~N(0, 1): log of a negative number
+
+
 def module(func):
     return tvm.IRModule({"main": func})
 
@@ -100,8 +108,11 @@ def test_engines_return_one_measurement_per_input_in_order(any_builder, any_engi
         MeasureInput("/no/such/file.so", ARGS),
         MeasureInput(built[1].artifact, ARGS),
     ]
-    results = any_engine.measure(inputs)
+    arrived = []
+    results = any_engine.measure(inputs, on_result=lambda i, m: arrived.append((i, m)))
+    assert arrived == list(enumerate(results))  # each result reported once, as it came, in order
     assert [m.ok for m in results] == [True, False, True]
+    assert results[0].finite is True
     assert len(results[0].run_secs) == 2 and all(0 < s < 1e-2 for s in results[0].run_secs)
     assert "cannot find file" in results[1].error
     assert any_engine.measure([]) == []
@@ -121,6 +132,13 @@ def test_a_crash_and_a_hang_cost_one_result_each_and_the_engine_goes_on(pool, en
     assert hung.error == "measurement timed out after 5 s"
     assert fine.ok
     pool.release(builds)
+
+
+def test_a_kernel_writing_nan_is_timed_and_flagged(pool, engine):
+    (build,) = pool.build([BuildInput(module(writes_nan), LLVM)])
+    (m,) = engine.measure([MeasureInput(build.artifact, ARGS)])
+    assert m.ok and m.finite is False
+    pool.release([build])
 
 
 def test_measurement_holds_either_times_or_an_error():
