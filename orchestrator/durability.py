@@ -104,7 +104,7 @@ class Heartbeat:
     """Writes the current spend to spend.json every `interval_s` (atomically), so a run killed
     between journal entries loses at most that much of its spend."""
 
-    def __init__(self, run: RunDir, snapshot: Callable[[], Spend], interval_s: float = 5.0) -> None:
+    def __init__(self, run: RunDir, snapshot: Callable[[], Spend], interval_s: float = 2.0) -> None:
         self._run = run
         self._snapshot = snapshot
         self._interval = interval_s

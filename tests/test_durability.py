@@ -86,7 +86,7 @@ def test_a_second_process_on_the_same_device_is_noticed(tmp_path):
 # -- kill -9 at random moments, then resume -------------------------------------------------
 
 KILLS = int(os.environ.get("KILL_TEST_KILLS", "5"))
-TRIALS = 96
+TRIALS = max(96, 16 * KILLS)  # enough work that the run outlives every kill
 
 
 def records(run: Path) -> list[str]:
@@ -107,6 +107,8 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
     rng = random.Random(int(os.environ.get("KILL_TEST_SEED", "7")))
     model = onnx_models.tiny_cnn(tmp_path / "twins.onnx", twin_convs=True)
     run = tmp_path / "run"
+    config = tmp_path / "harness.toml"  # tasks never retire: the run outlives every kill
+    config.write_text(fast_config.read_text() + "[stopping]\ntask_patience = 100000\n")
     args = [
         sys.executable,
         "-m",
@@ -117,7 +119,7 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
         "--target",
         "llvm",
         "--config",
-        str(fast_config),
+        str(config),
         "--out",
         str(run),
         str(model),
@@ -146,20 +148,24 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
     final = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0, final.stderr
     now = records(run)
-    assert now[: len(kept)] == kept
-    assert len({identity(line) for line in now}) == len(now) == TRIALS  # exactly the budget
     report = json.loads((run / "report.json").read_text())
-    assert report["summary"]["trials"] == TRIALS and report["summary"]["check_ok"] is True
-    # Killed sessions' spend still counts: at most a heartbeat (5 s) plus start-up lost each.
-    assert report["spend"]["wall_s"] >= sum(max(0.0, t - 12.0) for t in lived)
+    assert now[: len(kept)] == kept
+    # Every record once; the database and the report agree; the budget was never exceeded.
+    assert (
+        len({identity(line) for line in now}) == len(now) == report["summary"]["trials"] <= TRIALS
+    )
+    assert report["summary"]["check_ok"] is True
+    # Killed sessions' spend still counts: each loses at most its interpreter start-up (the
+    # ledger counts from the call of tune()) and one heartbeat interval (2 s).
+    assert report["spend"]["wall_s"] >= sum(max(0.0, t - 8.0) for t in lived)
     # And stock TVM reads the final database.
     from tvm.s_tir import meta_schedule as ms
 
     assert len(ms.database.JSONDatabase(work_dir=str(run)).get_all_tuning_records()) == TRIALS
     print(
         f"\nkill harness: {len(lived)} kill -9 survived ({', '.join(f'{t:.1f}s' for t in lived)}), "
-        f"{report['sessions']} sessions, {TRIALS} records, none lost or doubled; "
-        f"spend {report['spend']['wall_s']:.1f}s >= {sum(lived):.1f}s lived by killed sessions - 12s each"
+        f"{report['sessions']} sessions, {len(now)} records, none lost or doubled; "
+        f"spend {report['spend']['wall_s']:.1f}s >= {sum(lived):.1f}s lived by killed sessions - 8s each"
     )
 
 
