@@ -1,0 +1,156 @@
+"""Shared by the benchmark scripts: tuning in child processes, database prefixes, timing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_child(script: Path, args: Sequence[str]) -> dict[str, Any]:
+    """Run `script args` in a fresh Python; its last stdout line is a JSON object."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, cwd=ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script.name} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["process_s"] = time.perf_counter() - start
+    return figures
+
+
+def tune_vanilla(
+    model_path: str, target_json: str, trials: int, seed: int, work: str
+) -> dict[str, Any]:
+    """What a user writes by hand: import, prepare, `tune_relax` with its defaults. Each
+    committed batch is timestamped (checkpoints: seconds since the call, records so far)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
+    from tvm.s_tir.meta_schedule.utils import derived_object
+
+    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+
+    checkpoints: list[tuple[float, int]] = []
+
+    @derived_object
+    class Stamp(PyMeasureCallback):
+        def apply(
+            self, task_scheduler, task_id, measure_candidates, builder_results, runner_results
+        ):
+            done = (checkpoints[-1][1] if checkpoints else 0) + len(runner_results)
+            checkpoints.append((time.perf_counter() - start, done))
+
+    target = tvm.target.Target(json.loads(target_json))
+    fused = fuse_for_tuning(import_to_relax(load_model(model_path)), target)
+    callbacks = MeasureCallback.create("default") + [Stamp()]
+    start = time.perf_counter()
+    ms.relax_integration.tune_relax(
+        mod=fused,
+        params={},
+        target=target,
+        work_dir=work,
+        max_trials_global=trials,
+        seed=seed,
+        measure_callbacks=callbacks,
+    )
+    return {"tune_s": time.perf_counter() - start, "checkpoints": checkpoints}
+
+
+def tune_ours(
+    model_path: str, target_json: str, trials: int, seed: int, work: str, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    """`orchestrate` through its API; checkpoints from the journal (spend at each round end)."""
+    from orchestrator import tune
+
+    options: dict[str, Any] = {}
+    for item in extra:
+        key, _, value = item.partition("=")
+        options[key] = value
+    start = time.perf_counter()
+    result = tune(
+        model_path,
+        budget=f"{trials}trials",
+        target=target_json,
+        out=work,
+        seed=seed,
+        handle_signals=False,
+        **options,
+    )
+    total = time.perf_counter() - start
+    phases = dict(result.phases)
+    journal = [json.loads(line) for line in (Path(work) / "journal.jsonl").read_text().splitlines()]
+    checkpoints = [
+        (e["spend"]["wall_s"], e["spend"]["trials"]) for e in journal if e["type"] == "round"
+    ]
+    report = result.report
+    return {
+        "total_s": total,
+        "tune_s": sum(
+            phases.get(p, 0.0) for p in ("search", "filter", "build", "measure", "learn")
+        ),
+        "phases": phases,
+        "trials": result.trials,
+        "built": sum(t["built"] for t in report["tasks"]),
+        "filter": report["filter"],
+        "checkpoints": checkpoints,
+    }
+
+
+def prefix_database(run_dir: Path, records: int, into: Path) -> Path:
+    """A copy of a run's database holding only its first `records` records (commit order)."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run_dir / "database_workload.json", into / "database_workload.json")
+    lines = (run_dir / "database_tuning_record.json").read_text().splitlines(keepends=True)
+    (into / "database_tuning_record.json").write_text("".join(lines[:records]))
+    return into
+
+
+def time_databases(
+    model_path: Path, target_json: str, databases: Mapping[str, Path], repeats: int
+) -> dict[str, dict[str, float]]:
+    """Compile the model with each database (stock compile_relax) and time them all
+    interleaved, so drift on the machine hits every one alike. Median, min, max in seconds."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from orchestrator.model import import_to_relax, load_model
+
+    model = load_model(model_path)
+    target = tvm.target.Target(json.loads(target_json))
+    mod = import_to_relax(model)
+    rng = np.random.default_rng(0)
+    inputs = [
+        tvm.runtime.tensor(rng.standard_normal(i.shape).astype(i.dtype)) for i in model.inputs
+    ]
+    timers = {}
+    for name, folder in databases.items():
+        ex = ms.relax_integration.compile_relax(
+            ms.database.JSONDatabase(work_dir=str(folder)), mod, target, params=None
+        )
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        timers[name] = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=50)
+    samples: dict[str, list[float]] = {name: [] for name in databases}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            samples[name].append(timer(*inputs).mean)
+    return {
+        name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s)}
+        for name, s in samples.items()
+    }
+
+
+def scratch() -> Path:
+    return Path(tempfile.mkdtemp(prefix="bench-db-"))
