@@ -37,7 +37,7 @@ def tune_vanilla(
     import tvm
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
-    from tvm.s_tir.meta_schedule.utils import derived_object
+    from tvm.ir.utils import derived_object
 
     from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
 
