@@ -2,7 +2,12 @@
 
 from .base import ArgSpec, Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from .build_pool import BuildPool
+from .cuda import CudaEngine, cuda_available
+from .dop import DopConfig, DopController
 from .local import LocalEngine, TimerConfig
+from .parallel import ParallelEngine
+from .rpc import RpcEngine
+from .simulated import SimulatedEngine, SimulatedGpu
 
 __all__ = [
     "ArgSpec",
@@ -10,9 +15,17 @@ __all__ = [
     "BuildInput",
     "BuildPool",
     "Builder",
+    "CudaEngine",
+    "DopConfig",
+    "DopController",
     "Engine",
     "LocalEngine",
     "MeasureInput",
     "Measurement",
+    "ParallelEngine",
+    "RpcEngine",
+    "SimulatedEngine",
+    "SimulatedGpu",
     "TimerConfig",
+    "cuda_available",
 ]

@@ -52,6 +52,7 @@ class Measurement:
     run_secs: tuple[float, ...] | None
     error: str | None = None
     finite: bool | None = None  # the arguments held no NaN / Inf after the run (None: unknown)
+    dop: int = 1  # how many candidates were timed at once (1: in isolation)
 
     def __post_init__(self) -> None:
         if (self.run_secs is None) == (self.error is None):
@@ -100,9 +101,16 @@ class Engine(abc.ABC):
         self,
         inputs: Sequence[MeasureInput],
         on_result: Callable[[int, Measurement], None] | None = None,
+        best_s: float | None = None,
     ) -> list[Measurement]:
         """Time every input; `on_result(i, measurement)` is called as each result arrives,
-        so the caller can make it durable before the next one is timed."""
+        so the caller can make it durable before the next one is timed. A parallel engine
+        re-times in isolation any result faster than `best_s` (the task's best so far) before
+        reporting it; serial engines time in isolation anyway."""
+
+    def stats(self) -> dict[str, object]:
+        """For the report: how this engine measured."""
+        return {"engine": type(self).__name__, "device": self.device_type}
 
     def close(self) -> None:
         """Release workers."""

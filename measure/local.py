@@ -53,6 +53,7 @@ class LocalEngine(Engine):
         self,
         inputs: Sequence[MeasureInput],
         on_result: Callable[[int, Measurement], None] | None = None,
+        best_s: float | None = None,
     ) -> list[Measurement]:
         results = []
         for index, item in enumerate(inputs):

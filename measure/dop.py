@@ -1,0 +1,113 @@
+"""The degree of parallelism (DOP) of measurement, chosen live so that quality is not lost.
+
+DOPpler's rule: start at 1. After a batch measured with DOP > 1, re-measure a sample in
+isolation (the batch's outliers plus a random share) and compare. While the median relative
+error and the failure rate stay under their thresholds, raise the DOP by `step` (up to the
+ceiling); otherwise multiply it by `backoff` and lower the ceiling to where it went wrong.
+A result faster than the task's best is re-timed in isolation before it is reported (see
+parallel.py), so no final choice rests on a parallel measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import statistics
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DopConfig:
+    start: int = 1
+    max_dop: int = 16
+    step: int = 2
+    backoff: float = 0.8
+    max_rel_error: float = 0.05  # median |parallel - isolated| / isolated over the sample
+    max_failure_rate: float = 0.1  # of the batch, beyond what isolation also fails
+    sample_share: float = 0.2  # random share re-measured in isolation, besides the outliers
+    outlier_z: float = 2.0  # |log latency - median| / MAD above this is an outlier
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.start <= self.max_dop:
+            raise ValueError(f"need 1 <= start <= max_dop but got {self.start}, {self.max_dop}.")
+        if self.step < 1 or not 0 < self.backoff < 1:
+            raise ValueError(
+                f"step must be >= 1 and backoff in (0, 1), got {self.step}, {self.backoff}."
+            )
+        for name in ("max_rel_error", "max_failure_rate", "sample_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1] but got {getattr(self, name)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One fidelity check: what was compared, and what the DOP became."""
+
+    dop: int  # the DOP the batch was measured at
+    sampled: int
+    rel_error: float
+    failure_rate: float
+    new_dop: int
+    ceiling: int
+
+    @property
+    def passed(self) -> bool:
+        return self.new_dop >= self.dop
+
+
+class DopController:
+    """Holds the current DOP and its ceiling; `check()` adapts them from a fidelity check."""
+
+    def __init__(self, config: DopConfig | None = None, *, seed: int = 0) -> None:
+        self.config = config or DopConfig()
+        self.dop = self.config.start
+        self.ceiling = self.config.max_dop
+        self.history: list[Check] = []
+        self._rng = random.Random(seed)
+
+    def sample(self, latencies: Sequence[float]) -> list[int]:
+        """Indices to re-measure in isolation: the batch's outliers (on log latency, robust
+        z-score) plus a random `sample_share` of the rest, at least one."""
+        finite = [i for i, lat in enumerate(latencies) if math.isfinite(lat) and lat > 0]
+        if not finite:
+            return []
+        logs = {i: math.log(latencies[i]) for i in finite}
+        centre = statistics.median(logs.values())
+        mad = statistics.median(abs(v - centre) for v in logs.values()) or 1e-12
+        outliers = {
+            i for i in finite if abs(logs[i] - centre) / (1.4826 * mad) > self.config.outlier_z
+        }
+        rest = [i for i in finite if i not in outliers]
+        k = max(1, math.ceil(self.config.sample_share * len(finite))) - len(outliers)
+        chosen = outliers | set(self._rng.sample(rest, min(len(rest), max(0, k))))
+        return sorted(chosen)
+
+    def check(
+        self,
+        parallel: Sequence[float],
+        isolated: Sequence[float],
+        *,
+        failed_parallel: int,
+        failed_isolated: int,
+        batch: int,
+    ) -> Check:
+        """Compare parallel with isolated timings of the same candidates (inf: failed) and
+        move the DOP; `failed_*` count failures of the batch that isolation did or did not
+        reproduce."""
+        pairs = [
+            (p, s)
+            for p, s in zip(parallel, isolated, strict=True)
+            if math.isfinite(p) and math.isfinite(s) and s > 0
+        ]
+        rel_error = statistics.median(abs(p - s) / s for p, s in pairs) if pairs else 0.0
+        failure_rate = max(0, failed_parallel - failed_isolated) / batch if batch else 0.0
+        measured_at = self.dop
+        if rel_error > self.config.max_rel_error or failure_rate > self.config.max_failure_rate:
+            self.ceiling = max(1, measured_at - 1)
+            self.dop = max(1, min(self.ceiling, math.floor(measured_at * self.config.backoff)))
+        else:
+            self.dop = min(self.ceiling, measured_at + self.config.step)
+        result = Check(measured_at, len(pairs), rel_error, failure_rate, self.dop, self.ceiling)
+        self.history.append(result)
+        return result

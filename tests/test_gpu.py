@@ -1,0 +1,140 @@
+"""Real-GPU tests: they run wherever cupy can use an NVIDIA GPU and are skipped elsewhere (the
+simulated-device tests cover the same logic without one). Telemetry without NVML is checked
+everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from click.testing import CliRunner
+from tvm.script import tirx as T
+
+import onnx_models
+from measure import (
+    BuildInput,
+    BuildPool,
+    CudaEngine,
+    DopConfig,
+    DopController,
+    LocalEngine,
+    MeasureInput,
+    TimerConfig,
+    cuda_available,
+)
+from measure.telemetry import GpuTelemetry, energy_meter
+from orchestrator.cli import main
+
+GPU = cuda_available()
+needs_gpu = pytest.mark.skipif(not GPU, reason="needs an NVIDIA GPU that cupy can use")
+pytestmark = pytest.mark.gpu if GPU else []
+N = 1 << 20
+ARGS = (("float32", (N,)), ("float32", (N,)))
+
+
+@T.prim_func(s_tir=True)
+def add_one(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+    for bx in T.thread_binding(N // 1024, thread="blockIdx.x"):
+        for tx in T.thread_binding(1024, thread="threadIdx.x"):
+            with T.sblock("B"):
+                vi = T.axis.spatial(N, bx * 1024 + tx)
+                B[vi] = A[vi] + 1.0
+
+
+@T.prim_func(s_tir=True)
+def never_ends(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+    for bx in T.thread_binding(N // 1024, thread="blockIdx.x"):
+        for tx in T.thread_binding(1024, thread="threadIdx.x"):
+            for k in range(1 << 30):
+                with T.sblock("B"):
+                    vi = T.axis.spatial(N, bx * 1024 + tx)
+                    vk = T.axis.reduce(1 << 30, k)
+                    B[vi] = B[vi] * 1.0001 + A[(vi + vk) % N]
+
+
+def target():
+    from orchestrator.targets import resolve_target
+
+    return resolve_target("cuda").target
+
+
+def test_telemetry_without_nvml_is_unknown_not_an_error():
+    telemetry = GpuTelemetry([0])
+    sample = telemetry.sample()
+    assert len(sample) == 1 and sample[0]["index"] == 0
+    if not telemetry.available:
+        assert sample[0]["sm_clock_mhz"] is None and sample[0]["pids"] == []
+        assert energy_meter("cuda") is None
+    batch = GpuTelemetry.batch(sample, telemetry.sample(), candidates=4, dop=2)
+    summary = GpuTelemetry.summary([batch])
+    assert summary["batches"] == 1 and isinstance(summary["warnings"], list)
+    telemetry.close()
+
+
+@needs_gpu
+def test_the_cuda_engine_times_on_the_device_like_tvms_timer():
+    with BuildPool(workers=2) as pool:
+        builds = pool.build([BuildInput(tvm.IRModule({"main": add_one}), target())] * 8)
+        inputs = [MeasureInput(b.artifact, ARGS) for b in builds]
+        engine = CudaEngine(
+            controller=DopController(DopConfig(max_dop=4)),
+            timer=TimerConfig(repeat=5, min_repeat_ms=10),
+        )
+        try:
+            ours = engine.measure(inputs)
+            stats = engine.stats()
+        finally:
+            engine.close()
+        with LocalEngine(
+            device_type="cuda", timer=TimerConfig(repeat=5, min_repeat_ms=10)
+        ) as local:
+            tvms = local.measure(inputs[:2])
+    assert all(m.ok and m.finite for m in ours)
+    reference = np.median([m.mean_s for m in tvms])
+    assert 0.7 < np.median([m.mean_s for m in ours]) / reference < 1.3
+    assert stats["telemetry"]["batches"] >= 1 and stats["gpus"] == [0]
+
+
+@needs_gpu
+def test_a_hanging_gpu_kernel_costs_one_result_and_the_worker_is_replaced():
+    with BuildPool(workers=2) as pool:
+        builds = pool.build(
+            [BuildInput(tvm.IRModule({"main": f}), target()) for f in (never_ends, add_one)]
+        )
+        engine = CudaEngine(fixed_dop=1, timer=TimerConfig(repeat=2), timeout_s=10)
+        try:
+            hung, fine = engine.measure([MeasureInput(b.artifact, ARGS) for b in builds])
+        finally:
+            engine.close()
+    assert hung.error == "measurement timed out after 10 s"
+    assert fine.ok
+
+
+@needs_gpu
+def test_a_whole_tune_on_the_gpu(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "16trials",
+            "--target",
+            "cuda",
+            "--config",
+            str(fast_config),
+            "--out",
+            str(out),
+            str(model),
+        ],
+        env={**os.environ},
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((Path(out) / "report.json").read_text())
+    assert report["measurement"]["engine"] == "CudaEngine"
+    assert report["summary"]["check_ok"] is True and report["summary"]["device_h"] > 0
+    assert report["measurement"]["telemetry"]["batches"] >= 1

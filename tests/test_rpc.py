@@ -1,0 +1,194 @@
+"""The RPC engine against a real TVM tracker and two servers on 127.0.0.1, started and stopped
+by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tvm
+from click.testing import CliRunner
+from tvm.script import tirx as T
+
+import onnx_models
+from measure import BuildInput, BuildPool, LocalEngine, MeasureInput, RpcEngine, TimerConfig
+from measure.rpc import tracker_keys
+from orchestrator.cli import main
+
+KEY = "test-cpu"
+ARGS = (("float32", (4096,)), ("float32", (4096,)))
+
+
+@T.prim_func(s_tir=True)
+def scale(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.sblock("B"):
+            vi = T.axis.remap("S", [i])
+            B[vi] = A[vi] * 2.0 + 1.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tracker(tmp_path_factory):
+    log = open(tmp_path_factory.mktemp("rpc") / "rpc.log", "w")
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+                "--silent",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    ]
+    try:
+        address = f"127.0.0.1:{port}"
+        _wait(lambda: tracker_keys("127.0.0.1", port) is not None)
+        for _ in range(2):
+            server_port = free_port()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tvm.exec.rpc_server",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(server_port),
+                        "--port-end",
+                        str(server_port + 20),
+                        "--tracker",
+                        address,
+                        "--key",
+                        KEY,
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
+        _wait(lambda: tracker_keys("127.0.0.1", port).get(KEY, 0) == 2)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=20)
+        log.close()
+
+
+def _wait(ready, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ready():
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("the RPC tracker or its servers did not come up")
+
+
+def test_the_fleet_measures_what_the_host_measures(tracker):
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    timer = TimerConfig(repeat=3, min_repeat_ms=20)
+    with BuildPool(workers=2) as pool:
+        builds = pool.build([BuildInput(tvm.IRModule({"main": scale}), target)] * 3)
+        inputs = [MeasureInput(b.artifact, ARGS) for b in builds] + [
+            MeasureInput("/no/such.so", ARGS)
+        ]
+        arrived = []
+        remote = RpcEngine(tracker=tracker, key=KEY, timer=timer, workers=2).measure(
+            inputs, on_result=lambda i, m: arrived.append(i)
+        )
+        with LocalEngine(timer=timer) as local:
+            here = local.measure(inputs[:3])
+    assert sorted(arrived) == [0, 1, 2, 3]
+    assert [m.ok for m in remote] == [True, True, True, False]
+    assert remote[3].error.startswith("RPC measurement failed")
+    for r, h in zip(remote[:3], here, strict=True):
+        assert 0.5 < r.mean_s / h.mean_s < 2.0  # the same machine, through loopback
+
+
+def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    wrong_key = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "8trials",
+            "--target",
+            "llvm",
+            "--rpc",
+            tracker,
+            "--rpc-key",
+            "gpu-farm",
+            str(model),
+        ],
+    )
+    assert wrong_key.exit_code == 2
+    assert (
+        wrong_key.stderr.strip()
+        == f"error: no server is registered under key 'gpu-farm' at {tracker} (keys there: {KEY})"
+    )
+    closed = f"127.0.0.1:{free_port()}"
+    nobody = CliRunner().invoke(
+        main,
+        ["--budget", "8trials", "--target", "llvm", "--rpc", closed, "--rpc-key", KEY, str(model)],
+    )
+    assert nobody.exit_code == 2 and nobody.stderr.startswith(
+        f"error: cannot reach the RPC tracker at {closed}"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        main,
+        [
+            "--budget",
+            "8trials",
+            "--target",
+            "llvm",
+            "--config",
+            str(fast_config),
+            "--rpc",
+            tracker,
+            "--rpc-key",
+            KEY,
+            "--out",
+            str(out),
+            str(model),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((Path(out) / "report.json").read_text())
+    assert report["measurement"]["engine"] == "RpcEngine" and report["summary"]["trials"] == 8
+    assert sum(t["failures"] for t in report["tasks"]) == 0
