@@ -48,6 +48,54 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def describe_measurement(m: Mapping[str, Any]) -> list[str]:
+    """How candidates were measured, in a few plain lines (summary and report): the engine,
+    the DOP over time and the checks behind it, busy share, telemetry, caveats."""
+    if not m:
+        return []
+    where = {
+        "CudaEngine": f"in parallel on GPU {', '.join(map(str, m.get('gpus', [])))}",
+        "RpcEngine": "on the RPC fleet",
+        "LocalEngine": f"one at a time on the host's {m.get('device', 'cpu')} device",
+    }.get(m.get("engine", ""), f"by {m.get('engine')}")
+    lines = [f"measured {where}, {m.get('measuring_share', 0.0):.0%} of the run spent measuring"]
+    batches = m.get("batches") or []
+    if batches:
+        path: list[int] = []
+        for b in batches:
+            if not path or path[-1] != b["dop"]:
+                path.append(b["dop"])
+        shown = " -> ".join(map(str, path[:12])) + (" -> ..." if len(path) > 12 else "")
+        lines.append(
+            f"DOP over time {shown} (now {m['dop']}, ceiling {m['ceiling']}); "
+            f"{m.get('isolated_runs', 0)} re-timings in isolation"
+        )
+        checks = m.get("checks") or []
+        if checks:
+            failed = [c for c in checks if c["new_dop"] < c["dop"]]
+            worst = max(c["rel_error"] for c in checks)
+            lines.append(
+                f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
+                f"off; worst median relative error {worst:.1%}"
+            )
+    t = m.get("telemetry") or {}
+    if t.get("batches"):
+        facts = []
+        if t.get("min_sm_clock_mhz") is not None:
+            facts.append(f"SM clock >= {t['min_sm_clock_mhz']} MHz")
+        if t.get("max_temperature_c") is not None:
+            facts.append(f"<= {t['max_temperature_c']} C")
+        if t.get("energy_per_candidate_j") is not None:
+            facts.append(f"{t['energy_per_candidate_j']:.3g} J per candidate")
+        facts.append(f"{t.get('throttled_batches', 0)} throttled batches")
+        if t.get("other_pids"):
+            facts.append(f"other processes on the GPU: {', '.join(map(str, t['other_pids']))}")
+        lines.append("GPU telemetry: " + ", ".join(facts))
+    if m.get("caveat"):
+        lines.append(f"caveat: {m['caveat']}")
+    return lines
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     budget_rows = [
         [
@@ -94,6 +142,9 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
 
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
     out = ["# Tuning report", "", *_headline(report), ""]
+    measured = describe_measurement(report.get("measurement") or {})
+    if measured:
+        out += ["## Measurement", "", *(f"- {line}" for line in measured), ""]
     for title, header, rows in _tables(report):
         out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         out += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
@@ -130,6 +181,11 @@ def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path)
         )
         parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
         parts.append("</table>")
+    measured = describe_measurement(report.get("measurement") or {})
+    if measured:
+        parts.append(
+            "<h2>Measurement</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in measured) + "</ul>"
+        )
     for name, path in plots.items():
         parts.append(
             f'<h2>{esc(name.capitalize())}</h2><img src="{esc(path.relative_to(run_dir).as_posix())}" alt="{esc(name)}">'

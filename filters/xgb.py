@@ -139,7 +139,9 @@ class TrimmerFilter(Filter):
         self.predictor = Predictor(seed=self.config.seed, min_samples=self.config.min_samples)
         self.audits: dict[str, Audit] = {}
         self._contexts: dict[str, Any] = {}
-        self._pending: dict[str, _Pending] = {}
+        # Selections not yet learned from, oldest first: with pipelining, a task's next round
+        # can be selected before its current round is measured.
+        self._pending: dict[str, list[_Pending]] = {}
         self._best: dict[str, float] = {}
         if state_dir is not None:
             self._load_state(state_dir)
@@ -176,7 +178,7 @@ class TrimmerFilter(Filter):
     def learn(
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
     ) -> None:
-        pending = self._pending.pop(task.key, None)
+        pending = self._take_pending(task, candidates)
         latencies = [m.mean_s if m.ok else math.inf for m in measurements]
         if pending is not None:
             features = np.vstack([pending.features[c.key] for c in candidates])
@@ -264,13 +266,23 @@ class TrimmerFilter(Filter):
         audited: Sequence[int],
         rejected: int,
     ) -> None:
-        self._pending[task.key] = _Pending(
-            features={c.key: features[i] for i, c in enumerate(candidates)},
-            kept={candidates[i].key for i in keep},
-            audited={candidates[i].key for i in audited},
-            rejected=rejected,
-            best_before=self._best.get(task.key, math.inf),
+        self._pending.setdefault(task.key, []).append(
+            _Pending(
+                features={c.key: features[i] for i, c in enumerate(candidates)},
+                kept={candidates[i].key for i in keep},
+                audited={candidates[i].key for i in audited},
+                rejected=rejected,
+                best_before=self._best.get(task.key, math.inf),
+            )
         )
+
+    def _take_pending(self, task: Task, candidates: Sequence[Candidate]) -> _Pending | None:
+        """The selection these candidates came from (None for resumed records)."""
+        queue = self._pending.get(task.key, [])
+        for i, pending in enumerate(queue):
+            if all(c.key in pending.features for c in candidates):
+                return queue.pop(i)
+        return None
 
     def _audit_sample(self, rejected: list[int], features: np.ndarray) -> list[int]:
         """A sample of the rejected candidates spread over the feature space (KMeans)."""

@@ -120,6 +120,10 @@ def tune(
     seed: int | None = None,
     filter: str | None = None,
     warm_start: str | Path | None = None,
+    gpus: Sequence[int] | str | None = None,
+    parallelism: int | str = "auto",
+    rpc: str | None = None,
+    rpc_key: str | None = None,
     price: float | None = None,
     min_gain: float | None = None,
     early_stop: bool | None = None,
@@ -134,7 +138,10 @@ def tune(
 
     `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
     directory (its records train the filter's predictor, whatever model they came from) or a
-    saved predictor.json. Options left as None come from
+    saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every visible GPU) and
+    `parallelism` ("auto" or a fixed DOP) set where and how parallel candidates are timed;
+    `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.
+    Options left as None come from
     ORCHESTRATE_* variables of `env` (default: os.environ), then `config` (a TOML file), over
     `configs/default.toml`. `price` is USD per hour (per GPU on GPU runs, per machine on CPU
     runs). `on_event` receives every event (see orchestrator/events.schema.json). With
@@ -188,6 +195,8 @@ def tune(
     warm_path = _warm_start_source(warm_start, settings.tune.filter)
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=build_only)
+    fleet = _fleet(resolved, gpus, parallelism, rpc, rpc_key)
+    devices = len(fleet.gpus) if resolved.device_type == "cuda" else 0
     if price is not None and not price >= 0:
         raise InputError(
             f"--price must be a non-negative number of US dollars per hour, not {price}"
@@ -195,7 +204,7 @@ def tune(
     run_cost = run_price(
         device_type=resolved.device_type,
         device_name=resolved.device_name,
-        devices=resolved.devices,
+        devices=devices,
         cores=host_cores(),
         override=price,
     )
@@ -203,7 +212,7 @@ def tune(
     try:
         check_applicable(
             budget_obj,
-            devices=resolved.devices,
+            devices=devices,
             price_known=run_cost is not None,
             energy_known=energy is not None,
         )
@@ -279,6 +288,7 @@ def tune(
             interrupt=interrupt,
             candidate_filter=candidate_filter,
             warm_start=warm_path,
+            fleet=fleet,
             run=run,
             build_only=build_only,
             emit=emit,
@@ -286,6 +296,66 @@ def tune(
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))
     return result
+
+
+def _fleet(
+    resolved: Any, gpus: Any, parallelism: int | str, rpc: str | None, rpc_key: str | None
+) -> Any:
+    """Check --gpus, --parallelism, --rpc and --rpc-key; the Fleet they describe."""
+    from measure.rpc import parse_tracker, tracker_keys
+
+    from .measuring import Fleet
+    from .targets import visible_gpus
+
+    text = str(parallelism).strip().lower()
+    if text == "auto":
+        dop = None
+    elif text.isdigit() and int(text) >= 1:
+        dop = int(text)
+    else:
+        raise InputError(
+            f"--parallelism must be auto or a positive whole number, not {parallelism!r}"
+        )
+    if rpc:
+        if not rpc_key:
+            raise InputError("--rpc needs --rpc-key KEY, the key its servers registered with")
+        try:
+            host, port = parse_tracker(rpc)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        try:
+            keys = tracker_keys(host, port)
+        except Exception as exc:
+            raise InputError(
+                f"cannot reach the RPC tracker at {rpc} ({exc}); check --rpc"
+            ) from None
+        if rpc_key not in keys:
+            there = ", ".join(sorted(keys)) or "none"
+            raise InputError(
+                f"no server is registered under key {rpc_key!r} at {rpc} (keys there: {there})"
+            )
+        return Fleet(rpc=rpc, rpc_key=rpc_key, parallelism=dop)
+    if resolved.device_type != "cuda":
+        if gpus not in (None, ""):
+            raise InputError(
+                f"--gpus applies to CUDA targets; this run tunes for {resolved.describe()}"
+            )
+        return Fleet(parallelism=dop)
+    visible = visible_gpus()
+    if gpus in (None, ""):
+        chosen = tuple(visible) or (0,)
+    else:
+        try:
+            chosen = tuple(int(g) for g in (gpus.split(",") if isinstance(gpus, str) else gpus))
+        except ValueError:
+            raise InputError(f"--gpus {gpus!r} is not a list of GPU indices like 0,1") from None
+        missing = [g for g in chosen if resolved.device_present and g not in visible]
+        if missing or len(set(chosen)) != len(chosen) or not chosen:
+            raise InputError(
+                f"--gpus {gpus!r}: give distinct indices of visible GPUs (visible: "
+                f"{', '.join(map(str, visible)) or 'none'})"
+            )
+    return Fleet(gpus=chosen, parallelism=dop)
 
 
 def _warm_start_source(given: str | Path | None, filter_name: str) -> Path | None:

@@ -127,6 +127,16 @@ def main() -> None:
     "filter_name",
     help="Candidate filter: xgb (default: the Trimmer predictor, audited) or none (build and measure everything).",
 )
+@click.option("--gpus", metavar="0,1", help="GPUs to measure on (default: every visible GPU).")
+@click.option(
+    "--parallelism",
+    default="auto",
+    show_default=True,
+    metavar="auto|N",
+    help="Candidates timed at once per GPU: auto (chosen live, checked against isolated timings) or a fixed number.",
+)
+@click.option("--rpc", metavar="HOST:PORT", help="Measure on the servers of this TVM RPC tracker.")
+@click.option("--rpc-key", metavar="KEY", help="The key the RPC servers registered with.")
 @click.option(
     "--warm-start",
     type=click.Path(path_type=Path, exists=False),
@@ -188,6 +198,10 @@ def tune_command(
     trials_per_round: int | None,
     seed: int | None,
     filter_name: str | None,
+    gpus: str | None,
+    parallelism: str,
+    rpc: str | None,
+    rpc_key: str | None,
     warm_start: Path | None,
     config_file: Path | None,
     price: float | None,
@@ -218,6 +232,10 @@ def tune_command(
         seed=seed,
         filter=filter_name,
         warm_start=warm_start,
+        gpus=gpus,
+        parallelism=parallelism,
+        rpc=rpc,
+        rpc_key=rpc_key,
         price=price,
         min_gain=min_gain,
         early_stop=False if no_early_stop else None,

@@ -109,11 +109,40 @@ class MeasureSettings:
     min_repeat_ms: int
     timeout_s: float
     cpu_cache_flush: bool
+    gpu_l2_flush: bool
+    pipeline: str
 
     def __post_init__(self) -> None:
         for name in ("number", "repeat", "timeout_s"):
             _positive("measure", name, getattr(self, name))
         _non_negative("measure", "min_repeat_ms", self.min_repeat_ms)
+        if self.pipeline not in ("auto", "on", "off"):
+            raise ValueError(
+                f"[measure] pipeline must be auto, on or off but got {self.pipeline!r}."
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DopSettings:
+    start: int
+    max_dop: int
+    step: int
+    backoff: float
+    max_rel_error: float
+    max_failure_rate: float
+    sample_share: float
+    overlap_timing: bool
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.start <= self.max_dop:
+            raise ValueError(
+                f"[dop] needs 1 <= start <= max_dop but got {self.start}, {self.max_dop}."
+            )
+        _positive("dop", "step", self.step)
+        for name in ("backoff", "max_rel_error", "max_failure_rate", "sample_share"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"[dop] {name} must be in (0, 1] but got {value}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -169,6 +198,7 @@ class Settings:
     filter: FilterSettings
     build: BuildSettings
     measure: MeasureSettings
+    dop: DopSettings
     scheduler: SchedulerSettings
     stopping: StoppingSettings
     check: CheckSettings

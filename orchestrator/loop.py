@@ -8,7 +8,9 @@ One round gives one task `trials_per_round` fresh candidates:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +32,28 @@ Emit = Callable[..., None]
 FAILED_RUN_SECS = 1e10
 # A task whose search proposes nothing new this many rounds in a row is done.
 _MAX_EMPTY_ROUNDS = 3
+
+
+@dataclasses.dataclass
+class Round:
+    """A round prepared for measurement: what was proposed, chosen and built."""
+
+    state: TaskState
+    search: TaskSearch
+    proposed: int
+    fresh: int
+    kept: int
+    audit_keys: set[int]
+    chosen: list[Candidate]
+    builds: list[Build]
+    times: dict[str, float]
+    started: float
+
+    def trim(self, allowed: int, builder: Builder) -> None:
+        """Measure no more than `allowed` of the chosen candidates."""
+        if allowed < len(self.chosen):
+            builder.release(self.builds[allowed:])
+            self.chosen, self.builds = self.chosen[:allowed], self.builds[:allowed]
 
 
 class TaskSearch:
@@ -120,6 +144,7 @@ class TuningLoop:
         measured: dict[int, set[int]],
         rand_state: int,
         threads: int,
+        pipeline: bool = False,
     ) -> None:
         self.states = list(states)
         self.target = target
@@ -141,22 +166,58 @@ class TuningLoop:
         # A filter needs more proposals than it keeps, to have something to choose from.
         factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
         self.proposals = settings.tune.trials_per_round * factor
+        self.pipeline = pipeline
         self._searches: dict[int, TaskSearch] = {}
         self._empty_rounds: dict[int, int] = {}
+        self._last_round_end = 0.0
 
     def run(self) -> str:
-        """Tune until stopped; returns the reason the run stopped."""
-        while True:
-            decision = self.stopping.decide(self.ledger)
-            if decision.stop:
-                return decision.reason
-            state = self.scheduler.pick(self.states)
-            if state is None:
-                return "every task is retired: " + "; ".join(
-                    sorted({s.retired for s in self.states if s.retired})
-                )
-            wanted = self.settings.tune.trials_per_round
-            self._round(state, self.stopping.allowance(self.ledger, wanted))
+        """Tune until stopped; returns the reason the run stopped.
+
+        With `pipeline`, the next round is searched, filtered and built in a background thread
+        while this one is measured (its search sees the cost model one round late); it is for
+        engines whose timings builds cannot disturb (GPUs, remote machines).
+        """
+        wanted = self.settings.tune.trials_per_round
+        ahead: Round | None = None
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="next-round"
+        ) as background:
+            while True:
+                decision = self.stopping.decide(self.ledger)
+                if decision.stop:
+                    self._discard(ahead)
+                    return decision.reason
+                current, ahead = ahead, None
+                if current is None:
+                    state = self.scheduler.pick(self.states)
+                    if state is None:
+                        return "every task is retired: " + "; ".join(
+                            sorted({s.retired for s in self.states if s.retired})
+                        )
+                    current = self._prepare(state, self.stopping.allowance(self.ledger, wanted))
+                    if current is None:
+                        continue
+                else:  # prepared a round ago: the budget may allow less now
+                    current.trim(self.stopping.allowance(self.ledger, wanted), self.builder)
+                    if not current.chosen:
+                        continue
+                upcoming = None
+                nxt = self.scheduler.pick(self.states) if self.pipeline else None
+                if nxt is not None:
+                    # the next round must not propose what this one is about to measure
+                    self.measured.setdefault(current.state.task.index, set()).update(
+                        c.key for c in current.chosen
+                    )
+                    allowed = self.stopping.allowance(self.ledger, wanted)
+                    upcoming = background.submit(self._prepare, nxt, allowed)
+                measurements = self._measure_round(current)
+                ahead = upcoming.result() if upcoming is not None else None
+                self._learn_round(current, measurements)
+
+    def _discard(self, prepared: Round | None) -> None:
+        if prepared is not None:
+            self.builder.release(prepared.builds)
 
     def _search(self, task: Task) -> TaskSearch:
         if task.index not in self._searches:
@@ -183,8 +244,11 @@ class TuningLoop:
         finally:
             times[name] = times.get(name, 0.0) + time.monotonic() - start
 
-    def _round(self, state: TaskState, allowed: int) -> None:
-        task, started, times = state.task, time.monotonic(), {}
+    def _prepare(self, state: TaskState, allowed: int) -> Round | None:
+        """Steps 1-4 of a round: propose, drop what was measured, filter, build. None when
+        the round has nothing to measure."""
+        task, times = state.task, {}
+        started = time.monotonic()
         # 1. The search proposes candidates.
         try:
             search = self._search(task)
@@ -192,10 +256,10 @@ class TuningLoop:
                 proposed = search.propose()
         except Exception as exc:  # a TVM error in one task's search ends that task, not the run
             self._retire(state, f"search failed: {short_error(exc)}")
-            return
+            return None
         if proposed is None:
             self._retire(state, "search space exhausted")
-            return
+            return None
         # 2. Candidates measured in an earlier session are dropped: the search does not know
         #    the database's records, only what it proposed itself in this process.
         known = self.measured.setdefault(task.index, set())
@@ -209,44 +273,64 @@ class TuningLoop:
             selection = self.filter.select(task, fresh)
         kept = [fresh[i] for i in selection.keep]
         chosen = kept[:allowed]
-        audited = {fresh[i].key for i in selection.audit} & {c.key for c in chosen}
         if not chosen:
             self._empty_rounds[task.index] = self._empty_rounds.get(task.index, 0) + 1
             if self._empty_rounds[task.index] >= _MAX_EMPTY_ROUNDS:
                 self._retire(state, "search proposes nothing new")
-            return
+            return None
         self._empty_rounds[task.index] = 0
-        # 4. Build, 5. measure; every result goes into the database the moment it is known,
-        #    so a crash loses at most the candidate being timed.
+        # 4. Build.
         with self._phase("build", times):
             builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
-        with self._phase("measure", times):
-            measurements = self._measure(state, search, chosen, builds)
-        self.builder.release(builds)
-        # 6. The search, the cost model and the filter learn.
-        with self._phase("learn", times):
-            self._learn(search, chosen, builds, measurements)
-            self.filter.learn(task, chosen, measurements)
-        known.update(c.key for c in chosen)
-        # 7. Charge the round, extend the curve, tell the journal, retire a plateaued task.
+        return Round(
+            state=state,
+            search=search,
+            proposed=len(proposed),
+            fresh=len(fresh),
+            kept=len(kept),
+            audit_keys={fresh[i].key for i in selection.audit},
+            chosen=chosen,
+            builds=builds,
+            times=times,
+            started=started,
+        )
+
+    def _measure_round(self, r: Round) -> list[Measurement]:
+        """Step 5: every result goes into the database the moment it is known, so a crash
+        loses at most the candidate being timed."""
+        with self._phase("measure", r.times):
+            measurements = self._measure(r.state, r.search, r.chosen, r.builds)
+        self.builder.release(r.builds)
+        return measurements
+
+    def _learn_round(self, r: Round, measurements: list[Measurement]) -> None:
+        """Steps 6-7: learn, charge the round, extend the curve, journal, retire a plateau."""
+        state, chosen, builds = r.state, r.chosen, r.builds
+        with self._phase("learn", r.times):
+            self._learn(r.search, chosen, builds, measurements)
+            self.filter.learn(state.task, chosen, measurements)
+        self.measured.setdefault(state.task.index, set()).update(c.key for c in chosen)
         good = [m.mean_s for m in measurements if m.ok]
-        seconds = time.monotonic() - started
+        # A prepared-ahead round overlapped the previous one: count from where that ended.
+        seconds = time.monotonic() - max(r.started, self._last_round_end)
+        self._last_round_end = time.monotonic()
+        audited = r.audit_keys & {c.key for c in chosen}
         state.trials += len(chosen)
         state.failures += len(chosen) - len(good)
-        state.proposed += len(proposed)
-        state.filtered += len(fresh) - len(kept)
+        state.proposed += r.proposed
+        state.filtered += r.fresh - r.kept
         state.built += sum(b.ok for b in builds)
         state.audited += len(audited)
         state.record_round(min(good) if good else None)
         state.round_s.append(seconds)
-        fixed_s = seconds - times.get("build", 0.0) - times.get("measure", 0.0)
-        self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=fixed_s)
+        fixed_s = seconds - r.times.get("build", 0.0) - r.times.get("measure", 0.0)
+        self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=max(0.0, fixed_s))
         self.ledger.record_point(model_latency_s(self.states))
         self._journal_round(
             state,
-            proposed=len(proposed),
-            fresh=len(fresh),
-            kept=len(kept),
+            proposed=r.proposed,
+            fresh=r.fresh,
+            kept=r.kept,
             audited=len(audited),
             chosen=chosen,
             builds=builds,
@@ -279,6 +363,7 @@ class TuningLoop:
         self.engine.measure(
             [MeasureInput(builds[i].artifact, chosen[i].args) for i in built],  # type: ignore[arg-type]
             on_result=lambda j, m: arrived(built[j], m),
+            best_s=state.best_s,  # a parallel engine confirms a new best in isolation
         )
         return [results[i] for i in range(len(chosen))]
 

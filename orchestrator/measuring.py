@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,19 +33,78 @@ def make_builder(settings: Settings, logs: Path | None) -> BuildPool:
     )
 
 
-def make_engine(settings: Settings, target: ResolvedTarget, logs: Path | None) -> Engine:
-    m = settings.measure
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    """Where candidates are measured: which GPUs and how parallel, or an RPC fleet."""
+
+    gpus: tuple[int, ...] = (0,)
+    parallelism: int | None = None  # None: the DOP controller chooses
+    rpc: str | None = None  # tracker HOST:PORT
+    rpc_key: str | None = None
+
+
+def make_engine(
+    settings: Settings, target: ResolvedTarget, logs: Path | None, fleet: Fleet | None = None
+) -> Engine:
+    """An RPC engine for a fleet; the parallel CUDA engine on GPUs (when cupy can use them);
+    otherwise one candidate at a time in an isolated worker."""
+    from measure.cuda import CudaEngine, cuda_available
+    from measure.dop import DopConfig, DopController
+    from measure.rpc import RpcEngine
+
+    fleet = fleet or Fleet()
+    m, d = settings.measure, settings.dop
     timer = TimerConfig(
         number=m.number,
         repeat=m.repeat,
         min_repeat_ms=m.min_repeat_ms,
         cpu_cache_flush=m.cpu_cache_flush,
     )
+    log = logs / "measure.log" if logs else None
+    if fleet.rpc:
+        return RpcEngine(
+            tracker=fleet.rpc,
+            key=fleet.rpc_key or "",
+            device_type=target.device_type,
+            timer=timer,
+            timeout_s=max(60.0, m.timeout_s),
+        )
+    if target.device_type == "cuda" and target.device_present and cuda_available():
+        controller = DopController(
+            DopConfig(
+                start=d.start,
+                max_dop=d.max_dop,
+                step=d.step,
+                backoff=d.backoff,
+                max_rel_error=d.max_rel_error,
+                max_failure_rate=d.max_failure_rate,
+                sample_share=d.sample_share,
+            ),
+            seed=settings.tune.seed,
+        )
+        return CudaEngine(
+            gpus=fleet.gpus,
+            controller=controller,
+            fixed_dop=fleet.parallelism,
+            timer=timer,
+            timeout_s=m.timeout_s,
+            flush_l2=m.gpu_l2_flush,
+            overlap_timing=d.overlap_timing,
+            log_path=log,
+        )
     return LocalEngine(
-        device_type=target.device_type,
-        timer=timer,
-        timeout_s=m.timeout_s,
-        log_path=logs / "measure.log" if logs else None,
+        device_type=target.device_type, timer=timer, timeout_s=m.timeout_s, log_path=log
+    )
+
+
+def cpu_caveat(cores: int) -> str | None:
+    """The honest caveat for CPU measurement on a machine too small to keep work apart."""
+    if cores >= 4:
+        return None
+    return (
+        f"this host has {cores} cores and the kernels use all of them: builds are kept out of "
+        "the way by never running during measurement, but anything else running on the "
+        "machine disturbs the timings"
     )
 
 

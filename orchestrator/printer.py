@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from budget.render import describe_measurement
 from budget.units import fmt_duration, fmt_latency
 
 from .api import Result
@@ -169,6 +170,10 @@ class Printer:
             f"  trials              {result.trials} in {result.rounds} rounds",
             f"  spent               {spent} ({phases})",
             f"  stopped because     {result.stop_reason}",
+        ]
+        measured = describe_measurement(result.report.get("measurement") or {})
+        lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
+        lines += [
             f"  run directory       {result.run_dir}",
             f"  tuned library       {result.paths['library']}",
         ]

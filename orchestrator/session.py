@@ -15,14 +15,14 @@ from budget.plateau import TaskPlateau
 from budget.prices import Price
 from budget.report import make_report, task_row
 from filters import Filter
-from measure import Engine
+from measure import Engine, LocalEngine
 
 from . import deploy
 from .config import Settings
 from .durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from .interrupt import Interrupt
 from .loop import TuningLoop, spend_fields
-from .measuring import make_builder, make_engine, measure_untuned_tasks
+from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
 from .reporting import write_report
 from .restore import Restored, restore, spend_so_far
@@ -55,6 +55,7 @@ class Session:
         interrupt: Interrupt,
         candidate_filter: Filter,
         warm_start: Path | None,
+        fleet: Fleet,
         run: RunDir,
         build_only: bool,
         emit: Emit,
@@ -73,6 +74,8 @@ class Session:
         self.interrupt = interrupt
         self.filter = candidate_filter
         self.warm_start = warm_start
+        self.fleet = fleet
+        self.measurement: dict[str, Any] = {}
         self.run = run
         self.build_only = build_only
         self.emit = emit
@@ -88,7 +91,7 @@ class Session:
         repairs = repair_database(self.run)
         ledger = Ledger(
             carried=checkpointed_spend(self.run, spend_so_far(journal)),
-            devices=self.target.devices,
+            devices=len(self.fleet.gpus) if self.target.device_type == "cuda" else 0,
             cores=host_cores(),
             usd_per_hour=self.price.usd_per_hour if self.price else None,
             energy=self.energy,
@@ -141,8 +144,13 @@ class Session:
         with (
             DeviceClaim(device) as claim,
             make_builder(self.settings, logs) as builder,
-            make_engine(self.settings, self.target, logs) as engine,
+            make_engine(self.settings, self.target, logs, self.fleet) as engine,
         ):
+            if self.target.device_type == "cuda" and isinstance(engine, LocalEngine):
+                self._warn(
+                    "cupy cannot use the GPU here, so candidates are timed one at a time with "
+                    "TVM's timer; pip install 'tune-orchestrator[gpu]' for parallel measurement"
+                )
             if claim.shared_with:
                 self._warn(
                     f"another orchestrate process (pid {claim.shared_with}) is measuring on "
@@ -164,6 +172,7 @@ class Session:
                 if self.tasks
                 else "the model has no operators to tune"
             )
+            self.measurement = self._measurement_stats(engine, ledger)
         self.run.append(
             {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
         )
@@ -174,6 +183,16 @@ class Session:
             spend=spend_fields(ledger),
         )
         return untuned, stop_reason
+
+    def _measurement_stats(self, engine: Engine, ledger: Ledger) -> dict[str, Any]:
+        stats = dict(engine.stats())
+        wall = ledger.wall_s or 1.0
+        stats["measuring_share"] = ledger.phases.get("measure", 0.0) / wall
+        if self.target.device_type == "cpu" and not self.fleet.rpc:
+            stats["caveat"] = cpu_caveat(host_cores())
+        for warning in stats.get("telemetry", {}).get("warnings", []):  # type: ignore[union-attr]
+            self._warn(warning)
+        return stats
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -290,8 +309,15 @@ class Session:
             # propose again what the earlier session already measured.
             rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
             threads=host_cores(),
+            pipeline=self._pipelined(engine),
         )
         return loop.run()
+
+    def _pipelined(self, engine: Engine) -> bool:
+        mode = self.settings.measure.pipeline
+        if mode != "auto":
+            return mode == "on"
+        return engine.device_type == "cuda" or bool(self.fleet.rpc)
 
     def _compile_and_check(
         self, database: Any, ledger: Ledger, library: Any, label: str = "tuned"
@@ -387,6 +413,7 @@ class Session:
             interrupted=self.interrupt.requested,
             warnings=self.warnings,
             candidate_filter=self.filter.stats(),
+            measurement=self.measurement,
             # Nothing measured in the whole run, yet not stopped by a signal: the budget was
             # used up by import, untuned measurement and compiling.
             budget_too_small=not self.build_only

@@ -56,6 +56,21 @@ def host_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def visible_gpus(limit: int = 64) -> list[int]:
+    """Indices of the CUDA devices this process can see."""
+    import tvm
+
+    found = []
+    try:
+        for index in range(limit):
+            if not tvm.cuda(index).exist:
+                break
+            found.append(index)
+    except Exception:  # no CUDA runtime in this TVM build or no driver
+        return []
+    return found
+
+
 def gpu_visible() -> bool:
     import tvm
 

@@ -178,13 +178,16 @@ class DiesAfter:
     def __init__(self, engine, n: int) -> None:
         self.engine, self.n = engine, n
 
-    def measure(self, inputs, on_result=None):
+    def measure(self, inputs, on_result=None, best_s=None):
         def arrived(i, m):
             on_result(i, m)
             if i + 1 == self.n:
                 raise KeyboardInterrupt("killed")
 
-        return self.engine.measure(inputs, on_result=arrived)
+        return self.engine.measure(inputs, on_result=arrived, best_s=best_s)
+
+    def stats(self):
+        return self.engine.stats()
 
 
 def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_config, tmp_path):

@@ -140,6 +140,19 @@ def test_recall_of_the_top_tenth_is_weighted_by_how_much_each_audit_stands_for()
     assert clean.recall == pytest.approx(1.0)
 
 
+def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(proposals, tmp_path):
+    """Pipelining selects a task's next round before its current round is measured."""
+    target, task, candidates = proposals
+    flt = TrimmerFilter(target=target, config=TrimmerConfig(max_keep=12), state_dir=tmp_path)
+    first, second = candidates[:12], candidates[12:]
+    keep_first = [first[i] for i in flt.select(task, first).keep]
+    keep_second = [second[i] for i in flt.select(task, second).keep]
+    flt.learn(task, keep_first, [Measurement((lat,)) for lat in fake_latencies(keep_first)])
+    flt.learn(task, keep_second, [Measurement((lat,)) for lat in fake_latencies(keep_second)])
+    assert flt.audits[task.key].kept == len(keep_first) + len(keep_second)
+    assert flt._pending[task.key] == []
+
+
 def test_kmeans_audit_samples_spread_and_count(proposals, tmp_path):
     target, _, _ = proposals
     flt = TrimmerFilter(target=target, config=TrimmerConfig(audit_share=0.25), state_dir=tmp_path)

@@ -212,3 +212,19 @@ def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config):
         "99% of the attainable gain",
     ]
     assert "trust: rough" in out
+
+
+def test_pipelined_rounds_measure_every_candidate_once(tmp_path, fast_config):
+    """Pipelining is for GPUs; forced on here, it must still keep every record once."""
+    model = onnx_models.tiny_cnn(tmp_path / "twins.onnx", twin_convs=True)
+    config = tmp_path / "pipelined.toml"
+    config.write_text(
+        fast_config.read_text().replace("[measure]\n", '[measure]\npipeline = "on"\n')
+    )
+    run = tmp_path / "run"
+    orchestrate(model, run, "24trials", config)
+    lines = records(run)
+    assert len(lines) == 24
+    assert len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in lines}) == 24
+    rounds = [e for e in journal(run) if e["type"] == "round"]
+    assert sum(e["measured"] + e["failed"] for e in rounds) == 24
