@@ -35,9 +35,9 @@ def tune_vanilla(
     """What a user writes by hand: import, prepare, `tune_relax` with its defaults. Each
     committed batch is timestamped (checkpoints: seconds since the call, records so far)."""
     import tvm
+    from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
-    from tvm.ir.utils import derived_object
 
     from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
 
@@ -117,7 +117,11 @@ def prefix_database(run_dir: Path, records: int, into: Path) -> Path:
 
 
 def time_databases(
-    model_path: Path, target_json: str, databases: Mapping[str, Path], repeats: int
+    model_path: Path,
+    target_json: str,
+    databases: Mapping[str, Path],
+    repeats: int,
+    device_type: str = "cpu",
 ) -> dict[str, dict[str, float]]:
     """Compile the model with each database (stock compile_relax) and time them all
     interleaved, so drift on the machine hits every one alike. Median, min, max in seconds."""
@@ -132,16 +136,18 @@ def time_databases(
     target = tvm.target.Target(json.loads(target_json))
     mod = import_to_relax(model)
     rng = np.random.default_rng(0)
+    dev = tvm.device(device_type, 0)
     inputs = [
-        tvm.runtime.tensor(rng.standard_normal(i.shape).astype(i.dtype)) for i in model.inputs
+        tvm.runtime.tensor(rng.standard_normal(i.shape).astype(i.dtype), device=dev)
+        for i in model.inputs
     ]
     timers = {}
     for name, folder in databases.items():
         ex = ms.relax_integration.compile_relax(
             ms.database.JSONDatabase(work_dir=str(folder)), mod, target, params=None
         )
-        vm = relax.VirtualMachine(ex, tvm.cpu())
-        timers[name] = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=50)
+        vm = relax.VirtualMachine(ex, dev)
+        timers[name] = vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
     samples: dict[str, list[float]] = {name: [] for name in databases}
     for _ in range(repeats):
         for name, timer in timers.items():

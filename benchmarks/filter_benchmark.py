@@ -1,5 +1,6 @@
 """Trimmer against vanilla: tune_relax, orchestrate --filter none, --filter xgb, and xgb
-warm-started from the other model's run, on the bundled model and a larger one.
+warm-started from the other model's run (when both models run), on the bundled model and a
+larger one.
 
     python benchmarks/filter_benchmark.py [--trials 512,768] [--seed 0] [--repeats 15]
 
@@ -7,7 +8,7 @@ Same target, trial cap and seed for every configuration of a model; each tunes i
 process. Afterwards the database each had at every checkpoint (vanilla: every batch; ours:
 every round) is compiled with stock compile_relax and all of them are timed interleaved. Time
 to quality = the first checkpoint whose model is within 2% of vanilla's final latency.
-Raw figures go to benchmarks/results/filter-<host>-<date>.json.
+Raw figures go to benchmarks/results/filter-<models>-<host>-<date>.json.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from _common import (
     tune_ours,
     tune_vanilla,
 )
-
-CONFIGS = ("vanilla", "none", "xgb", "warm")
 
 
 def child(args: argparse.Namespace) -> None:
@@ -101,14 +100,15 @@ def main() -> None:
             tune(model, config, extra)
     names = list(models)
     for i, model in enumerate(names):  # warm start from the other model's filtered run
-        teacher = names[(i + 1) % len(names)] if len(names) > 1 else model
-        tune(model, "warm", ["filter=xgb", f"warm_start={base / teacher / 'xgb'}"])
+        if len(names) > 1:
+            teacher = names[(i + 1) % len(names)]
+            tune(model, "warm", ["filter=xgb", f"warm_start={base / teacher / 'xgb'}"])
 
     rows = {}
     for model in models:
         print(f"{model}: compiling and timing every checkpoint ...", flush=True)
         databases = {}
-        for config in CONFIGS:
+        for config in figures[model]:
             for k, (_, records) in enumerate(figures[model][config]["checkpoints"]):
                 databases[f"{config}/{k}"] = prefix_database(
                     base / model / config, records, scratch()
@@ -121,7 +121,7 @@ def main() -> None:
         ROOT
         / "benchmarks"
         / "results"
-        / f"filter-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+        / f"filter-{'-'.join(models)}-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -139,11 +139,11 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
             (s, latency[f"{config}/{k}"]["median_s"])
             for k, (s, _) in enumerate(figures[config]["checkpoints"])
         ]
-        for config in CONFIGS
+        for config in figures
     }
     goal = curves["vanilla"][-1][1] * 1.02
     rows = {}
-    for config in CONFIGS:
+    for config in figures:
         reached = next((s for s, lat in curves[config] if lat <= goal), None)
         f = figures[config]
         total = f.get("filter", {}).get("total", {})

@@ -1,12 +1,12 @@
 """Vanilla MetaSchedule `tune_relax` against `orchestrate`, same model, target, trial cap and seed.
 
     python benchmarks/vs_vanilla.py [--model examples/smallcnn.onnx] [--trials 128] [--seed 0]
-                                    [--filter xgb|none]
+                                    [--filter xgb|none] [--target llvm|cuda]
 
 Each side tunes in a fresh process (each pays its own imports, as a user would). Then both
 databases are compiled with stock `compile_relax` and the two models are timed side by side,
 interleaved, in this process. Prints wall times, end-to-end latencies and their ratios, and
-writes the raw figures to benchmarks/results/vs_vanilla-<model>-<trials>trials-<host>-<date>.json.
+writes the raw figures to benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<host>-<date>.json.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--filter", default="xgb", help="orchestrate's --filter")
+    parser.add_argument("--target", default="llvm", help="llvm (this host's CPU) or cuda")
     parser.add_argument("--repeats", type=int, default=30, help="latency samples per side")
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
     parser.add_argument("--target-json", help=argparse.SUPPRESS)
@@ -54,7 +55,7 @@ def main() -> None:
 
     from orchestrator.targets import resolve_target
 
-    resolved = resolve_target("llvm")
+    resolved = resolve_target(args.target)
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
     works = {"vanilla": base / "vanilla", "ours": base / "ours"}
@@ -80,7 +81,9 @@ def main() -> None:
                 str(works[side]),
             ],
         )
-    latency = time_databases(args.model, target_json, works, args.repeats)
+    latency = time_databases(
+        args.model, target_json, works, args.repeats, device_type=resolved.device_type
+    )
 
     v, o = figures["vanilla"], figures["ours"]
     lv, lo = latency["vanilla"]["median_s"], latency["ours"]["median_s"]
@@ -116,7 +119,7 @@ def main() -> None:
         / "benchmarks"
         / "results"
         / (
-            f"vs_vanilla-{args.model.stem}-{args.trials}trials-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+            f"vs_vanilla-{args.model.stem}-{args.trials}trials-{resolved.device_type}-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
         )
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +130,7 @@ def main() -> None:
                 "trials": args.trials,
                 "seed": args.seed,
                 "filter": args.filter,
+                "target": args.target,
                 "machine": machine,
                 "tuning": figures,
                 "latency": latency,
