@@ -65,7 +65,7 @@ def tracker(tmp_path_factory):
     ]
     try:
         address = f"127.0.0.1:{port}"
-        _wait(lambda: tracker_keys("127.0.0.1", port) is not None)
+        _wait(lambda: tracker_keys("127.0.0.1", port) is not None, procs, log.name)
         for _ in range(2):
             server_port = free_port()
             procs.append(
@@ -90,7 +90,7 @@ def tracker(tmp_path_factory):
                     start_new_session=True,
                 )
             )
-        _wait(lambda: tracker_keys("127.0.0.1", port).get(KEY, 0) == 2)
+        _wait(lambda: tracker_keys("127.0.0.1", port).get(KEY, 0) == 2, procs, log.name)
         yield address
     finally:
         for proc in reversed(procs):
@@ -102,9 +102,11 @@ def tracker(tmp_path_factory):
         log.close()
 
 
-def _wait(ready, timeout: float = 60.0) -> None:
+def _wait(ready, procs, log_path: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if any(proc.poll() is not None for proc in procs):
+            raise RuntimeError(f"an RPC process exited:\n{Path(log_path).read_text()[-2000:]}")
         try:
             if ready():
                 return
