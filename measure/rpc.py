@@ -21,7 +21,7 @@ def parse_tracker(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def tracker_keys(host: str, port: int, timeout_s: float = 10.0) -> dict[str, int]:
+def tracker_keys(host: str, port: int) -> dict[str, int]:
     """Server keys registered with the tracker and how many servers each has (free or busy)."""
     from tvm import rpc
 
@@ -44,11 +44,15 @@ class RpcEngine(Engine):
         device_type: str = "cpu",
         timer: TimerConfig | None = None,
         timeout_s: float = 60.0,
-        workers: int = 1,
+        workers: int | None = None,
     ) -> None:
+        """`workers`: candidates in flight at once; default one per server under `key`."""
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 
         host, port = parse_tracker(tracker)
+        if workers is None:
+            workers = max(1, tracker_keys(host, port).get(key, 0))
+        self.workers = workers
         self.device_type = device_type
         self.tracker, self.key = (host, port), key
         t = timer or TimerConfig()
@@ -104,3 +108,11 @@ class RpcEngine(Engine):
             if on_result is not None:
                 on_result(index, m)
         return results
+
+    def stats(self) -> dict[str, object]:
+        return {
+            **super().stats(),
+            "tracker": f"{self.tracker[0]}:{self.tracker[1]}",
+            "key": self.key,
+            "in_flight": self.workers,
+        }

@@ -125,9 +125,9 @@ def test_the_fleet_measures_what_the_host_measures(tracker):
             MeasureInput("/no/such.so", ARGS)
         ]
         arrived = []
-        remote = RpcEngine(tracker=tracker, key=KEY, timer=timer, workers=2).measure(
-            inputs, on_result=lambda i, m: arrived.append(i)
-        )
+        engine = RpcEngine(tracker=tracker, key=KEY, timer=timer)
+        assert engine.workers == 2  # one candidate in flight per registered server
+        remote = engine.measure(inputs, on_result=lambda i, m: arrived.append(i))
         with LocalEngine(timer=timer) as local:
             here = local.measure(inputs[:3])
     assert sorted(arrived) == [0, 1, 2, 3]
@@ -193,4 +193,5 @@ def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
     assert result.exit_code == 0, result.output
     report = json.loads((Path(out) / "report.json").read_text())
     assert report["measurement"]["engine"] == "RpcEngine" and report["summary"]["trials"] == 8
+    assert report["measurement"]["in_flight"] == 2
     assert sum(t["failures"] for t in report["tasks"]) == 0
