@@ -68,6 +68,7 @@ def make_engine(
             device_type=target.device_type,
             timer=timer,
             timeout_s=max(60.0, m.timeout_s),
+            workers=fleet.parallelism,  # None: one in flight per registered server
         )
     if target.device_type == "cuda" and target.device_present and cuda_available():
         controller = DopController(
