@@ -91,25 +91,11 @@ def local_runner(inputs: list[Any], timer: Any) -> tuple[list[float], float]:
     """Stock MetaSchedule LocalRunner on the same artifacts: mean seconds (inf: failed)."""
     from tvm.s_tir import meta_schedule as ms
 
-    runner = ms.runner.LocalRunner(
-        timeout_sec=30,
-        evaluator_config=ms.runner.EvaluatorConfig(
-            number=timer.number,
-            repeat=timer.repeat,
-            min_repeat_ms=timer.min_repeat_ms,
-            enable_cpu_cache_flush=False,
-        ),
-    )
-    runner_inputs = [
-        ms.runner.RunnerInput(
-            item.artifact,
-            "cuda",
-            [ms.arg_info.TensorInfo(dtype, list(shape)) for dtype, shape in item.args],
-        )
-        for item in inputs
-    ]
+    from measure.rpc import evaluator_config, runner_inputs
+
+    runner = ms.runner.LocalRunner(timeout_sec=30, evaluator_config=evaluator_config(timer))
     start = time.perf_counter()
-    results = [future.result() for future in runner.run(runner_inputs)]
+    results = [future.result() for future in runner.run(runner_inputs(inputs, "cuda"))]
     seconds = time.perf_counter() - start
     means = [
         math.inf if r.error_msg else statistics.fmean(float(s) for s in r.run_secs) for r in results
@@ -132,7 +118,7 @@ def part_one(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
 
     from measure import BuildInput, MeasureInput
     from orchestrator.config import Settings
-    from orchestrator.measuring import Fleet, make_builder, make_engine
+    from orchestrator.measuring import Fleet, make_builder, make_engine, timer_config
     from orchestrator.targets import resolve_target
 
     resolved = resolve_target(args.target, build_only=args.build_only)
@@ -163,14 +149,7 @@ def part_one(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
             return figures
 
         gpus = tuple(int(g) for g in args.gpus.split(","))
-        timer_settings = settings.measure
-        from measure import TimerConfig
-
-        timer = TimerConfig(
-            number=timer_settings.number,
-            repeat=timer_settings.repeat,
-            min_repeat_ms=timer_settings.min_repeat_ms,
-        )
+        timer = timer_config(settings)
         print("LocalRunner (serial) ...", flush=True)
         stock, stock_s = local_runner(inputs, timer)
         print(f"  {stock_s:.1f} s", flush=True)

@@ -8,6 +8,7 @@ and returns the result. Only the tracker the user named is ever contacted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .base import Engine, MeasureInput, Measurement, short_error
 from .local import TimerConfig
@@ -33,6 +34,33 @@ def tracker_keys(host: str, port: int) -> dict[str, int]:
     return counts
 
 
+def evaluator_config(timer: TimerConfig) -> Any:
+    """MetaSchedule's EvaluatorConfig for our timer settings."""
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+
+    return EvaluatorConfig(
+        number=timer.number,
+        repeat=timer.repeat,
+        min_repeat_ms=timer.min_repeat_ms,
+        enable_cpu_cache_flush=timer.cpu_cache_flush,
+    )
+
+
+def runner_inputs(inputs: Sequence[MeasureInput], device_type: str) -> list[Any]:
+    """MetaSchedule RunnerInputs for built artifacts (what its runners take)."""
+    from tvm.s_tir.meta_schedule.arg_info import TensorInfo
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    return [
+        RunnerInput(
+            item.artifact,
+            device_type,
+            [TensorInfo(dtype, list(shape)) for dtype, shape in item.args],
+        )
+        for item in inputs
+    ]
+
+
 class RpcEngine(Engine):
     """Measures on the servers registered under `key` with the tracker at host:port."""
 
@@ -47,7 +75,7 @@ class RpcEngine(Engine):
         workers: int | None = None,
     ) -> None:
         """`workers`: candidates in flight at once; default one per server under `key`."""
-        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
+        from tvm.s_tir.meta_schedule.runner import RPCConfig, RPCRunner
 
         host, port = parse_tracker(tracker)
         if workers is None:
@@ -55,7 +83,6 @@ class RpcEngine(Engine):
         self.workers = workers
         self.device_type = device_type
         self.tracker, self.key = (host, port), key
-        t = timer or TimerConfig()
         self._runner = RPCRunner(
             RPCConfig(
                 tracker_host=host,
@@ -63,12 +90,7 @@ class RpcEngine(Engine):
                 tracker_key=key,
                 session_timeout_sec=int(timeout_s),
             ),
-            evaluator_config=EvaluatorConfig(
-                number=t.number,
-                repeat=t.repeat,
-                min_repeat_ms=t.min_repeat_ms,
-                enable_cpu_cache_flush=t.cpu_cache_flush,
-            ),
+            evaluator_config=evaluator_config(timer or TimerConfig()),
             max_workers=workers,
         )
 
@@ -78,19 +100,7 @@ class RpcEngine(Engine):
         on_result: Callable[[int, Measurement], None] | None = None,
         best_s: float | None = None,
     ) -> list[Measurement]:
-        from tvm.s_tir.meta_schedule.arg_info import TensorInfo
-        from tvm.s_tir.meta_schedule.runner import RunnerInput
-
-        futures = self._runner.run(
-            [
-                RunnerInput(
-                    item.artifact,
-                    self.device_type,
-                    [TensorInfo(dtype, list(shape)) for dtype, shape in item.args],
-                )
-                for item in inputs
-            ]
-        )
+        futures = self._runner.run(runner_inputs(inputs, self.device_type))
         results = []
         for index, future in enumerate(futures):
             try:

@@ -43,6 +43,16 @@ class Fleet:
     rpc_key: str | None = None
 
 
+def timer_config(settings: Settings) -> TimerConfig:
+    m = settings.measure
+    return TimerConfig(
+        number=m.number,
+        repeat=m.repeat,
+        min_repeat_ms=m.min_repeat_ms,
+        cpu_cache_flush=m.cpu_cache_flush,
+    )
+
+
 def make_engine(
     settings: Settings, target: ResolvedTarget, logs: Path | None, fleet: Fleet | None = None
 ) -> Engine:
@@ -54,12 +64,7 @@ def make_engine(
 
     fleet = fleet or Fleet()
     m, d = settings.measure, settings.dop
-    timer = TimerConfig(
-        number=m.number,
-        repeat=m.repeat,
-        min_repeat_ms=m.min_repeat_ms,
-        cpu_cache_flush=m.cpu_cache_flush,
-    )
+    timer = timer_config(settings)
     log = logs / "measure.log" if logs else None
     if fleet.rpc:
         return RpcEngine(
