@@ -133,8 +133,12 @@ def test_the_fleet_measures_what_the_host_measures(tracker):
     assert sorted(arrived) == [0, 1, 2, 3]
     assert [m.ok for m in remote] == [True, True, True, False]
     assert remote[3].error.startswith("RPC measurement failed")
+    # The same machine through loopback, but the two servers time their candidates at the same
+    # moment on a host that may have only two cores, so a sub-microsecond kernel can read 2-3x
+    # slower. What this guards against is a unit slip (ms for s) or the RPC round trip (~100 us
+    # here) folded into the timing: each would be off by 100x or more.
     for r, h in zip(remote[:3], here, strict=True):
-        assert 0.5 < r.mean_s / h.mean_s < 2.0  # the same machine, through loopback
+        assert 0.2 < r.mean_s / h.mean_s < 5.0
 
 
 def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path):
