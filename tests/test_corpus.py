@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import onnx_models
+from cli_args import tune_args
 from orchestrator.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -31,20 +32,7 @@ def finished_run(tmp_path_factory, fast_config):
     base = tmp_path_factory.mktemp("corpus")
     good = onnx_models.tiny_cnn(base / "good.onnx")
     run = base / "run"
-    result = CliRunner().invoke(
-        main,
-        [
-            "--budget",
-            "8trials",
-            "--target",
-            "llvm",
-            "--config",
-            str(fast_config),
-            "--out",
-            str(run),
-            str(good),
-        ],
-    )
+    result = CliRunner().invoke(main, tune_args(good, run, fast_config))
     assert result.exit_code == 0, result.output
     return good, run
 

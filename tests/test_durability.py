@@ -15,6 +15,7 @@ import pytest
 
 import onnx_models
 from budget import Spend
+from cli_args import tune_args
 from orchestrator.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from orchestrator.errors import InputError
 from orchestrator.rundir import RunDir
@@ -113,16 +114,7 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
         sys.executable,
         "-m",
         "orchestrator",
-        "--budget",
-        f"{TRIALS}trials",
-        "--no-early-stop",
-        "--target",
-        "llvm",
-        "--config",
-        str(config),
-        "--out",
-        str(run),
-        str(model),
+        *tune_args(model, run, config, "--no-early-stop", budget=f"{TRIALS}trials"),
     ]
     kept: list[str] = []
     lived = []

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import onnx_models
+from cli_args import tune_args
 from orchestrator import InputError, tune
 from orchestrator.cli import main
 from orchestrator.config import Settings
@@ -112,18 +113,7 @@ def test_api_raises_input_error_before_touching_anything(tmp_path):
 
 def test_json_stream_has_one_valid_event_per_line_and_nothing_else(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
-    proc = orchestrate_process(
-        "--json",
-        "--budget",
-        "8trials",
-        "--target",
-        "llvm",
-        "--config",
-        fast_config,
-        "--out",
-        tmp_path / "run",
-        model,
-    )
+    proc = orchestrate_process(*tune_args(model, tmp_path / "run", fast_config, "--json"))
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
     lines = stdout.splitlines()
@@ -151,17 +141,7 @@ def test_exit_3_when_the_budget_is_too_small_to_tune_anything(tmp_path, fast_con
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     result = CliRunner().invoke(
         main,
-        [
-            "--budget",
-            "2s",
-            "--target",
-            "llvm",
-            "--config",
-            str(fast_config),
-            "--out",
-            str(tmp_path / "run"),
-            str(model),
-        ],
+        tune_args(model, tmp_path / "run", fast_config, budget="2s"),
     )
     assert result.exit_code == 3, result.output
     assert "budget too small to tune anything" in result.stderr
@@ -176,17 +156,7 @@ def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     result = CliRunner().invoke(
         main,
-        [
-            "--budget",
-            "8trials",
-            "--target",
-            "llvm",
-            "--config",
-            str(strict),
-            "--out",
-            str(tmp_path / "run"),
-            str(model),
-        ],
+        tune_args(model, tmp_path / "run", strict),
     )
     assert result.exit_code == 4, result.output
     assert "the tuned model's outputs differ from onnxruntime's" in result.stderr
@@ -196,17 +166,7 @@ def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, f
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx", twin_convs=True)
     run = tmp_path / "run"
     proc = orchestrate_process(
-        "--json",
-        "--budget",
-        "30min",
-        "--no-early-stop",
-        "--target",
-        "llvm",
-        "--config",
-        fast_config,
-        "--out",
-        run,
-        model,
+        *tune_args(model, run, fast_config, "--json", "--no-early-stop", budget="30min")
     )
     for line in proc.stdout:  # wait for the first round to finish, then ask to stop
         if json.loads(line)["event"] == "round":

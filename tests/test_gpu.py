@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tvm.script import tirx as T
 
 import onnx_models
+from cli_args import tune_args
 from measure import (
     BuildInput,
     BuildPool,
@@ -120,17 +121,7 @@ def test_a_whole_tune_on_the_gpu(tmp_path, fast_config):
     out = tmp_path / "run"
     result = CliRunner().invoke(
         main,
-        [
-            "--budget",
-            "16trials",
-            "--target",
-            "cuda",
-            "--config",
-            str(fast_config),
-            "--out",
-            str(out),
-            str(model),
-        ],
+        tune_args(model, out, fast_config, budget="16trials", target="cuda"),
         env={**os.environ},
     )
     assert result.exit_code == 0, result.output

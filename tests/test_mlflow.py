@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 
 import onnx_models
+from cli_args import tune_args
 from orchestrator.cli import main
 
 
@@ -18,20 +19,15 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
     out = tmp_path / "run"
     result = CliRunner().invoke(
         main,
-        [
+        tune_args(
+            model,
+            out,
+            fast_config,
             "--mlflow",
             "--mlflow-experiment",
             "pipeline-tests",
-            "--budget",
-            "16trials",
-            "--target",
-            "llvm",
-            "--config",
-            str(fast_config),
-            "--out",
-            str(out),
-            str(model),
-        ],
+            budget="16trials",
+        ),
         env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"},
     )
     assert result.exit_code == 0, result.output

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from tvm.script import tirx as T
 
 import onnx_models
+from cli_args import tune_args
 from measure import BuildInput, BuildPool, LocalEngine, MeasureInput, RpcEngine, TimerConfig
 from measure.rpc import tracker_keys
 from orchestrator.cli import main
@@ -178,21 +179,7 @@ def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
     out = tmp_path / "run"
     result = CliRunner().invoke(
         main,
-        [
-            "--budget",
-            "8trials",
-            "--target",
-            "llvm",
-            "--config",
-            str(fast_config),
-            "--rpc",
-            tracker,
-            "--rpc-key",
-            KEY,
-            "--out",
-            str(out),
-            str(model),
-        ],
+        tune_args(model, out, fast_config, "--rpc", tracker, "--rpc-key", KEY),
     )
     assert result.exit_code == 0, result.output
     report = json.loads((Path(out) / "report.json").read_text())

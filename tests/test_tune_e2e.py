@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import onnx_models
+from cli_args import tune_args
 from orchestrator.cli import main
 
 
@@ -26,8 +27,7 @@ def journal(run: Path) -> list[dict]:
 
 def orchestrate(model: Path, out: Path, budget: str, config: Path) -> SimpleNamespace:
     """`orchestrate --budget B --target llvm --config C --out O MODEL`, which must succeed."""
-    args = ["--budget", budget, "--target", "llvm", "--config", config, "--out", out, model]
-    result = CliRunner().invoke(main, [str(a) for a in args])
+    result = CliRunner().invoke(main, tune_args(model, out, config, budget=budget))
     assert result.exit_code == 0, result.output + (
         repr(result.exception) if result.exception else ""
     )
