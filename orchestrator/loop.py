@@ -160,7 +160,7 @@ class TuningLoop:
         self.ledger = ledger
         self.journal = journal
         self.emit = emit
-        self.measured = measured  # task index -> keys of candidates already in the database
+        self.measured = measured  # task index -> keys already in the database or being measured
         self.rand_state = rand_state
         self.threads = threads
         # A filter needs more proposals than it keeps, to have something to choose from.
@@ -202,13 +202,13 @@ class TuningLoop:
                     current.trim(self.stopping.allowance(self.ledger, wanted), self.builder)
                     if not current.chosen:
                         continue
+                # Marked before measuring: a round prepared meanwhile must not propose them.
+                self.measured.setdefault(current.state.task.index, set()).update(
+                    c.key for c in current.chosen
+                )
                 upcoming = None
                 nxt = self.scheduler.pick(self.states) if self.pipeline else None
                 if nxt is not None:
-                    # the next round must not propose what this one is about to measure
-                    self.measured.setdefault(current.state.task.index, set()).update(
-                        c.key for c in current.chosen
-                    )
                     allowed = self.stopping.allowance(self.ledger, wanted)
                     upcoming = background.submit(self._prepare, nxt, allowed)
                 measurements = self._measure_round(current)
@@ -309,7 +309,6 @@ class TuningLoop:
         with self._phase("learn", r.times):
             self._learn(r.search, chosen, builds, measurements)
             self.filter.learn(state.task, chosen, measurements)
-        self.measured.setdefault(state.task.index, set()).update(c.key for c in chosen)
         good = [m.mean_s for m in measurements if m.ok]
         # A prepared-ahead round overlapped the previous one: count from where that ended.
         seconds = time.monotonic() - max(r.started, self._last_round_end)
