@@ -135,6 +135,17 @@ def test_unwritable_out_is_refused(models):
         locked.chmod(0o700)
 
 
+def test_out_inside_a_file_is_refused_and_the_file_kept(models):
+    # The refusal an unwritable --out gets, provoked in a way that holds for root as well.
+    notes = models / "notes.txt"
+    notes.write_text("keep me\n")
+    fails_with_one_line(
+        ["--out", notes / "run", models / "tiny.onnx"], "Not a directory; choose a writable"
+    )
+    fails_with_one_line(["--out", notes, models / "tiny.onnx"], "is a file")
+    assert notes.read_text() == "keep me\n"
+
+
 def _can_write(folder: Path) -> bool:
     try:
         (folder / ".probe").write_text("")
