@@ -228,6 +228,8 @@ def tune(
                 min_gain=s_stop.min_gain,
                 window=s_stop.window,
                 min_rounds=s_stop.min_rounds,
+                min_share=s_stop.evidence_share,
+                min_measured_rounds=s_stop.evidence_rounds,
             )
         )
     plateau = TaskPlateau(patience=s_stop.task_patience, min_gain=s_stop.task_min_gain)

@@ -165,6 +165,10 @@ class StoppingSettings:
     min_rounds: int
     task_patience: int
     task_min_gain: float
+    heavy_share: float
+    heavy_trials: int
+    evidence_share: float
+    evidence_rounds: int
 
     def __post_init__(self) -> None:
         if not 0 < self.min_gain < 1:
@@ -175,6 +179,10 @@ class StoppingSettings:
             raise ValueError(f"[stopping] min_rounds must be at least 2 but got {self.min_rounds}.")
         _positive("stopping", "task_patience", self.task_patience)
         _probability("stopping", "task_min_gain", self.task_min_gain)
+        for name in ("heavy_share", "evidence_share"):
+            _probability("stopping", name, getattr(self, name))
+        for name in ("heavy_trials", "evidence_rounds"):
+            _non_negative("stopping", name, getattr(self, name))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
