@@ -110,7 +110,11 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         [
             t["name"],
             str(t["weight"]),
+            str(t.get("proposed", "")),
+            str(t.get("filtered", "")),
+            str(t.get("built", "")),
             str(t["trials"]),
+            str(t.get("waiting", "")),
             fmt_latency(t["untuned_s"]),
             fmt_latency(t["best_s"]),
             f"{t['speedup']:.2f}x" if t["speedup"] else "n/a",
@@ -129,7 +133,20 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         ("Budget", ["limit", "spent", "left", "overshoot"], budget_rows),
         (
             "Tasks",
-            ["task", "weight", "trials", "untuned", "best", "speedup", "spend", "retired"],
+            [
+                "task",
+                "weight",
+                "proposed",
+                "filtered",
+                "built",
+                "measured",
+                "waiting",
+                "untuned",
+                "best",
+                "speedup",
+                "spend",
+                "retired",
+            ],
             task_rows,
         ),
         (

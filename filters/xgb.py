@@ -173,7 +173,7 @@ class TrimmerFilter(Filter):
         audit.kept += len(keep)
         audit.rejected += len(rejected)
         audit.audited += len(audited)
-        return Selection(tuple(sorted(kept | set(audited))), audit=tuple(sorted(audited)))
+        return Selection(tuple(keep + audited), audit=tuple(audited))
 
     def learn(
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]

@@ -91,10 +91,14 @@ def restore(
             state = states[entry["task"]]
             if entry.get("seconds") is not None:
                 state.round_s.append(float(entry["seconds"]))
+            if entry.get("measured"):
+                state.measured_rounds += 1
             state.proposed += int(entry.get("proposed", 0))
             state.filtered += int(entry.get("filtered", 0))
             state.built += int(entry.get("built", 0))
             state.audited += int(entry.get("audited", 0))
+        elif kind == "empty_search" and entry.get("task") in measured:
+            states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
             states[entry["task"]].retired = entry.get("reason", "retired")
         elif kind == "baseline" and entry.get("task") in measured:

@@ -370,10 +370,11 @@ class Session:
                 filtered=s.filtered,
                 built=s.built,
                 audited=s.audited,
+                waiting=s.waiting,
                 rounds=s.rounds,
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
-                spend_s=sum(s.round_s),
+                spend_s=sum(s.round_s) + s.wasted_s,
                 retired=s.retired,
             )
             for s in restored.states
