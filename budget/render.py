@@ -48,6 +48,20 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+_SEARCH_PARTS = ("sampling", "mutation", "prediction", "features")
+
+
+def describe_search(search: Mapping[str, Any]) -> str | None:
+    """Where search time went, in one line (summary)."""
+    if not search or not search.get("searches"):
+        return None
+    parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _SEARCH_PARTS)
+    return (
+        f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
+        "(postprocessing runs inside sampling and mutation)"
+    )
+
+
 def describe_measurement(m: Mapping[str, Any]) -> list[str]:
     """How candidates were measured, in a few plain lines (summary and report): the engine,
     the DOP over time and the checks behind it, busy share, telemetry, caveats."""
@@ -129,7 +143,14 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         for name, secs in sorted(report["phases"].items(), key=lambda kv: -kv[1])
         if secs > 0
     ]
-    return [
+    search = report.get("search") or {}
+    total = sum(search.get(p, 0.0) for p in _SEARCH_PARTS) or 1.0
+    search_rows = [
+        [part, fmt_duration(search.get(part, 0.0)), f"{search.get(part, 0.0) / total:.1%}"]
+        for part in _SEARCH_PARTS
+        if search.get("searches")
+    ]
+    tables = [
         ("Budget", ["limit", "spent", "left", "overshoot"], budget_rows),
         (
             "Tasks",
@@ -155,6 +176,13 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             phase_rows,
         ),
     ]
+    if search_rows:
+        title = (
+            f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
+            "(postprocessing runs inside sampling and mutation)"
+        )
+        tables.append((title, ["part", "time", "share of search"], search_rows))
+    return tables
 
 
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:

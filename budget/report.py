@@ -101,6 +101,7 @@ def make_report(
     warnings: Sequence[str] = (),
     candidate_filter: Mapping[str, Any] | None = None,
     measurement: Mapping[str, Any] | None = None,
+    search: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...}."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
@@ -133,6 +134,7 @@ def make_report(
         "warnings": list(warnings),
         "filter": dict(candidate_filter or {"name": "none"}),
         "measurement": dict(measurement or {}),
+        "search": dict(search or {}),
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
         "tasks": [dict(t) for t in tasks],

@@ -155,7 +155,7 @@ def tune(
     from budget.limits import primary_limit
     from budget.plateau import TaskPlateau
     from budget.prices import run_price
-    from filters import NAMES, TrimmerConfig, make_filter
+    from filters import NAMES, Predictor, TrimmerConfig, make_filter
     from measure.telemetry import energy_meter
 
     from . import exits
@@ -192,7 +192,8 @@ def tune(
         raise InputError(
             f"--filter: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
         )
-    warm_path = _warm_start_source(warm_start, settings.tune.filter)
+    shared = settings.search.cost_model == "shared"
+    warm_path = _warm_start_source(warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=build_only)
     fleet = _fleet(resolved, gpus, parallelism, rpc, rpc_key)
@@ -258,6 +259,9 @@ def tune(
         on_signals(interrupt, handle_signals),
     ):
         f = settings.filter
+        predictor = (
+            Predictor(seed=settings.tune.seed, min_samples=f.min_samples) if shared else None
+        )
         candidate_filter = make_filter(
             settings.tune.filter,
             target=resolved.target,
@@ -274,6 +278,7 @@ def tune(
                 seed=settings.tune.seed,
             ),
             state_dir=run.path,
+            predictor=predictor,
         )
         report = Session(
             model=onnx_model,
@@ -289,6 +294,7 @@ def tune(
             energy=energy,
             interrupt=interrupt,
             candidate_filter=candidate_filter,
+            predictor=predictor,
             warm_start=warm_path,
             fleet=fleet,
             run=run,
@@ -360,14 +366,15 @@ def _fleet(
     return Fleet(gpus=chosen, parallelism=dop)
 
 
-def _warm_start_source(given: str | Path | None, filter_name: str) -> Path | None:
+def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None:
     """Check --warm-start: a run directory with a database, or a predictor .json file."""
     if given is None:
         return None
     path = Path(given)
-    if filter_name != "xgb":
+    if not has_model:
         raise InputError(
-            f"--warm-start trains the xgb filter's predictor; it needs --filter xgb, not {filter_name}"
+            '--warm-start trains the learned model, which [search] cost_model = "tvm-xgb" '
+            "leaves to the xgb filter; use --filter xgb or the shared cost model"
         )
     if path.is_dir() and (path / "database_tuning_record.json").is_file():
         return path

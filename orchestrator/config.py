@@ -45,16 +45,33 @@ class TuneSettings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     population: int
+    population_per_candidate: int
+    min_population: int
+    max_population: int
     init_measured_ratio: float
     genetic_num_iters: int
     genetic_mutate_prob: float
     genetic_max_fail_count: int
     eps_greedy: float
+    cost_model: str
     cost_model_warmup: int
 
     def __post_init__(self) -> None:
-        if self.population < 2:
-            raise ValueError(f"[search] population must be at least 2 but got {self.population}.")
+        if self.cost_model not in ("shared", "tvm-xgb"):
+            raise ValueError(
+                f"[search] cost_model must be shared or tvm-xgb but got {self.cost_model!r}."
+            )
+        if self.population == 1 or self.population < 0:
+            raise ValueError(
+                f"[search] population must be 0 (sized to the round) or at least 2 but got "
+                f"{self.population}."
+            )
+        _positive("search", "population_per_candidate", self.population_per_candidate)
+        if not 2 <= self.min_population <= self.max_population:
+            raise ValueError(
+                f"[search] needs 2 <= min_population <= max_population but got "
+                f"{self.min_population}, {self.max_population}."
+            )
         for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy"):
             _probability("search", name, getattr(self, name))
         for name in ("genetic_num_iters", "genetic_max_fail_count", "cost_model_warmup"):

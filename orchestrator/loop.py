@@ -24,7 +24,7 @@ from measure.base import short_error
 
 from .config import Settings
 from .scheduler import Scheduler, TaskState, assign_floors, model_latency_s
-from .search import ProposalPool, TaskSearch
+from .search import ProposalPool, SearchTimes, TaskSearch, feature_rows
 from .tasks import Candidate, Task, structural_key
 
 Emit = Callable[..., None]
@@ -49,6 +49,7 @@ class Round:
     chosen: list[Candidate]
     builds: list[Build]
     times: dict[str, float]
+    searched: SearchTimes  # where this round's search time went
     started: float
 
     def trim(self, allowed: int, builder: Builder, pool: ProposalPool) -> None:
@@ -129,6 +130,7 @@ class TuningLoop:
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
         self._searches: dict[int, TaskSearch] = {}
         self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
+        self.search_times = SearchTimes()  # where all searches' time went
         self._last_round_end = 0.0
 
     def run(self) -> str:
@@ -228,7 +230,7 @@ class TuningLoop:
         # 1. The search tops up the candidates waiting for this task.
         try:
             search = self._search(task)
-            proposed, duplicates = self._top_up(search, times)
+            proposed, duplicates, searched = self._top_up(search, times)
         except Exception as exc:  # a TVM error in one task's search ends that task, not the run
             self._retire(state, f"search failed: {short_error(exc)}")
             return None
@@ -263,17 +265,20 @@ class TuningLoop:
             chosen=chosen,
             builds=builds,
             times=times,
+            searched=searched,
             started=started,
         )
 
-    def _top_up(self, search: TaskSearch, times: dict[str, float]) -> tuple[int, int]:
+    def _top_up(self, search: TaskSearch, times: dict[str, float]) -> tuple[int, int, SearchTimes]:
         """Ask the search for more when fewer than a round's proposals wait; returns how many
-        new candidates it proposed and how many were measured before (resumed runs)."""
+        new candidates it proposed, how many were measured before (resumed runs), and where
+        the search's time went."""
         task = search.task
         if self.pool.size(task.index) >= self.proposals or search.exhausted:
-            return 0, 0
+            return 0, 0, SearchTimes()
         with self._phase("search", times):
             found = search.propose()
+        self.search_times.add(search.last)
         # The search knows only what it proposed in this process, not the database's records.
         known = self.measured.setdefault(task.index, set())
         fresh, seen = [], set()
@@ -281,9 +286,13 @@ class TuningLoop:
             key = structural_key(mc.sch.mod)
             if key not in known and key not in seen:
                 seen.add(key)
-                fresh.append(Candidate(task, mc, key))
-        added = self.pool.add(task.index, fresh)
-        return len(added), len(found) - len(fresh)
+                fresh.append((mc, key))
+        rows = feature_rows(self.cost_model, search.ctx, [mc for mc, _ in fresh]) if fresh else []
+        candidates = [
+            Candidate(task, mc, key, row) for (mc, key), row in zip(fresh, rows, strict=True)
+        ]
+        added = self.pool.add(task.index, candidates)
+        return len(added), len(found) - len(fresh), search.last
 
     def _empty_search(self, state: TaskState, search: TaskSearch, times: dict[str, float]) -> None:
         """Nothing to measure: retire the task if its search space is exhausted; otherwise
@@ -385,8 +394,7 @@ class TuningLoop:
 
         results = [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in measurements]
         candidates = [c.measure_candidate for c in chosen]
-        # Only what was measured is reported: the search counts reported results.
-        search.ctx.notify_runner_results(candidates, results)
+        search.learn([(mc, m.mean_s) for mc, m in zip(candidates, measurements, strict=True)])
         # The cost model learns from everything that built (a failed run is a slow candidate).
         built = [i for i, b in enumerate(builds) if b.ok]
         if built:
@@ -416,6 +424,7 @@ class TuningLoop:
             "audited": audited,
             "over_budget": max(0, r.kept - len(chosen)),
             "waiting": state.waiting,
+            "search": r.searched.to_dict(),
             "built": sum(b.ok for b in builds),
             "measured": sum(m.ok for m in measurements),
             "failed": len(errors),

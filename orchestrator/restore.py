@@ -131,10 +131,12 @@ def _retrain(
     from . import _tvm
 
     _tvm.load_tensor_intrinsics()
+    # The shared model learns every task first and trains once; TVM's XGBModel trains per task.
+    add = getattr(cost_model, "add", None) or cost_model.update
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
-        cost_model.update(ctx, [c.measure_candidate for c in candidates], results)
+        add(ctx, [c.measure_candidate for c in candidates], results)
         if candidate_filter is not None:
             measurements = [
                 Measurement(tuple(float(s) for s in r.run_secs), None)
@@ -143,3 +145,5 @@ def _retrain(
                 for r in results
             ]
             candidate_filter.learn(task, candidates, measurements)
+    if hasattr(cost_model, "fit"):
+        cost_model.fit()

@@ -14,7 +14,8 @@ from budget.ledger import EnergyMeter
 from budget.plateau import TaskPlateau
 from budget.prices import Price
 from budget.report import make_report, task_row
-from filters import Filter
+from filters import Filter, Predictor
+from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
 from . import deploy
@@ -28,6 +29,7 @@ from .reporting import write_report
 from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler, model_latency_s
+from .search import make_cost_model
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
 
@@ -54,6 +56,7 @@ class Session:
         energy: EnergyMeter | None,
         interrupt: Interrupt,
         candidate_filter: Filter,
+        predictor: Predictor | None,
         warm_start: Path | None,
         fleet: Fleet,
         run: RunDir,
@@ -73,9 +76,14 @@ class Session:
         self.energy = energy
         self.interrupt = interrupt
         self.filter = candidate_filter
+        # The learned model: shared by search and filter unless [search] cost_model says
+        # "tvm-xgb", when the xgb filter keeps one of its own (warm start trains either).
+        self.shared_predictor = predictor
+        self.predictor = predictor or getattr(candidate_filter, "predictor", None)
         self.warm_start = warm_start
         self.fleet = fleet
         self.measurement: dict[str, Any] = {}
+        self.search: dict[str, Any] = {}  # where search time went (search.SearchTimes)
         self.run = run
         self.build_only = build_only
         self.emit = emit
@@ -99,9 +107,7 @@ class Session:
         )
         ledger.charge_phase("import", self.import_s)
         database = ms.database.JSONDatabase(work_dir=str(self.run.path))
-        cost_model = ms.cost_model.XGBModel(
-            num_warmup_samples=self.settings.search.cost_model_warmup
-        )
+        cost_model = make_cost_model(self.settings, self.shared_predictor)
         with ledger.phase("restore"):
             restored = restore(
                 self.tasks,
@@ -111,8 +117,8 @@ class Session:
                 target=self.target.target,
                 candidate_filter=self.filter,
             )
-            if self.warm_start is not None:
-                used = self.filter.warm_start(self.warm_start)  # type: ignore[attr-defined]
+            if self.warm_start is not None and self.predictor is not None:
+                used = warm_start(self.predictor, self.warm_start, self.target.target)
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )
@@ -311,7 +317,10 @@ class Session:
             threads=host_cores(),
             pipeline=self._pipelined(engine),
         )
-        return loop.run()
+        try:
+            return loop.run()
+        finally:
+            self.search = loop.search_times.to_dict()
 
     def _pipelined(self, engine: Engine) -> bool:
         mode = self.settings.measure.pipeline
@@ -415,6 +424,7 @@ class Session:
             warnings=self.warnings,
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
+            search=self.search,
             # Nothing measured in the whole run, yet not stopped by a signal: the budget was
             # used up by import, untuned measurement and compiling.
             budget_too_small=not self.build_only
