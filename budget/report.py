@@ -28,6 +28,7 @@ PHASES = (
     "measure",
     "learn",
     "filter",
+    "ahead",  # waiting for a round prepared in the background to be ready
     "compile",
     "check",
 )
@@ -143,6 +144,7 @@ def make_report(
             **{p: phases.get(p, 0.0) for p in PHASES},
             "idle": max(0.0, spend.wall_s - accounted),
         },
+        "overlapped": dict(spend.overlapped),
         "measuring_share": phases.get("measure", 0.0) / spend.wall_s if spend.wall_s else 0.0,
         "convergence": [_point(p) for p in curve],
         "forecast": _forecast(budget, spend, curve),

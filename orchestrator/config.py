@@ -55,8 +55,10 @@ class SearchSettings:
     eps_greedy: float
     cost_model: str
     cost_model_warmup: int
+    ahead: int
 
     def __post_init__(self) -> None:
+        _non_negative("search", "ahead", self.ahead)
         if self.cost_model not in ("shared", "tvm-xgb"):
             raise ValueError(
                 f"[search] cost_model must be shared or tvm-xgb but got {self.cost_model!r}."

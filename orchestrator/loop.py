@@ -1,8 +1,8 @@
 """The tuning loop: round by round over MetaSchedule's search, cost model and database.
 
-One round gives one task `trials_per_round` fresh candidates:
+One round gives one task up to a round's worth of candidates:
 
-    scheduler picks a task -> search proposes -> filter keeps -> builder builds
+    scheduler picks a task -> search proposes (search/) -> filter keeps -> builder builds
     -> engine measures -> database, search, cost model and filter learn -> budget decides
 """
 
@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -24,14 +25,12 @@ from measure.base import short_error
 
 from .config import Settings
 from .scheduler import Scheduler, TaskState, assign_floors, model_latency_s
-from .search import ProposalPool, SearchTimes, TaskSearch, feature_rows
-from .tasks import Candidate, Task, structural_key
+from .search import Proposer, SearchTimes, TaskSearch
+from .tasks import Candidate, Task
 
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
 FAILED_RUN_SECS = 1e10
-# Candidates that may wait in the pool per task, in rounds' worth.
-_POOL_ROUNDS = 4
 
 
 @dataclasses.dataclass
@@ -52,12 +51,18 @@ class Round:
     searched: SearchTimes  # where this round's search time went
     started: float
 
-    def trim(self, allowed: int, builder: Builder, pool: ProposalPool) -> None:
+    def trim(self, allowed: int, builder: Builder, proposer: Proposer) -> None:
         """Measure no more than `allowed` of the chosen candidates; the rest wait."""
         if allowed < len(self.chosen):
             builder.release(self.builds[allowed:])
-            pool.add(self.state.task.index, self.chosen[allowed:])
+            proposer.put_back(self.state.task, self.chosen[allowed:])
             self.chosen, self.builds = self.chosen[:allowed], self.builds[:allowed]
+
+
+def search_ahead(setting: int, cores: int) -> int:
+    """Tasks searched in background threads while the device measures: `setting`, or for 0
+    one per 4 host cores (at least 1, at most 4), each search with its share of the cores."""
+    return setting or max(1, min(4, cores // 4))
 
 
 def round_size(trials_per_round: int, builder: Builder) -> int:
@@ -124,14 +129,27 @@ class TuningLoop:
         # A filter needs more candidates than it keeps, to have something to choose from.
         factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
         self.proposals = self.round_size * factor
-        self.pool = ProposalPool(limit=_POOL_ROUNDS * self.proposals)
         self.pipeline = pipeline
+        # With pipelining, the next tasks' searches run ahead while the device measures.
+        self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0
+        self.proposer = Proposer(
+            make_search=self._new_search,
+            cost_model=cost_model,
+            measured=measured,
+            proposals=self.proposals,
+            ahead=self.ahead,
+            charge=self._charge,
+        )
         s = settings.stopping
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
-        self._searches: dict[int, TaskSearch] = {}
         self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
-        self.search_times = SearchTimes()  # where all searches' time went
+        self._main = threading.current_thread()
         self._last_round_end = 0.0
+
+    @property
+    def search_times(self) -> SearchTimes:
+        """Where all searches' time went."""
+        return self.proposer.times
 
     def run(self) -> str:
         """Tune until stopped; returns the reason the run stopped.
@@ -143,9 +161,12 @@ class TuningLoop:
         """
         wanted = self.round_size
         ahead: Round | None = None
-        with concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="next-round"
-        ) as background:
+        with (
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="next-round"
+            ) as background,
+            contextlib.closing(self.proposer),
+        ):
             while True:
                 decision = self.stopping.decide(self.ledger, self.progress())
                 if decision.stop:
@@ -163,7 +184,7 @@ class TuningLoop:
                         continue
                 else:  # prepared a round ago: the budget may allow less now
                     allowed = self.stopping.allowance(self.ledger, wanted)
-                    current.trim(allowed, self.builder, self.pool)
+                    current.trim(allowed, self.builder, self.proposer)
                     if not current.chosen:
                         continue
                 # Marked before measuring: a round prepared meanwhile must not propose them.
@@ -172,12 +193,15 @@ class TuningLoop:
                 )
                 upcoming = None
                 if self.pipeline:
-                    nxt = self.scheduler.pick(self.states, exclude={current.state.task.index})
-                    if nxt is not None:
+                    nxt = self._next_tasks({current.state.task.index}, 1 + self.ahead)
+                    if nxt:
                         allowed = self.stopping.allowance(self.ledger, wanted)
-                        upcoming = background.submit(self._prepare, nxt, allowed)
+                        upcoming = background.submit(self._prepare, nxt[0], allowed)
+                        self.proposer.ahead(s.task for s in nxt[1:])
                 measurements = self._measure_round(current)
-                ahead = upcoming.result() if upcoming is not None else None
+                if upcoming is not None:
+                    with self.ledger.phase("ahead"):  # what measuring did not hide
+                        ahead = upcoming.result()
                 self._learn_round(current, measurements)
 
     def progress(self) -> list[TaskProgress]:
@@ -198,45 +222,56 @@ class TuningLoop:
         if prepared is not None:
             self.builder.release(prepared.builds)
 
-    def _search(self, task: Task) -> TaskSearch:
-        if task.index not in self._searches:
-            with self.ledger.phase("search"):
-                self._searches[task.index] = TaskSearch(
-                    task,
-                    target=self.target,
-                    settings=self.settings,
-                    database=self.database,
-                    cost_model=self.cost_model,
-                    rand_state=self.rand_state,
-                    threads=self.threads,
-                    proposals=self.proposals,
-                )
-        return self._searches[task.index]
+    def _next_tasks(self, exclude: set[int], count: int) -> list[TaskState]:
+        """The tasks the scheduler would pick next, in order (none twice, none excluded)."""
+        picked: list[TaskState] = []
+        while len(picked) < count:
+            state = self.scheduler.pick(self.states, exclude=exclude)
+            if state is None:
+                break
+            picked.append(state)
+            exclude = exclude | {state.task.index}
+        return picked
+
+    def _new_search(self, task: Task) -> TaskSearch:
+        return TaskSearch(
+            task,
+            target=self.target,
+            settings=self.settings,
+            database=self.database,
+            cost_model=self.cost_model,
+            rand_state=self.rand_state,
+            threads=max(1, self.threads // max(1, self.ahead)),
+            proposals=self.proposals,
+        )
+
+    def _charge(self, phase: str, seconds: float, overlapped: bool) -> None:
+        self.ledger.charge_phase(phase, seconds, overlapped=overlapped)
 
     @contextlib.contextmanager
     def _phase(self, name: str, times: dict[str, float]) -> Iterator[None]:
-        """Charge the block to the ledger's phase `name` and to this round's `times`."""
+        """Charge the block to the ledger's phase `name` (overlapped when it runs in the
+        background) and to this round's `times`."""
         start = time.monotonic()
         try:
-            with self.ledger.phase(name):
-                yield
+            yield
         finally:
-            times[name] = times.get(name, 0.0) + time.monotonic() - start
+            seconds = time.monotonic() - start
+            times[name] = times.get(name, 0.0) + seconds
+            self._charge(name, seconds, threading.current_thread() is not self._main)
 
     def _prepare(self, state: TaskState, allowed: int) -> Round | None:
         """Steps 1-3 of a round: propose, filter, build. None when it has nothing to measure."""
-        task, times = state.task, {}
-        started = time.monotonic()
+        task, started = state.task, time.monotonic()
         # 1. The search tops up the candidates waiting for this task.
         try:
-            search = self._search(task)
-            proposed, duplicates, searched = self._top_up(search, times)
+            waiting, topped = self.proposer.offer(task)
         except Exception as exc:  # a TVM error in one task's search ends that task, not the run
             self._retire(state, f"search failed: {short_error(exc)}")
             return None
-        waiting = self.pool.waiting(task.index)
+        times = {"search": topped.seconds}
         if not waiting:
-            self._empty_search(state, search, times)
+            self._empty_search(state, topped.seconds)
             return None
         state.empty_searches = 0
         # 2. The filter keeps the most promising; the budget may allow fewer. The rest wait.
@@ -247,7 +282,7 @@ class TuningLoop:
         rejected = self._rejected.setdefault(task.index, set())
         newly = {c.key for c in waiting if c.key not in kept} - rejected
         rejected |= newly
-        self.pool.take(task.index, chosen)
+        self.proposer.take(task, chosen)
         if not chosen:
             return None
         # 3. Build.
@@ -255,9 +290,9 @@ class TuningLoop:
             builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
         return Round(
             state=state,
-            search=search,
-            proposed=proposed,
-            duplicates=duplicates,
+            search=self.proposer.search(task),
+            proposed=topped.proposed,
+            duplicates=topped.duplicates,
             offered=len(waiting),
             rejected=len(newly),
             kept=len(selection.keep),
@@ -265,42 +300,16 @@ class TuningLoop:
             chosen=chosen,
             builds=builds,
             times=times,
-            searched=searched,
+            searched=topped.searched,
             started=started,
         )
 
-    def _top_up(self, search: TaskSearch, times: dict[str, float]) -> tuple[int, int, SearchTimes]:
-        """Ask the search for more when fewer than a round's proposals wait; returns how many
-        new candidates it proposed, how many were measured before (resumed runs), and where
-        the search's time went."""
-        task = search.task
-        if self.pool.size(task.index) >= self.proposals or search.exhausted:
-            return 0, 0, SearchTimes()
-        with self._phase("search", times):
-            found = search.propose()
-        self.search_times.add(search.last)
-        # The search knows only what it proposed in this process, not the database's records.
-        known = self.measured.setdefault(task.index, set())
-        fresh, seen = [], set()
-        for mc in found:
-            key = structural_key(mc.sch.mod)
-            if key not in known and key not in seen:
-                seen.add(key)
-                fresh.append((mc, key))
-        rows = feature_rows(self.cost_model, search.ctx, [mc for mc, _ in fresh]) if fresh else []
-        candidates = [
-            Candidate(task, mc, key, row) for (mc, key), row in zip(fresh, rows, strict=True)
-        ]
-        added = self.pool.add(task.index, candidates)
-        return len(added), len(found) - len(fresh), search.last
-
-    def _empty_search(self, state: TaskState, search: TaskSearch, times: dict[str, float]) -> None:
+    def _empty_search(self, state: TaskState, seconds: float) -> None:
         """Nothing to measure: retire the task if its search space is exhausted; otherwise
         count the wasted search, which makes the scheduler look elsewhere first."""
-        if search.exhausted:
+        if self.proposer.exhausted(state.task):
             self._retire(state, "search space exhausted")
             return
-        seconds = times.get("search", 0.0)
         state.empty_searches += 1
         state.wasted_s += seconds
         self.journal({"type": "empty_search", "task": state.task.index, "seconds": seconds})
@@ -332,7 +341,7 @@ class TuningLoop:
         state.audited += len(audited)
         state.record_round(min(good) if good else None)
         state.round_s.append(seconds)
-        state.waiting = self.pool.size(state.task.index)
+        state.waiting = self.proposer.pool.size(state.task.index)
         fixed_s = seconds - r.times.get("build", 0.0) - r.times.get("measure", 0.0)
         self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=max(0.0, fixed_s))
         self.ledger.record_point(model_latency_s(self.states))

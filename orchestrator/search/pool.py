@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import threading
 from collections.abc import Iterable, Sequence
 
 from ..tasks import Candidate
@@ -32,9 +33,14 @@ class ProposalPool:
             dict
         )
         self._batches = itertools.count()
+        self._lock = threading.Lock()  # searches run ahead in background threads
 
     def add(self, task: int, candidates: Iterable[Candidate]) -> list[Candidate]:
         """Add candidates not already waiting, as one batch; returns those added."""
+        with self._lock:
+            return self._add(task, list(candidates))
+
+    def _add(self, task: int, candidates: list[Candidate]) -> list[Candidate]:
         waiting, batch = self._waiting[task], next(self._batches)
         added = []
         for candidate in candidates:
@@ -48,14 +54,17 @@ class ProposalPool:
         return added
 
     def waiting(self, task: int) -> list[Candidate]:
-        entries = sorted(self._waiting[task].values(), key=lambda e: (-e[0], e[1]))
+        with self._lock:
+            entries = sorted(self._waiting[task].values(), key=lambda e: (-e[0], e[1]))
         return [candidate for _, _, candidate in entries]
 
     def take(self, task: int, candidates: Sequence[Candidate]) -> None:
         """Remove candidates that go on to be built and measured."""
-        waiting = self._waiting[task]
-        for candidate in candidates:
-            waiting.pop(candidate.key, None)
+        with self._lock:
+            waiting = self._waiting[task]
+            for candidate in candidates:
+                waiting.pop(candidate.key, None)
 
     def size(self, task: int) -> int:
-        return len(self._waiting[task])
+        with self._lock:
+            return len(self._waiting[task])
