@@ -150,7 +150,8 @@ class SimulatedWorkers(Workers):
 class SimulatedEngine(ParallelEngine):
     """The parallel engine on `gpus` simulated GPUs. `latency(item)` gives a candidate's true
     seconds per run in isolation (default: from a hash of its artifact name; a non-finite
-    value makes it fail). `virtual_s` is the virtual time all measure() calls took."""
+    value makes it fail). `virtual_s` is the virtual time all measure() calls took: what a
+    caller charges to its ledger as measuring time (device-hours are that x GPUs held)."""
 
     device_type = "cuda"
 
