@@ -21,6 +21,7 @@ from typing import Any
 from ._pool import RESTART
 from ._timing import RACED, TimingPlan, step, verdict
 from ._window import DeviceWindow, WindowBusy
+from .base import short_error
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
@@ -95,8 +96,6 @@ def measure(
     except WindowBusy as exc:
         result.update(busy=True, error=str(exc))
     except Exception as exc:  # this candidate's failure: data; a broken context: a new worker
-        from .base import short_error
-
         result.update(error=f"measurement failed: {short_error(exc)}")
         result[RESTART] = not _context_alive(device_index)
     steps["wait"] = window.waited_s if window else 0.0

@@ -111,7 +111,10 @@ class ParallelEngine(Engine):
             self._exclusive(jobs, call)
         self.figures.phase_s += self.workers.now() - started
         self.workers.end(self.figures.runs - runs, self.dop)
-        return [m for m in call.results if m is not None]
+        missing = [i for i, m in enumerate(call.results) if m is None]
+        if missing:  # a scheduling bug, never a candidate's failure
+            raise RuntimeError(f"no result for inputs {missing}")
+        return call.results  # type: ignore[return-value]
 
     # -- the two modes ----------------------------------------------------------------------
 
