@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import platform
 import re
+import sys
 import time
 from typing import Any
 
@@ -32,6 +33,8 @@ from _common import ROOT
 
 def figures(engine: Any, wall_s: float) -> dict[str, Any]:
     s = engine.stats()
+    if "busy" not in s:
+        raise SystemExit(f"{s['engine']} measured, not the parallel engine: is cupy installed?")
     return {
         "candidates": s["candidates"],
         "measure_s": s["measure_s"],
@@ -158,7 +161,7 @@ def main() -> None:
             {
                 "device": device,
                 "machine": f"{args.machine}: {platform.processor() or platform.machine()}",
-                "command": "python benchmarks/gpu_scaling.py " + " ".join(_argv()),
+                "command": "python benchmarks/gpu_scaling.py " + " ".join(sys.argv[1:]),
                 "settings": {k: v for k, v in vars(args).items() if k not in ("machine",)},
                 "workloads": workloads,
             },
@@ -166,12 +169,6 @@ def main() -> None:
         )
     )
     print(f"raw figures: {out.relative_to(ROOT)}")
-
-
-def _argv() -> list[str]:
-    import sys
-
-    return sys.argv[1:]
 
 
 if __name__ == "__main__":
