@@ -128,13 +128,28 @@ class MeasureSettings:
     min_repeat_ms: int
     timeout_s: float
     cpu_cache_flush: bool
+    gpu_repeat_ms: float
+    min_repeats: int
+    max_repeats: int
+    max_rel_ci: float
+    race: bool
+    race_after: int
+    race_margin: float
     gpu_l2_flush: bool
     pipeline: str
 
     def __post_init__(self) -> None:
-        for name in ("number", "repeat", "timeout_s"):
+        for name in ("number", "repeat", "timeout_s", "min_repeats", "race_after"):
             _positive("measure", name, getattr(self, name))
-        _non_negative("measure", "min_repeat_ms", self.min_repeat_ms)
+        for name in ("min_repeat_ms", "gpu_repeat_ms", "race_margin"):
+            _non_negative("measure", name, getattr(self, name))
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(
+                f"[measure] max_repeats must be at least min_repeats but got "
+                f"{self.max_repeats} < {self.min_repeats}."
+            )
+        if not 0 < self.max_rel_ci < 1:
+            raise ValueError(f"[measure] max_rel_ci must be in (0, 1) but got {self.max_rel_ci}.")
         if self.pipeline not in ("auto", "on", "off"):
             raise ValueError(
                 f"[measure] pipeline must be auto, on or off but got {self.pipeline!r}."
@@ -150,6 +165,7 @@ class DopSettings:
     max_rel_error: float
     max_failure_rate: float
     sample_share: float
+    target_busy: float
     overlap_timing: bool
 
     def __post_init__(self) -> None:
@@ -158,7 +174,9 @@ class DopSettings:
                 f"[dop] needs 1 <= start <= max_dop but got {self.start}, {self.max_dop}."
             )
         _positive("dop", "step", self.step)
-        for name in ("backoff", "max_rel_error", "max_failure_rate", "sample_share"):
+        if not 0 < self.backoff < 1:
+            raise ValueError(f"[dop] backoff must be in (0, 1) but got {self.backoff}.")
+        for name in ("max_rel_error", "max_failure_rate", "sample_share", "target_busy"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"[dop] {name} must be in (0, 1] but got {value}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
@@ -99,7 +100,7 @@ class Session:
         repairs = repair_database(self.run)
         ledger = Ledger(
             carried=checkpointed_spend(self.run, spend_so_far(journal)),
-            devices=len(self.fleet.gpus) if self.target.device_type == "cuda" else 0,
+            devices=self.fleet.devices(self.target.device_type),
             cores=host_cores(),
             usd_per_hour=self.price.usd_per_hour if self.price else None,
             energy=self.energy,
@@ -146,9 +147,8 @@ class Session:
         self, restored: Restored, database: Any, cost_model: Any, ledger: Ledger
     ) -> tuple[dict[str, Any], str]:
         logs = self.run[RunDir.LOGS]
-        device = f"{self.target.device_type}0" if self.target.device_type == "cuda" else "cpu"
         with (
-            DeviceClaim(device) as claim,
+            contextlib.ExitStack() as claims,
             make_builder(self.settings, logs) as builder,
             make_engine(self.settings, self.target, logs, self.fleet) as engine,
         ):
@@ -157,11 +157,13 @@ class Session:
                     "cupy cannot use the GPU here, so candidates are timed one at a time with "
                     "TVM's timer; pip install 'tune-orchestrator[gpu]' for parallel measurement"
                 )
-            if claim.shared_with:
-                self._warn(
-                    f"another orchestrate process (pid {claim.shared_with}) is measuring on "
-                    f"{device}: the measurements of both runs are disturbed"
-                )
+            for device in self.fleet.claims(self.target.device_type):
+                claim = claims.enter_context(DeviceClaim(device))
+                if claim.shared_with:
+                    self._warn(
+                        f"another orchestrate process (pid {claim.shared_with}) is measuring on "
+                        f"{device}: the measurements of both runs are disturbed"
+                    )
             # 2. Untuned latency of each task, and of the whole model.
             self._measure_baselines(restored, builder, engine, ledger)
             untuned = restored.untuned or self._untuned_model(ledger)
