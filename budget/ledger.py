@@ -138,6 +138,7 @@ class Ledger:
         earlier_s: float = 0.0,
     ) -> None:
         self._clock = clock
+        self.clock = clock  # what the loop times rounds with (simulated runs add device time)
         # Work of this session done before the ledger existed counts as if it had.
         self._start = clock() - earlier_s
         self._carried = carried or Spend()

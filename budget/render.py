@@ -27,6 +27,9 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
             f"End-to-end latency {fmt_latency(s['untuned_latency_s'])} untuned -> "
             f"{fmt_latency(s['tuned_latency_s'])} tuned (**{s['speedup']:.2f}x**)."
         )
+    simulated = describe_simulated(report.get("simulated"))
+    if simulated:
+        lines.append(f"**{simulated}**")
     spent = [fmt_duration(s["wall_s"])]
     if report["spend"]["device_h"]:
         spent.append(f"{s['device_h']:.3g} GPU-h")
@@ -46,6 +49,20 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
             f"(fitted {forecast['curve']['kind']} curve)."
         )
     return lines
+
+
+def describe_simulated(simulated: Mapping[str, Any] | None) -> str | None:
+    """The one line that tells a simulated run's latencies from measured ones."""
+    if not simulated:
+        return None
+    line = f"{simulated['word']}: timings from a simulated {simulated['device']}"
+    if simulated.get("untuned_kernels_s") and simulated.get("tuned_kernels_s"):
+        line += (
+            f"; kernels {fmt_latency(simulated['untuned_kernels_s'])} untuned -> "
+            f"{fmt_latency(simulated['tuned_kernels_s'])} tuned "
+            f"({simulated['speedup']:.2f}x, {simulated['word']})"
+        )
+    return line + "; no real kernel was timed"
 
 
 _SEARCH_PARTS = ("sampling", "mutation", "prediction", "features")

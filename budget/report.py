@@ -103,6 +103,7 @@ def make_report(
     candidate_filter: Mapping[str, Any] | None = None,
     measurement: Mapping[str, Any] | None = None,
     search: Mapping[str, Any] | None = None,
+    simulated: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...}."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
@@ -116,6 +117,8 @@ def make_report(
         "budget": {"text": str(budget), "limits": budget_status(budget, spend)},
         "price": dict(price) if price else None,
         "build_only": build_only,
+        # Timings from a simulated GPU (--simulate): None for a run on a real device.
+        "simulated": dict(simulated) if simulated else None,
         "sessions": sessions,
         "summary": {
             "untuned_latency_s": untuned_s,

@@ -128,6 +128,7 @@ def tune(
     min_gain: float | None = None,
     early_stop: bool | None = None,
     build_only: bool = False,
+    simulate: bool = False,
     on_event: Callable[[Event], None] | None = None,
     handle_signals: bool = True,
     mlflow: bool | str = False,
@@ -148,6 +149,8 @@ def tune(
     runs). `on_event` receives every event (see orchestrator/events.schema.json). With
     `handle_signals`, SIGINT/SIGTERM stop the run after the current round (main thread only).
     `mlflow` logs to MLflow: True for MLFLOW_TRACKING_URI, or a tracking URI.
+    `simulate` tunes for a CUDA target (default nvidia/nvidia-h100) with real search and builds
+    and timings from a simulated GPU; everything it writes says SIMULATED.
 
     Raises InputError for bad input; nothing in an existing run directory is touched then.
     """
@@ -204,6 +207,7 @@ def tune(
         parallelism=parallelism,
         rpc=rpc,
         rpc_key=rpc_key,
+        simulate=simulate,
     )
     devices = fleet.devices(resolved.device_type)
     if price is not None and not price >= 0:
@@ -265,7 +269,11 @@ def tune(
     # 2. Run on the directory we own.
     emit = Emitter(on_event, mlflow_logger)
     with (
-        RunDir.open(out_dir, fingerprint=fingerprint(onnx_model, resolved)) as run,
+        RunDir.open(
+            out_dir,
+            fingerprint=fingerprint(onnx_model, resolved),
+            simulated=resolved.simulated,
+        ) as run,
         on_signals(interrupt, handle_signals),
     ):
         f = settings.filter

@@ -127,13 +127,15 @@ def main() -> None:
     "filter_name",
     help="Candidate filter: xgb (default: the Trimmer predictor, audited) or none (build and measure everything).",
 )
-@click.option("--gpus", metavar="0,1", help="GPUs to measure on (default: every visible GPU).")
+@click.option(
+    "--gpus", metavar="all|0,1", help="GPUs to measure on: all (the default) or their indices."
+)
 @click.option(
     "--parallelism",
     default="auto",
     show_default=True,
     metavar="auto|N",
-    help="Candidates timed at once per GPU: auto (chosen live, checked against isolated timings) or a fixed number.",
+    help="Workers preparing candidates per GPU while one at a time is timed: auto (paced by how busy the timed window is) or a fixed number; with [dop] overlap_timing, candidates timed at once.",
 )
 @click.option("--rpc", metavar="HOST:PORT", help="Measure on the servers of this TVM RPC tracker.")
 @click.option("--rpc-key", metavar="KEY", help="The key the RPC servers registered with.")
@@ -168,6 +170,11 @@ def main() -> None:
     "--build-only",
     is_flag=True,
     help="Do not tune: compile the model with the run directory's records (works for a GPU target on a host without one).",
+)
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="No GPU here: search and build for a CUDA target (default nvidia/nvidia-h100) for real, with timings from a simulated GPU. Everything it writes says SIMULATED.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print only the closing summary.")
 @click.option(
@@ -208,6 +215,7 @@ def tune_command(
     min_gain: float | None,
     no_early_stop: bool,
     build_only: bool,
+    simulate: bool,
     quiet: bool,
     json_events: bool,
     mlflow_on: bool,
@@ -240,6 +248,7 @@ def tune_command(
         min_gain=min_gain,
         early_stop=False if no_early_stop else None,
         build_only=build_only,
+        simulate=simulate,
         on_event=JsonLines(sys.stdout) if json_events else printer,
         mlflow=mlflow_uri or mlflow_on,
         mlflow_experiment=mlflow_experiment,

@@ -52,6 +52,8 @@ def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
     for path in sorted(runs_dir.iterdir()):
         if (path / RunDir.JOURNAL).is_file():
             try:
+                if RunDir(path).recorded_simulated():
+                    continue  # a simulated GPU's timings say nothing about a real one
                 journals.append(RunDir(path).journal())
             except InputError:
                 continue

@@ -198,10 +198,16 @@ class TuningLoop:
                         allowed = self.stopping.allowance(self.ledger, wanted)
                         upcoming = background.submit(self._prepare, nxt[0], allowed)
                         self.proposer.ahead(s.task for s in nxt[1:])
+                busy_before = self._device_busy()
                 measurements = self._measure_round(current)
                 if upcoming is not None:
                     with self.ledger.phase("ahead"):  # what measuring did not hide
+                        waited = time.monotonic()
                         ahead = upcoming.result()
+                        # A simulated device measured in no real time: the background work
+                        # it would have hidden is taken off its clock.
+                        busy = self._device_busy() - busy_before
+                        self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
 
     def progress(self) -> list[TaskProgress]:
@@ -245,6 +251,16 @@ class TuningLoop:
             proposals=self.proposals,
         )
 
+    def _device_busy(self) -> float:
+        """Seconds a simulated device has spent measuring (0 for real devices, whose time
+        the wall clock sees)."""
+        return float(getattr(self.engine, "virtual_s", 0.0))
+
+    def _hidden(self, seconds: float) -> None:
+        overlapped = getattr(self.ledger.clock, "overlapped", None)
+        if overlapped is not None and seconds > 0:
+            overlapped(seconds)
+
     def _charge(self, phase: str, seconds: float, overlapped: bool) -> None:
         self.ledger.charge_phase(phase, seconds, overlapped=overlapped)
 
@@ -252,17 +268,21 @@ class TuningLoop:
     def _phase(self, name: str, times: dict[str, float]) -> Iterator[None]:
         """Charge the block to the ledger's phase `name` (overlapped when it runs in the
         background) and to this round's `times`."""
-        start = time.monotonic()
+        background = threading.current_thread() is not self._main
+        # The ledger's clock includes a simulated device's time, which the main thread's
+        # measuring advances: background work is timed on the real clock.
+        clock = time.monotonic if background else self.ledger.clock
+        start = clock()
         try:
             yield
         finally:
-            seconds = time.monotonic() - start
+            seconds = clock() - start
             times[name] = times.get(name, 0.0) + seconds
-            self._charge(name, seconds, threading.current_thread() is not self._main)
+            self._charge(name, seconds, background)
 
     def _prepare(self, state: TaskState, allowed: int) -> Round | None:
         """Steps 1-3 of a round: propose, filter, build. None when it has nothing to measure."""
-        task, started = state.task, time.monotonic()
+        task, started = state.task, self.ledger.clock()
         # 1. The search tops up the candidates waiting for this task.
         try:
             waiting, topped = self.proposer.offer(task)
@@ -330,8 +350,9 @@ class TuningLoop:
             self.filter.learn(state.task, chosen, measurements)
         good = [m.mean_s for m in measurements if m.ok]
         # A prepared-ahead round overlapped the previous one: count from where that ended.
-        seconds = time.monotonic() - max(r.started, self._last_round_end)
-        self._last_round_end = time.monotonic()
+        now = self.ledger.clock()
+        seconds = now - max(r.started, self._last_round_end)
+        self._last_round_end = now
         audited = r.audit_keys & {c.key for c in chosen}
         state.trials += len(chosen)
         state.failures += len(chosen) - len(good)
@@ -370,7 +391,11 @@ class TuningLoop:
                 arrived(i, Measurement(None, b.error))
         built = [i for i, b in enumerate(builds) if b.artifact]
         self.engine.measure(
-            [MeasureInput(builds[i].artifact, chosen[i].args) for i in built],  # type: ignore[arg-type]
+            [
+                # The label lets a simulated device give each candidate its own latency.
+                MeasureInput(builds[i].artifact, chosen[i].args, label=chosen[i].label)  # type: ignore[arg-type]
+                for i in built
+            ],
             on_result=lambda j, m: arrived(built[j], m),
             best_s=state.best_s,  # a parallel engine confirms a new best in isolation
         )

@@ -129,6 +129,20 @@ def make_engine(
     fleet = fleet or Fleet()
     m = settings.measure
     log = logs / "measure.log" if logs else None
+    if target.simulated:
+        from measure import SimulatedEngine
+
+        from .simulate import Landscape, stand_in_gpu
+
+        return SimulatedEngine(
+            stand_in_gpu(settings.tune.seed),
+            controller=DopController(dop_config(settings), seed=settings.tune.seed),
+            gpus=len(fleet.gpus),
+            fixed_dop=fleet.parallelism,
+            overlap_timing=settings.dop.overlap_timing,
+            plan=timing_plan(settings, "cuda"),
+            latency=Landscape(seed=settings.tune.seed).of_input,
+        )
     if fleet.rpc:
         return RpcEngine(
             tracker=fleet.rpc,
@@ -165,13 +179,17 @@ def target_and_fleet(
     parallelism: int | str = "auto",
     rpc: str | None = None,
     rpc_key: str | None = None,
+    simulate: bool = False,
 ) -> tuple[ResolvedTarget, Fleet]:
     """Check --target, --gpus, --parallelism, --rpc and --rpc-key together: the resolved
     target and the Fleet that measures it. With --rpc the fleet is checked first, so that a
-    CUDA target is accepted on a head node without a GPU (`cuda` is read from a server)."""
+    CUDA target is accepted on a head node without a GPU (`cuda` is read from a server).
+    With `simulate`, simulated GPUs measure (--gpus 0,1 sets how many)."""
     from measure.rpc import parse_tracker, remote_cuda
 
     dop = _parallelism(parallelism)
+    if simulate and rpc:
+        raise InputError("--simulate stands in for the GPUs that --rpc would use; give one")
     if rpc:
         if gpus not in (None, ""):
             raise InputError(
@@ -186,7 +204,7 @@ def target_and_fleet(
             remote=lambda: remote_cuda(host, port, rpc_key or ""),
         )
         return resolved, fleet
-    resolved = resolve_target(target, build_only=build_only)
+    resolved = resolve_target(target, build_only=build_only, simulate=simulate)
     return resolved, _local_fleet(resolved, gpus, dop)
 
 
@@ -289,8 +307,12 @@ def measure_untuned_tasks(
     mods = [untuned_workload(task, target) for task in tasks]
     builds = builder.build([BuildInput(mod, target.target) for mod in mods])
     inputs = [
-        MeasureInput(b.artifact, arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True)))
-        for mod, b in zip(mods, builds, strict=True)
+        MeasureInput(
+            b.artifact,
+            arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True)),
+            label=(task.key, task.flops, None),  # a simulated device's default schedule
+        )
+        for task, mod, b in zip(tasks, mods, builds, strict=True)
         if b.artifact
     ]
     timed = iter(engine.measure(inputs))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from budget.render import describe_measurement, describe_search
+from budget.render import describe_measurement, describe_search, describe_simulated
 from budget.units import fmt_duration, fmt_latency
 
 from .api import Result
@@ -148,6 +148,9 @@ class Printer:
                 f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
                 f"{fmt_latency(result.tuned_latency_s)} tuned ({result.speedup:.2f}x faster)"
             )
+        simulated = describe_simulated(result.report.get("simulated"))
+        if simulated:
+            lines.append(f"  {simulated}")
         if result.check_ok is not None:
             state = "match" if result.check_ok else "DIFFER FROM"
             lines.append(

@@ -32,19 +32,38 @@ class RunDir:
     _LOCK = ".lock"
     # Files a run writes before its config; a folder holding only these is still "new".
     _OWN_EARLY = {_LOCK, LOGS}
+    # A simulated run's database and library carry the word, so that stock TVM pointed at the
+    # folder finds no records and nobody deploys a library tuned on simulated timings.
+    _SIMULATED = {
+        WORKLOAD_DB: "SIMULATED_database_workload.json",
+        RECORD_DB: "SIMULATED_database_tuning_record.json",
+        LIBRARY: "model-SIMULATED.so",
+    }
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, simulated: bool = False) -> None:
         self.path = path
+        self.simulated = simulated
         self._lock_fd: int | None = None
         self.resumed = False
 
     def __getitem__(self, name: str) -> Path:
-        return self.path / name
+        return self.path / (self._SIMULATED.get(name, name) if self.simulated else name)
+
+    def database(self) -> Any:
+        """The run's MetaSchedule JSONDatabase."""
+        from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+        return JSONDatabase(
+            path_workload=str(self[self.WORKLOAD_DB]),
+            path_tuning_record=str(self[self.RECORD_DB]),
+        )
 
     @classmethod
-    def open(cls, path: str | Path, *, fingerprint: Mapping[str, Any]) -> RunDir:
+    def open(
+        cls, path: str | Path, *, fingerprint: Mapping[str, Any], simulated: bool = False
+    ) -> RunDir:
         """Create a new run directory or resume one made for the same model and target."""
-        run = cls(Path(path))
+        run = cls(Path(path), simulated=simulated)
         existing = run._prepare_folder()
         run._lock()
         try:
@@ -65,6 +84,7 @@ class RunDir:
             raise InputError(
                 f"{run.path} is not a run directory (no {cls.CONFIG}); give the --out of a run"
             )
+        run.simulated = run.recorded_simulated()
         run._lock()
         run.resumed = True
         return run
@@ -133,6 +153,14 @@ class RunDir:
             raise
         return target
 
+    def recorded_simulated(self) -> bool:
+        """Whether the run in this folder was made with --simulate (its config says so)."""
+        if not (self.path / self.CONFIG).is_file():
+            return False
+        config = self.read_json(self.CONFIG)
+        fingerprint = config.get("fingerprint") if isinstance(config, dict) else None
+        return bool(isinstance(fingerprint, dict) and fingerprint.get("simulated"))
+
     def read_json(self, name: str) -> Any:
         path = self.path / name
         try:
@@ -188,11 +216,16 @@ class RunDir:
         theirs = config.get("fingerprint") if isinstance(config, dict) else None
         if theirs == json.loads(json.dumps(fingerprint)):
             return
-        what = ", ".join(
+        differs = [
             k
-            for k in fingerprint
-            if not isinstance(theirs, dict) or theirs.get(k) != fingerprint[k]
-        )
+            for k in {**(theirs if isinstance(theirs, dict) else {}), **fingerprint}
+            if not isinstance(theirs, dict) or theirs.get(k) != fingerprint.get(k)
+        ]
+        if differs == ["simulated"]:
+            was = "a SIMULATED run" if theirs.get("simulated") else "a run on a real device"  # type: ignore[union-attr]
+            fix = "add --simulate" if theirs.get("simulated") else "leave out --simulate"  # type: ignore[union-attr]
+            raise InputError(f"{self.path} holds {was}; {fix} to resume it, or give another --out")
+        what = ", ".join(differs)
         raise InputError(
             f"{self.path} holds a run with a different {what or 'setup'} "
             f"(model {theirs.get('model_name', '?') if isinstance(theirs, dict) else '?'}); "

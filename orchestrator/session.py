@@ -31,6 +31,7 @@ from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler, model_latency_s
 from .search import make_cost_model
+from .simulate import WORD, VirtualClock
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
 
@@ -93,12 +94,14 @@ class Session:
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
-        from tvm.s_tir import meta_schedule as ms
 
         # 1. Restore what earlier sessions measured and spent; mend what a crash tore.
         journal = self.run.journal()  # read (and refused if corrupt) before anything is mended
         repairs = repair_database(self.run)
+        # A simulated GPU measures in no real time: its clock adds the device's virtual time.
+        clock = VirtualClock() if self.target.simulated else time.monotonic
         ledger = Ledger(
+            clock=clock,
             carried=checkpointed_spend(self.run, spend_so_far(journal)),
             devices=self.fleet.devices(self.target.device_type),
             cores=host_cores(),
@@ -107,7 +110,7 @@ class Session:
             earlier_s=self.import_s,
         )
         ledger.charge_phase("import", self.import_s)
-        database = ms.database.JSONDatabase(work_dir=str(self.run.path))
+        database = self.run.database()
         cost_model = make_cost_model(self.settings, self.shared_predictor)
         with ledger.phase("restore"):
             restored = restore(
@@ -130,6 +133,11 @@ class Session:
         self._start(restored, ledger)
         for repair in repairs:
             self._warn(f"the run directory was mended after a crash: {repair}")
+        if self.target.simulated:
+            self._warn(
+                f"{WORD} run: search and CUDA builds are real, every timing comes from a "
+                f"simulated GPU; the database and library are named {WORD}"
+            )
         with Heartbeat(self.run, ledger.snapshot):
             untuned, stop_reason = restored.untuned, "build only: nothing was tuned"
             if not self.build_only:
@@ -152,6 +160,8 @@ class Session:
             make_builder(self.settings, logs) as builder,
             make_engine(self.settings, self.target, logs, self.fleet) as engine,
         ):
+            if isinstance(ledger.clock, VirtualClock):
+                ledger.clock.attach(lambda: engine.virtual_s)  # type: ignore[attr-defined]
             if self.target.device_type == "cuda" and isinstance(engine, LocalEngine):
                 self._warn(
                     "cupy cannot use the GPU here, so candidates are timed one at a time with "
@@ -427,6 +437,7 @@ class Session:
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
             search=self.search,
+            simulated=self._simulated(restored) if self.target.simulated else None,
             # Nothing measured in the whole run, yet not stopped by a signal: the budget was
             # used up by import, untuned measurement and compiling.
             budget_too_small=not self.build_only
@@ -435,6 +446,24 @@ class Session:
             and not self.interrupt.requested,
             paths=paths,
         )
+
+    def _simulated(self, restored: Restored) -> dict[str, Any]:
+        """What a simulated run can say about latency: the sum of its kernels' simulated
+        times, untuned and with the faster of tuned and default per task. No model was run."""
+        untuned = (
+            None
+            if any(s.baseline_s is None for s in restored.states)
+            else sum(s.task.weight * s.baseline_s for s in restored.states)  # type: ignore[operator]
+        )
+        tuned = model_latency_s(restored.states)
+        return {
+            "word": WORD,
+            "device": self.target.device_name,
+            "untuned_kernels_s": untuned,
+            "tuned_kernels_s": tuned,
+            "speedup": untuned / tuned if untuned and tuned else None,
+            "note": "timings come from a simulated GPU; no real kernel was timed",
+        }
 
     def config_record(self) -> dict[str, Any]:
         return {
@@ -457,4 +486,6 @@ def fingerprint(model: OnnxModel, target: ResolvedTarget) -> dict[str, Any]:
         "model_sha256": model.sha256,
         "inputs": [[i.name, list(i.shape), i.dtype] for i in model.inputs],
         "target": target.to_json(),
+        # Present only when simulated: a simulated run never resumes as a real one.
+        **({"simulated": True} if target.simulated else {}),
     }

@@ -25,6 +25,7 @@ class ResolvedTarget:
     device_type: str  # "cpu" or "cuda"
     device_present: bool  # False: can build, cannot measure
     device_name: str
+    simulated: bool = False  # timings come from a simulated device (--simulate)
 
     @property
     def kind(self) -> str:
@@ -46,7 +47,8 @@ class ResolvedTarget:
                 x for x in (str(mcpu) if mcpu else "", f"{cores} cores" if cores else "") if x
             )
             return f"llvm ({extras})" if extras else "llvm"
-        return f"cuda {self.target.attrs.get('arch', '')} ({self.device_name})".strip()
+        name = f"SIMULATED {self.device_name}" if self.simulated else self.device_name
+        return f"cuda {self.target.attrs.get('arch', '')} ({name})".strip()
 
 
 def host_cores() -> int:
@@ -82,13 +84,20 @@ def gpu_visible() -> bool:
 
 
 def resolve_target(
-    spec: str, *, build_only: bool = False, remote: Callable[[], Mapping[str, Any]] | None = None
+    spec: str,
+    *,
+    build_only: bool = False,
+    remote: Callable[[], Mapping[str, Any]] | None = None,
+    simulate: bool = False,
 ) -> ResolvedTarget:
     """Turn the user's target string into a TVM target; InputError with the accepted forms.
 
     `remote` is given when an RPC fleet measures: it returns the attributes of a server's
     first GPU (measure.rpc.remote_cuda), read for `cuda`; a CUDA target is then accepted
-    without a GPU here, and the tuned model is not run here (device_present is False)."""
+    without a GPU here, and the tuned model is not run here (device_present is False).
+    `simulate`: a simulated GPU stands in for the target's (default nvidia/nvidia-h100)."""
+    if simulate:
+        return _simulated(spec)
     import tvm
 
     spec = (spec or "auto").strip()
@@ -139,6 +148,28 @@ def resolve_target(
         device_present=present,
         device_name=_device_name(device_type, present),
     )
+
+
+def _simulated(spec: str) -> ResolvedTarget:
+    """A CUDA target whose timings a simulated GPU gives (orchestrator/simulate.py)."""
+    from .simulate import DEVICE_NAME
+
+    spec = (spec or "auto").strip()
+    name = "nvidia/nvidia-h100" if spec == "auto" else spec
+    if name == "cuda":
+        raise InputError(
+            "--simulate cannot tell which GPU to stand in for from --target cuda; name it "
+            'with a tag such as nvidia/nvidia-h100 or a JSON dict with "arch"'
+        )
+    resolved = resolve_target(name, build_only=True)
+    if resolved.device_type != "cuda":
+        raise InputError(
+            f"--simulate stands in for an NVIDIA GPU, but --target {spec!r} is a CPU; give a "
+            "CUDA target such as nvidia/nvidia-h100 (or leave --target out)"
+        )
+    # The landscape stands for an H100; other GPUs are named by their tag (and need --price).
+    device = DEVICE_NAME if name == "nvidia/nvidia-h100" else f"GPU of {name}"
+    return ResolvedTarget(resolved.target, spec, "cuda", False, device, simulated=True)
 
 
 def _remote_gpu(remote: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:

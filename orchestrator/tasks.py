@@ -43,6 +43,11 @@ class Candidate:
         return self.measure_candidate.sch.mod
 
     @property
+    def label(self) -> tuple[str, float, int]:
+        """What a simulated device keys its latency on: (task key, task FLOPs, candidate key)."""
+        return (self.task.key, self.task.flops, self.key)
+
+    @property
     def args(self) -> tuple[ArgSpec, ...]:
         return arg_specs(self.measure_candidate.args_info)
 

@@ -1,0 +1,105 @@
+"""--simulate: the GPU loop without a GPU. Search and CUDA builds are real, timings are not,
+and nothing it writes can be taken for a real measurement."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+import onnx_models
+from cli_args import tune_args
+from orchestrator.cli import main
+from orchestrator.errors import InputError
+from orchestrator.estimate import earlier_runs
+from orchestrator.simulate import Landscape, VirtualClock
+from orchestrator.targets import resolve_target
+
+
+def test_the_landscape_is_deterministic_and_never_beats_the_floor():
+    land = Landscape(seed=3)
+    floor = land.floor_s(2e9)
+    tuned = [land.latency(("task-a", 2e9, k)) for k in range(400)]
+    assert tuned == [land.latency(("task-a", 2e9, k)) for k in range(400)]
+    assert min(tuned) >= floor and min(tuned) < 1.2 * floor  # the best of many comes close
+    assert sorted(tuned)[200] > 1.5 * floor  # a typical candidate is well off it
+    default = land.latency(("task-a", 2e9, None))
+    assert floor * 1.1 <= default <= floor * 7.4
+    assert Landscape(seed=4).latency(("task-a", 2e9, 7)) != land.latency(("task-a", 2e9, 7))
+
+
+def test_the_virtual_clock_adds_device_time_and_takes_off_what_it_hid():
+    now = [100.0]
+    clock = VirtualClock(lambda: now[0])
+    device = [0.0]
+    clock.attach(lambda: device[0])
+    device[0] = 5.0  # the simulated GPU measured for 5 s in no real time
+    now[0] += 1.0  # while 1 s of background search ran for real
+    clock.overlapped(1.0)  # ... which a real GPU would have hidden
+    assert clock() == pytest.approx(105.0)
+
+
+def test_simulate_targets_a_named_gpu_and_refuses_what_it_cannot_stand_in_for():
+    resolved = resolve_target("auto", simulate=True)
+    assert resolved.simulated and resolved.device_type == "cuda"
+    assert not resolved.device_present  # nothing is run here
+    assert "SIMULATED" in resolved.describe() and "sm_90" in resolved.describe()
+    with pytest.raises(InputError, match="cannot tell which GPU"):
+        resolve_target("cuda", simulate=True)
+    with pytest.raises(InputError, match="is a CPU"):
+        resolve_target("llvm", simulate=True)
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory, fast_config):
+    base = tmp_path_factory.mktemp("simulate")
+    model = onnx_models.tiny_cnn(base / "tiny.onnx")
+    out = base / "runs" / "sim"
+    args = tune_args(model, out, fast_config, "--simulate", budget="8trials", target="auto")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return SimpleNamespace(
+        model=model,
+        out=out,
+        output=result.output,
+        report=json.loads((out / "report.json").read_text()),
+    )
+
+
+def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhere(simulated):
+    out, report = simulated.out, simulated.report
+    assert "SIMULATED" in simulated.output
+    assert report["summary"]["trials"] == 8
+    sim = report["simulated"]
+    assert sim["word"] == "SIMULATED" and sim["device"].startswith("NVIDIA H100")
+    assert sim["tuned_kernels_s"] <= sim["untuned_kernels_s"]  # never slower than the default
+    assert "SIMULATED" in report["target"]["description"]
+    assert any("SIMULATED" in w for w in report["warnings"])
+    assert "SIMULATED" in (out / "report.md").read_text()
+    # Stock TVM pointed at the folder finds no database; the library says what it is.
+    assert not (out / "database_tuning_record.json").exists()
+    assert not (out / "model.so").exists()
+    records = (out / "SIMULATED_database_tuning_record.json").read_text().splitlines()
+    assert len(records) == 8
+    assert (out / "model-SIMULATED.so").stat().st_size > 0
+    assert report["paths"]["library"].endswith("model-SIMULATED.so")
+    # The device time is on the run's clock: the measure phase is not zero.
+    assert report["phases"]["measure"] > 0
+
+
+def test_a_simulated_run_is_never_resumed_as_a_real_one(simulated, fast_config):
+    # The same GPU target, as on the GPU host the user moves to (build-only runs here).
+    args = tune_args(
+        simulated.model, simulated.out, fast_config, "--build-only", target="nvidia/nvidia-h100"
+    )
+    before = sorted(p.name for p in simulated.out.iterdir())
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "holds a SIMULATED run; add --simulate to resume it" in result.output
+    assert sorted(p.name for p in simulated.out.iterdir()) == before
+
+
+def test_estimate_learns_nothing_from_simulated_runs(simulated):
+    assert earlier_runs(simulated.out.parent) == []
