@@ -32,17 +32,37 @@ _ROUNDS = 120
 
 def pooled_features(context: Any, measure_candidates: Sequence[Any]) -> np.ndarray:
     """One row per candidate: sum, max and mean over its stores of MetaSchedule's per-store
-    features, and the number of stores."""
+    features, and the number of stores. A candidate TVM cannot extract features from (it
+    raises for some GPU schedules) gets a row of NaN, which the predictor ranks last, instead
+    of failing the whole batch and with it the task's search."""
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-    matrices = PerStoreFeature().extract_from(context, list(measure_candidates))
+    extractor = PerStoreFeature()
+    candidates = list(measure_candidates)
+    try:
+        matrices = [m.numpy() for m in extractor.extract_from(context, candidates)]
+    except Exception:  # find the bad ones: one at a time
+        matrices = []
+        for candidate in candidates:
+            try:
+                matrices.append(extractor.extract_from(context, [candidate])[0].numpy())
+            except Exception:
+                matrices.append(None)
+    width = next((m.shape[-1] for m in matrices if m is not None and m.ndim == 2), 1)
     rows = []
-    for matrix in matrices:
-        stores = matrix.numpy()
+    for stores in matrices:
+        if stores is None:
+            rows.append(np.full(3 * width + 1, np.nan))
+            continue
         if stores.size == 0:
             stores = np.zeros((1, stores.shape[-1] if stores.ndim == 2 else 1))
         rows.append(np.concatenate([stores.sum(0), stores.max(0), stores.mean(0), [len(stores)]]))
     return np.vstack(rows).astype(np.float32)
+
+
+def unreadable(features: np.ndarray) -> np.ndarray:
+    """Rows whose features could not be extracted (all NaN)."""
+    return np.isnan(features).all(axis=1) if features.size else np.zeros(len(features), bool)
 
 
 class Predictor:
@@ -66,8 +86,10 @@ class Predictor:
     def add(self, workload: str, features: np.ndarray, latencies: Sequence[float]) -> None:
         """Measured candidates of one workload; inf latency marks a failure."""
         rows, lats = self._data.setdefault(workload, ([], []))
-        rows.extend(features)
-        lats.extend(float(x) for x in latencies)
+        for row, latency, bad in zip(features, latencies, unreadable(features), strict=True):
+            if not bad:  # a row without features teaches nothing
+                rows.append(row)
+                lats.append(float(latency))
 
     def fit(self) -> None:
         import xgboost as xgb
@@ -91,7 +113,9 @@ class Predictor:
 
         if self.booster is None:
             raise RuntimeError("the predictor has not been fitted")
-        return self.booster.predict(xgb.DMatrix(features))
+        predicted = self.booster.predict(xgb.DMatrix(features))
+        # Unreadable candidates rank with the failures: last.
+        return np.where(unreadable(features), FAILED_TARGET, predicted)
 
     def save(self, path: Path) -> None:
         """xgboost's JSON format (never pickle), replaced atomically."""

@@ -31,6 +31,8 @@ from .tasks import Candidate, Task
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
 FAILED_RUN_SECS = 1e10
+# Searches of one task that may fail with a TVM error in a row before the task is retired.
+_SEARCH_ERROR_LIMIT = 3
 
 
 @dataclasses.dataclass
@@ -286,9 +288,10 @@ class TuningLoop:
         # 1. The search tops up the candidates waiting for this task.
         try:
             waiting, topped = self.proposer.offer(task)
-        except Exception as exc:  # a TVM error in one task's search ends that task, not the run
-            self._retire(state, f"search failed: {short_error(exc)}")
+        except Exception as exc:  # a TVM error in one task's search never ends the run
+            self._search_failed(state, exc)
             return None
+        state.search_errors = 0
         times = {"search": topped.seconds}
         if not waiting:
             self._empty_search(state, topped.seconds)
@@ -333,6 +336,18 @@ class TuningLoop:
         state.empty_searches += 1
         state.wasted_s += seconds
         self.journal({"type": "empty_search", "task": state.task.index, "seconds": seconds})
+
+    def _search_failed(self, state: TaskState, exc: Exception) -> None:
+        """TVM raised in the task's search. One sampled schedule can do that (some GPU
+        schedules make TVM's own passes fail): the task is searched again later, like after an
+        empty search, and retired only when its search fails again and again."""
+        state.search_errors += 1
+        error = short_error(exc)
+        self.journal({"type": "search_error", "task": state.task.index, "error": error})
+        if state.search_errors >= _SEARCH_ERROR_LIMIT:
+            self._retire(state, f"search failed {state.search_errors} times in a row: {error}")
+        else:
+            state.empty_searches += 1
 
     def _measure_round(self, r: Round) -> list[Measurement]:
         """Step 5: every result goes into the database the moment it is known, so a crash

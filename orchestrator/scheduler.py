@@ -29,6 +29,7 @@ class TaskState:
     waiting: int = 0  # proposed, not measured yet: waiting in the pool for a later round
     measured_rounds: int = 0  # rounds that measured at least one candidate successfully
     empty_searches: int = 0  # searches in a row that found nothing new
+    search_errors: int = 0  # searches in a row that TVM failed with an error
     wasted_s: float = 0.0  # seconds of searches that found nothing new
     share: float | None = None  # of the untuned model's latency (weight x untuned latency)
     floor: int = 0  # trials this task gets before a stopping rule may end the run

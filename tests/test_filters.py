@@ -200,3 +200,21 @@ def test_the_filter_filters_from_the_first_round_when_warm_started(proposals, tm
     assert student.predictor.ready  # despite min_samples: it starts warm
     student.learn(task, candidates[:1], [Measurement((1e-4,))])  # a first best for the task
     assert len(student.select(task, candidates).keep) < len(candidates)
+
+
+def test_a_candidate_without_features_ranks_last_and_teaches_nothing():
+    import numpy as np
+
+    from filters._predictor import FAILED_TARGET, Predictor
+
+    rng = np.random.default_rng(0)
+    rows = rng.uniform(size=(80, 4)).astype(np.float32)
+    latencies = 1e-4 * (1 + rows[:, 0])
+    predictor = Predictor(min_samples=8)
+    unreadable = np.full((1, 4), np.nan, dtype=np.float32)
+    predictor.add("w", np.vstack([rows, unreadable]), [*latencies, 1e-9])
+    assert predictor.samples == 80  # the row without features (and its latency) is dropped
+    predictor.fit()
+    predicted = predictor.predict(np.vstack([rows[:3], unreadable]))
+    assert predicted[-1] == pytest.approx(FAILED_TARGET)
+    assert (predicted[:3] < FAILED_TARGET).all()

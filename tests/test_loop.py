@@ -170,6 +170,32 @@ def test_a_task_is_retired_when_its_search_space_is_exhausted(tasks, fast_config
     assert engine.measured == []
 
 
+def test_a_search_error_sends_the_task_back_later_and_retires_it_only_when_it_repeats(
+    tasks, fast_config, monkeypatch
+):
+    real = TaskSearch.propose
+    calls: list[int] = []
+
+    def propose(self):
+        calls.append(self.task.index)
+        if self.task.index == 1:  # always fails, as a TVM pass can on some GPU schedules
+            raise RuntimeError("Check failed: blockIdx is bound but threadIdx is not")
+        if calls.count(0) == 1:  # fails once, then searches normally
+            raise RuntimeError("Check failed: a transient one")
+        return real(self)
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    entries = []
+    loop, engine = make_loop(tasks, fast_config, budget="32trials", journal=entries.append)
+    loop.run()
+    first, second = loop.states
+    assert first.retired is None and first.trials == 32
+    assert second.retired.startswith("search failed 3 times in a row: ")
+    assert second.trials == 0
+    errors = [e["task"] for e in entries if e["type"] == "search_error"]
+    assert errors.count(0) == 1 and errors.count(1) == 3
+
+
 def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
     loop, _ = make_loop(tasks, fast_config, budget="8trials", **{"tune.trials_per_round": 7})
     assert loop.round_size == 8  # two workers: 7 would leave one idle for the last build
