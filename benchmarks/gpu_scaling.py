@@ -9,8 +9,10 @@ clock (a few seconds of wall time), with its default candidate: prepared for ~10
 allocate, warm up; overlapping freely), timed for ~1-2 ms. Two workloads per GPU count:
   - stream: one long list of candidates (weak scaling: candidates-per-gpu x GPUs), the steady
     state;
-  - rounds: rounds of --round candidates (64, what the tuning loop measures per call today),
-    the best so far carried over for racing; each round fills and drains the pipeline.
+  - rounds: rounds of --round candidates (64), the best so far carried over for racing; each
+    round fills and drains the pipeline, so more GPUs idle longer per round;
+  - rounds per GPU: rounds of --round candidates per GPU, what the tuning loop measures per
+    call (orchestrator/loop.py round_size).
 Without --simulate it builds --candidates real candidates once (benchmarks/gpu_engine.py's
 proposals) and times the same ones on 1, 2, ... of the visible GPUs (strong scaling).
 Ratio to linear: candidates/s on k GPUs / (k x candidates/s on one). Raw figures go to
@@ -50,7 +52,7 @@ def figures(engine: Any, wall_s: float) -> dict[str, Any]:
     }
 
 
-def simulated(gpus: int, args: argparse.Namespace, rounds: bool) -> dict[str, Any]:
+def simulated(gpus: int, args: argparse.Namespace, round_size: int | None) -> dict[str, Any]:
     from measure import DopConfig, DopController, MeasureInput, SimulatedEngine, SimulatedGpu
 
     engine = SimulatedEngine(
@@ -61,10 +63,10 @@ def simulated(gpus: int, args: argparse.Namespace, rounds: bool) -> dict[str, An
     total = args.candidates_per_gpu * gpus
     items = [MeasureInput(f"g{gpus}-c{i}.so", (("float32", (16,)),)) for i in range(total)]
     start = time.perf_counter()
-    if rounds:
+    if round_size:
         best = None
-        for first in range(0, total, args.round):
-            results = engine.measure(items[first : first + args.round], best_s=best)
+        for first in range(0, total, round_size):
+            results = engine.measure(items[first : first + round_size], best_s=best)
             best = min([m.mean_s for m in results if m.ok] + ([best] if best else []))
     else:
         engine.measure(items)
@@ -136,8 +138,11 @@ def main() -> None:
     if args.simulate:
         device = "simulated"
         workloads = {
-            "stream": {str(k): simulated(k, args, rounds=False) for k in counts},
-            f"rounds_of_{args.round}": {str(k): simulated(k, args, rounds=True) for k in counts},
+            "stream": {str(k): simulated(k, args, None) for k in counts},
+            f"rounds_of_{args.round}": {str(k): simulated(k, args, args.round) for k in counts},
+            f"rounds_of_{args.round}_per_gpu": {
+                str(k): simulated(k, args, args.round * k) for k in counts
+            },
         }
     else:
         device, workloads = real(args, counts)

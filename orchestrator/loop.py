@@ -67,11 +67,14 @@ def search_ahead(setting: int, cores: int) -> int:
     return setting or max(1, min(4, cores // 4))
 
 
-def round_size(trials_per_round: int, builder: Builder) -> int:
-    """Candidates per round: at least `trials_per_round`, in whole waves of the builder's
+def round_size(trials_per_round: int, builder: Builder, gpus: int = 1) -> int:
+    """Candidates per round: `trials_per_round` per GPU (a round fills and drains each
+    GPU's pipeline once: with rounds of a fixed size, 8 GPUs measured at 0.55 of linear on the
+    simulated device, benchmarks/results/gpu_scaling-*), in whole waves of the builder's
     workers, so that no host core idles through the last builds of a round."""
     workers = max(1, getattr(builder, "workers", 1))
-    return -(-trials_per_round // workers) * workers
+    wanted = trials_per_round * max(1, gpus)
+    return -(-wanted // workers) * workers
 
 
 def spend_fields(ledger: Ledger) -> dict[str, Any]:
@@ -127,7 +130,9 @@ class TuningLoop:
         self.measured = measured  # task index -> keys already in the database or being measured
         self.rand_state = rand_state
         self.threads = threads
-        self.round_size = round_size(settings.tune.trials_per_round, builder)
+        self.round_size = round_size(
+            settings.tune.trials_per_round, builder, getattr(engine, "lanes", 1)
+        )
         # A filter needs more candidates than it keeps, to have something to choose from.
         factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
         self.proposals = self.round_size * factor
