@@ -46,12 +46,12 @@ class TimeUp(Exception):
 
 
 def signature(mod: Any) -> tuple:
-    """A PrimFunc's parameters (dtype, shape): the same for a workload and its schedules."""
-    func = mod["main"]
-    return tuple(
-        (str(func.buffer_map[p].dtype), tuple(int(d) for d in func.buffer_map[p].shape))
-        for p in func.params
-    )
+    """A PrimFunc's arguments (dtype, shape): the same for a workload and its schedules."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from orchestrator.tasks import arg_specs
+
+    return arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True))
 
 
 def tune_vanilla(model: str, target_json: str, seconds: float, seed: int, work: str,
