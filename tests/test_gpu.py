@@ -44,6 +44,8 @@ def cupy_on_a_gpu_host():
             "a GPU is visible but cupy cannot use it; install the GPU test extra: "
             "pip install '.[gpu-test]' (or '.[gpu-cuda12-test]' for CUDA 12 drivers)"
         )
+
+
 N = 1 << 20
 ARGS = (("float32", (N,)), ("float32", (N,)))
 
