@@ -64,8 +64,9 @@ def restore(
 
     from .defaults import hex_key
 
-    # 1. Measured candidates, best latencies and trial counts from the database.
-    defaults = _default_baselines(journal, measured)
+    # 1. Measured candidates, best latencies and trial counts from the database; the
+    #    baselines' default schedules are known by the keys the journal gives them.
+    baselines = _baselines(journal, measured)
     default_records: dict[int, Any] = {}
     for record in database.get_all_tuning_records():
         task = by_key.get(structural_key(record.workload.mod))
@@ -74,7 +75,7 @@ def restore(
         candidate = record.as_measure_candidate()
         key = structural_key(candidate.sch.mod)
         measured[task.index].add(key)
-        if hex_key(key) == defaults.get(task.index, {}).get("record_key"):
+        if hex_key(key) == baselines.get(task.index, {}).get("record_key"):
             default_records[task.index] = record
             continue
         state = states[task.index]
@@ -91,7 +92,10 @@ def restore(
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
 
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
-    sessions, untuned, baselines, points = 0, None, set(), []
+    sessions, untuned, points = 0, None, []
+    for index, entry in baselines.items():
+        states[index].baseline_s = entry.get("latency_s")
+        states[index].untuned_finite = entry.get("finite")
     for entry in journal:
         kind = entry.get("type")
         if kind == "session":
@@ -108,10 +112,6 @@ def restore(
             state.audited += int(entry.get("audited", 0))
         elif kind == "task_retired" and entry.get("task") in measured:
             states[entry["task"]].retired = entry.get("reason", "retired")
-        elif kind == "baseline" and entry.get("task") in measured:
-            states[entry["task"]].baseline_s = entry.get("latency_s")
-            states[entry["task"]].untuned_finite = entry.get("finite")
-            baselines.add(entry["task"])
         elif kind == "untuned":
             untuned = {
                 k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
@@ -125,17 +125,17 @@ def restore(
         _retrain(cost_model, candidate_filter, tasks, target, learn)
     unrecorded = {
         index: entry.get("run_secs") or [entry["latency_s"]]
-        for index, entry in defaults.items()
+        for index, entry in baselines.items()
         if entry.get("latency_s") is not None
         and index not in default_records
         and ("record_key" not in entry or entry["record_key"] is not None)
     }
     return Restored(
-        states, measured, sessions, untuned, baselines, points, default_records, unrecorded
+        states, measured, sessions, untuned, set(baselines), points, default_records, unrecorded
     )
 
 
-def _default_baselines(
+def _baselines(
     journal: Sequence[Mapping[str, Any]], tasks: Mapping[int, Any]
 ) -> dict[int, Mapping[str, Any]]:
     """The last baseline entry of each task. Its `record_key` names the default schedule's
