@@ -69,7 +69,7 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
 
 
 def describe_change(change: str | None, speedup: float) -> str:
-    """ "2.10x faster", "1.25x slower", or "no change: the timings overlap"."""
+    """The verdict in words: 2.10x faster, 1.25x slower, or no change (timings overlap)."""
     if change == "no change":
         return "no change: the timings overlap"
     if change == "slower":

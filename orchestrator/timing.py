@@ -102,8 +102,8 @@ def time_models(
 
 
 def change(untuned: Latency, tuned: Latency) -> str:
-    """ "faster" when every tuned timing beats every untuned one, "slower" the other way
-    round, else "no change": the difference is within the spread of the timings."""
+    """FASTER when every tuned timing beats every untuned one, SLOWER the other way round,
+    else NO_CHANGE: the difference is within the spread of the timings."""
     if tuned.max_s < untuned.min_s:
         return FASTER
     if tuned.min_s > untuned.max_s:
