@@ -39,6 +39,12 @@ def cuda_source(model) -> str:
     return source
 
 
+def build_for_h100(model, out):
+    """`orchestrate --target nvidia/nvidia-h100 --build-only --input-shape ... MODEL`."""
+    args = ["--target", H100, "--build-only", "--out", out, "--input-shape", SHAPE, model]
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 def nvcc_compiles(source: str, folder) -> subprocess.CompletedProcess:
     src = folder / "kernels.cu"
     src.write_text(source)
@@ -90,10 +96,7 @@ def test_kernel_names_are_read_from_the_source():
 @needs_nvcc
 def test_build_only_for_a_gpu_compiles_the_kernels_before_reporting_success(odd, tmp_path):
     out = tmp_path / "run"
-    args = ["--build-only", "--input-shape", SHAPE]
-    result = CliRunner().invoke(
-        main, [*map(str, ("--target", H100, "--out", out, *args)), str(odd)]
-    )
+    result = build_for_h100(odd, out)
     assert result.exit_code == 0, result.output
     assert "kernels compile with nvcc" in result.stdout and "for sm_90a" in result.stdout
     kernels = json.loads((out / "report.json").read_text())["tuned"]["kernels"]
@@ -107,11 +110,7 @@ def test_without_a_cuda_compiler_the_output_says_the_kernels_were_not_checked(
 ):
     monkeypatch.setattr("orchestrator.kernels.find_nvcc", lambda: None)
     out = tmp_path / "run"
-    result = CliRunner().invoke(
-        main,
-        [*map(str, ("--target", H100, "--build-only", "--out", out)), "--input-shape", SHAPE]
-        + [str(odd)],
-    )
+    result = build_for_h100(odd, out)
     assert result.exit_code == 0, result.output
     assert "CUDA kernels        NOT CHECKED: no CUDA compiler here" in result.stdout
     kernels = json.loads((out / "report.json").read_text())["tuned"]["kernels"]
@@ -125,11 +124,7 @@ def test_kernels_that_do_not_compile_are_our_bug_exit_1_and_no_library(odd, tmp_
     """Provoked for real: the renaming switched off, the model's names reach the kernels."""
     monkeypatch.setattr(onnx_names, "for_tvm", lambda proto: (proto, {}))
     out = tmp_path / "run"
-    result = CliRunner().invoke(
-        main,
-        [*map(str, ("--target", H100, "--build-only", "--out", out)), "--input-shape", SHAPE]
-        + [str(odd)],
-    )
+    result = build_for_h100(odd, out)
     assert result.exit_code == 1, result.output
     assert "the CUDA kernels TVM generated for odd do not compile (nvcc" in result.stderr
     assert (
