@@ -96,26 +96,23 @@ def check_cuda(
     """
     sources = cuda_sources(module)
     count = sum(len(kernel_names(s)) for s in sources)
+    nvcc = nvcc or find_nvcc()
     if not sources:
         return KernelCheck(False, 0, arch, reason="the library holds no CUDA source")
     if not arch:
         return KernelCheck(False, count, arch, reason="the target names no CUDA architecture")
-    nvcc = nvcc or find_nvcc()
     if nvcc is None:
-        return KernelCheck(
-            False,
-            count,
-            arch,
-            reason="no CUDA compiler here (nvcc not on PATH nor under CUDA_HOME)",
-        )
+        reason = "no CUDA compiler here (nvcc not on PATH nor under CUDA_HOME)"
+        return KernelCheck(False, count, arch, reason=reason)
     compiler = nvcc_version(nvcc)
     started = time.monotonic()
+    checked, error, reason = True, None, None
     with tempfile.TemporaryDirectory(prefix="orchestrate-kernels-") as tmp:
         for i, source in enumerate(sources):
             src = Path(tmp, f"kernels{i}.cu")
             src.write_text(source)
+            cubin = str(src.with_suffix(".cubin"))
             try:
-                cubin = str(src.with_suffix(".cubin"))
                 done = subprocess.run(
                     [nvcc, f"-arch={arch}", "-cubin", "-w", "-o", cubin, str(src)],
                     capture_output=True,
@@ -123,26 +120,19 @@ def check_cuda(
                     timeout=_TIMEOUT_S,
                 )
             except subprocess.TimeoutExpired:
-                return KernelCheck(
-                    False,
-                    count,
-                    arch,
-                    compiler,
-                    reason=f"{compiler} took over {_TIMEOUT_S:.0f} s",
-                    seconds=time.monotonic() - started,
-                )
-            if done.returncode != 0:
+                checked, reason = False, f"{compiler} took over {_TIMEOUT_S:.0f} s"
+                break
+            if done.returncode == 0:
+                continue
+            if "Unsupported gpu architecture" in done.stderr:
+                checked, reason = False, f"{compiler} cannot compile for {arch}"
+            else:
+                error = _first_errors(done.stderr or done.stdout, str(src))
                 if keep is not None:
                     keep.write_text(source)
-                return KernelCheck(
-                    True,
-                    count,
-                    arch,
-                    compiler,
-                    error=_first_errors(done.stderr or done.stdout, str(src)),
-                    seconds=time.monotonic() - started,
-                )
-    return KernelCheck(True, count, arch, compiler, seconds=time.monotonic() - started)
+            break
+    seconds = time.monotonic() - started
+    return KernelCheck(checked, count, arch, compiler, error, reason, seconds)
 
 
 def _first_errors(output: str, filename: str, limit: int = 3) -> str:

@@ -83,6 +83,16 @@ def test_without_renaming_the_same_kernels_do_not_compile(odd, tmp_path):
     assert failed.checked and not failed.ok and "error" in failed.error
 
 
+@needs_nvcc
+def test_an_architecture_nvcc_does_not_know_is_no_kernel_error(odd):
+    model = load_model(odd, {onnx_models.ODD_INPUT: (1, 3, 8, 8)})
+    target = resolve_target(H100, build_only=True).target
+    executable = deploy.compile_model(import_to_relax(model), target, ms.database.MemoryDatabase())
+    unknown = check_cuda(executable, "sm_999")
+    assert not unknown.checked and unknown.error is None
+    assert unknown.reason == f"{unknown.compiler} cannot compile for sm_999"
+
+
 def test_kernel_names_are_read_from_the_source():
     source = (
         'extern "C" __global__ void __launch_bounds__(128) conv_kernel(float* x);\n'
