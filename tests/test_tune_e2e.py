@@ -209,6 +209,23 @@ def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_conf
     assert not any(e["type"] == "round" for e in journal(run)[len(journal(tuned.out)) :])
 
 
+def test_a_resume_records_again_the_default_schedules_a_crash_lost(tuned, tmp_path, fast_config):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    lines = records(run)
+    trials = [line for line in lines if len(json.loads(line)[1][0][0]) > 1]
+    assert len(lines) - len(trials) == defaults(run)  # a CPU default only looks up the root
+    (run / "database_tuning_record.json").write_text("".join(f"{t}\n" for t in trials))
+    before = journal(run)
+    orchestrate(tuned.model, run, "16trials", fast_config)
+    after = journal(run)[len(before) :]
+    assert sorted(records(run)) == sorted(lines)  # the same records again, no more
+    restated = [e for e in after if e["type"] == "baseline"]
+    assert len(restated) == defaults(run) and all(e["record_key"] for e in restated)
+    assert not any(e["type"] in ("round", "untuned") for e in after)  # nothing re-measured
+    assert json.loads((run / "report.json").read_text())["summary"]["trials"] == 16
+
+
 def test_the_real_report_validates_and_comes_in_every_form(tuned):
     import jsonschema
 
