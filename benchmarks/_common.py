@@ -103,6 +103,7 @@ def tune_ours(
         "trials": result.trials,
         "built": sum(t["built"] for t in report["tasks"]),
         "filter": report["filter"],
+        "search": report.get("search", {}),
         "checkpoints": checkpoints,
     }
 

@@ -1,15 +1,24 @@
 """Models for benchmarks, made here so nothing large is committed.
 
-    python benchmarks/models.py --out benchmarks/work/resnetish.onnx
+    python benchmarks/models.py [--model resnetish|vggish|resnet50ish] [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
 global pooling, dense) on a 1x3x64x64 image: ~12 tuning tasks, ~0.2 GFLOP, several tasks
 called more than once.
+`vggish`: VGG-11's convolutions (64 to 512 channels, five max-pools) on a 1x3x224x224 image,
+then global pooling and a 1000-way dense layer instead of VGG's 4096-wide ones (which hold
+most of its weights and little of its time): ~15 GFLOP (7.6 G multiply-adds), fp32, batch 1;
+15 tuning tasks.
+`resnet50ish`: ResNet-50's layout (bottleneck blocks 3-4-6-3, 64 to 2048 channels) on a
+1x3x224x224 image, batch-normalised, 1000-way dense: ~8 GFLOP (4.1 G multiply-adds), fp32,
+batch 1; 28 tuning tasks.
+Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,102 +26,145 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def resnetish(seed: int = 0) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    inits: list[onnx.TensorProto] = []
-    nodes: list[onnx.NodeProto] = []
-    names = iter(range(10_000))
+class _Graph:
+    """An ONNX graph written layer by layer, with seeded random weights."""
 
-    def add(values: np.ndarray) -> str:
-        name = f"p{next(names)}"
-        inits.append(numpy_helper.from_array(values.astype("float32"), name))
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.inits: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+        self._names = iter(range(1_000_000))
+
+    def _name(self, prefix: str) -> str:
+        return f"{prefix}{next(self._names)}"
+
+    def param(self, values: np.ndarray) -> str:
+        name = self._name("p")
+        self.inits.append(numpy_helper.from_array(values.astype("float32"), name))
         return name
 
-    def conv_bn(x: str, cin: int, cout: int, k: int, stride: int, relu: bool) -> str:
-        out = f"t{next(names)}"
-        w = add(rng.standard_normal((cout, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5)
-        pad = k // 2
-        nodes.append(
-            helper.make_node(
-                "Conv",
-                [x, w],
-                [out + "c"],
-                kernel_shape=[k, k],
-                pads=[pad] * 4,
-                strides=[stride, stride],
-            )
-        )
-        bn = [
-            add(1 + 0.1 * rng.standard_normal(cout)),
-            add(0.1 * rng.standard_normal(cout)),
-            add(0.1 * rng.standard_normal(cout)),
-            add(rng.uniform(0.5, 1.5, cout)),
-        ]
-        nodes.append(
-            helper.make_node("BatchNormalization", [out + "c", *bn], [out + "b"], epsilon=1e-5)
-        )
-        if not relu:
-            return out + "b"
-        nodes.append(helper.make_node("Relu", [out + "b"], [out]))
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        out = self._name("t")
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
         return out
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, bias: bool = False) -> str:
+        w = self.param(self.rng.standard_normal((cout, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5)
+        inputs = [x, w] + ([self.param(0.1 * self.rng.standard_normal(cout))] if bias else [])
+        pad = k // 2
+        return self.node(
+            "Conv", inputs, kernel_shape=[k, k], pads=[pad] * 4, strides=[stride, stride]
+        )
+
+    def batch_norm(self, x: str, channels: int) -> str:
+        scale = self.param(1 + 0.1 * self.rng.standard_normal(channels))
+        shift = self.param(0.1 * self.rng.standard_normal(channels))
+        mean = self.param(0.1 * self.rng.standard_normal(channels))
+        var = self.param(self.rng.uniform(0.5, 1.5, channels))
+        return self.node("BatchNormalization", [x, scale, shift, mean, var], epsilon=1e-5)
+
+    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int, relu: bool) -> str:
+        y = self.batch_norm(self.conv(x, cin, cout, k, stride), cout)
+        return self.node("Relu", [y]) if relu else y
+
+    def head(self, x: str, features: int, classes: int) -> str:
+        pooled = self.node("GlobalAveragePool", [x])
+        flat = self.node("Flatten", [pooled], axis=1)
+        w = self.param(self.rng.standard_normal((classes, features)) * features**-0.5)
+        b = self.param(0.1 * self.rng.standard_normal(classes))
+        return self.node("Gemm", [flat, w, b], transB=1)
+
+    def model(self, name: str, image: str, size: int, logits: str, classes: int) -> onnx.ModelProto:
+        self.nodes[-1].output[0] = "logits"
+        graph = helper.make_graph(
+            self.nodes,
+            name,
+            [helper.make_tensor_value_info(image, TensorProto.FLOAT, [1, 3, size, size])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+            initializer=self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def resnetish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
 
     def block(x: str, cin: int, cout: int, stride: int) -> str:
-        y = conv_bn(x, cin, cout, 3, stride, relu=True)
-        y = conv_bn(y, cout, cout, 3, 1, relu=False)
-        shortcut = (
-            x if stride == 1 and cin == cout else conv_bn(x, cin, cout, 1, stride, relu=False)
-        )
-        out = f"t{next(names)}"
-        nodes.append(helper.make_node("Add", [y, shortcut], [out + "a"]))
-        nodes.append(helper.make_node("Relu", [out + "a"], [out]))
-        return out
+        y = g.conv_bn(x, cin, cout, 3, stride, relu=True)
+        y = g.conv_bn(y, cout, cout, 3, 1, relu=False)
+        shortcut = x if stride == 1 and cin == cout else g.conv_bn(x, cin, cout, 1, stride, False)
+        return g.node("Relu", [g.node("Add", [y, shortcut])])
 
-    x = conv_bn("image", 3, 16, 3, 1, relu=True)
-    for cin, cout, stride in [
-        (16, 16, 1),
-        (16, 16, 1),
-        (16, 32, 2),
-        (32, 32, 1),
-        (32, 64, 2),
-        (64, 64, 1),
-    ]:
+    x = g.conv_bn("image", 3, 16, 3, 1, relu=True)
+    for cin, cout, stride in [(16, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2)]:
         x = block(x, cin, cout, stride)
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"]))
-    nodes.append(helper.make_node("Flatten", ["pooled"], ["features"], axis=1))
-    nodes.append(
-        helper.make_node(
-            "Gemm",
-            [
-                "features",
-                add(rng.standard_normal((10, 64)) * 0.125),
-                add(0.1 * rng.standard_normal(10)),
-            ],
-            ["logits"],
-            transB=1,
-        )
-    )
-    graph = helper.make_graph(
-        nodes,
-        "resnetish",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 64, 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    x = block(x, 64, 64, 1)
+    g.head(x, 64, 10)
+    return g.model("resnetish", "image", 64, "logits", 10)
+
+
+def vggish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x, cin = "image", 3
+    for stage in ([64], [128], [256, 256], [512, 512], [512, 512]):
+        for cout in stage:
+            x = g.node("Relu", [g.conv(x, cin, cout, 3, bias=True)])
+            cin = cout
+        x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    g.head(x, 512, 1000)
+    return g.model("vggish", "image", 224, "logits", 1000)
+
+
+def resnet50ish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+
+    def bottleneck(x: str, cin: int, width: int, stride: int) -> str:
+        cout = 4 * width
+        y = g.conv_bn(x, cin, width, 1, 1, relu=True)
+        y = g.conv_bn(y, width, width, 3, stride, relu=True)
+        y = g.conv_bn(y, width, cout, 1, 1, relu=False)
+        shortcut = x if stride == 1 and cin == cout else g.conv_bn(x, cin, cout, 1, stride, False)
+        return g.node("Relu", [g.node("Add", [y, shortcut])])
+
+    x = g.conv_bn("image", 3, 64, 7, 2, relu=True)
+    x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            x = bottleneck(x, cin, width, stride if i == 0 else 1)
+            cin = 4 * width
+    g.head(x, 2048, 1000)
+    return g.model("resnet50ish", "image", 224, "logits", 1000)
+
+
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnetish": resnetish,
+    "vggish": vggish,
+    "resnet50ish": resnet50ish,
+}
+
+
+def write(name: str, folder: Path) -> Path:
+    """The model saved as `folder/<name>.onnx` (made once, reused after)."""
+    path = folder / f"{name}.onnx"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        onnx.save(MODELS[name](), path)
+    return path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).parent / "work" / "resnetish.onnx"
-    )
+    parser.add_argument("--model", choices=sorted(MODELS), default="resnetish")
+    parser.add_argument("--out", type=Path, help="default: benchmarks/work/<model>.onnx")
     args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(resnetish(), args.out)
-    print(f"wrote {args.out}")
+    out = args.out or Path(__file__).parent / "work" / f"{args.model}.onnx"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(MODELS[args.model](), out)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

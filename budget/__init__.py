@@ -1,6 +1,6 @@
 """Budgets, spend and the rules that stop a run."""
 
-from .base import GO, AnyOf, Decision, StoppingRule
+from .base import GO, AnyOf, Decision, StoppingRule, TaskProgress
 from .grammar import Budget, BudgetError, Limit, parse_budget
 from .ledger import Ledger, Spend
 from .limits import BudgetLimits, check_applicable
@@ -17,6 +17,7 @@ __all__ = [
     "Limit",
     "Spend",
     "StoppingRule",
+    "TaskProgress",
     "check_applicable",
     "fmt_amount",
     "fmt_duration",

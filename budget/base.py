@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Sequence
 
 from .ledger import Ledger
 
@@ -19,11 +20,23 @@ class Decision:
 GO = Decision(stop=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskProgress:
+    """What a stopping rule may know of one task, to stop on evidence rather than on luck."""
+
+    name: str
+    share: float | None  # of the untuned model's latency (None: not known)
+    trials: int
+    measured_rounds: int  # rounds that measured at least one candidate successfully
+    floor: int = 0  # trials it gets before a stopping rule may end the run
+    done: bool = False  # retired: it gets no more rounds
+
+
 class StoppingRule(abc.ABC):
     """Decides, before each round, whether the run stops."""
 
     @abc.abstractmethod
-    def decide(self, ledger: Ledger) -> Decision: ...
+    def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision: ...
 
     def allowance(self, ledger: Ledger, wanted: int) -> int:
         """How many of `wanted` candidates the next round may measure."""
@@ -40,9 +53,9 @@ class AnyOf(StoppingRule):
     def __init__(self, rules: list[StoppingRule]) -> None:
         self.rules = list(rules)
 
-    def decide(self, ledger: Ledger) -> Decision:
+    def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
         for rule in self.rules:
-            decision = rule.decide(ledger)
+            decision = rule.decide(ledger, tasks)
             if decision.stop:
                 return decision
         return GO

@@ -1,8 +1,11 @@
-"""Stop when more spending stops paying: a small windowed gain and a small forecast."""
+"""Stop when more spending stops paying: a small windowed gain and a small forecast, judged
+only once every task that matters has had its chance."""
 
 from __future__ import annotations
 
-from .base import GO, Decision, StoppingRule
+from collections.abc import Sequence
+
+from .base import GO, Decision, StoppingRule, TaskProgress
 from .forecast import fit_curve
 from .grammar import DOLLARS, Limit
 from .ledger import Ledger
@@ -15,11 +18,21 @@ class DiminishingReturns(StoppingRule):
     is left of `limit`.
 
     Spend is measured in the unit of `limit` (the budget's primary limit). It never decides
-    with fewer than `min_rounds` rounds, or with fewer than two rounds inside the window.
+    with fewer than `min_rounds` rounds, or with fewer than two rounds inside the window; and,
+    when told about the tasks, not before every task holding `min_share` of the untuned
+    latency has had `min_measured_rounds` measured rounds and every task has its floor of
+    trials (retired tasks excepted).
     """
 
     def __init__(
-        self, limit: Limit, *, min_gain: float = 0.01, window: float = 0.2, min_rounds: int = 4
+        self,
+        limit: Limit,
+        *,
+        min_gain: float = 0.01,
+        window: float = 0.2,
+        min_rounds: int = 4,
+        min_share: float = 0.05,
+        min_measured_rounds: int = 2,
     ) -> None:
         if not 0 < min_gain < 1:
             raise ValueError(f"min_gain must be in (0, 1) but got {min_gain}.")
@@ -27,13 +40,24 @@ class DiminishingReturns(StoppingRule):
             raise ValueError(f"window must be in (0, 1] but got {window}.")
         if min_rounds < 2:
             raise ValueError(f"min_rounds must be at least 2 but got {min_rounds}.")
+        if not 0 <= min_share <= 1:
+            raise ValueError(f"min_share must be in [0, 1] but got {min_share}.")
+        if min_measured_rounds < 0:
+            raise ValueError(
+                f"min_measured_rounds cannot be negative but got {min_measured_rounds}."
+            )
         self.limit = limit
         self.min_gain = min_gain
         self.window = window
         self.min_rounds = min_rounds
+        self.min_share = min_share
+        self.min_measured_rounds = min_measured_rounds
         self.last_forecast: float | None = None
 
-    def decide(self, ledger: Ledger) -> Decision:
+    def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
+        evidence = self.evidence(tasks)
+        if evidence is None:
+            return GO
         kind = self.limit.kind
         points = [(p.spent(kind), p.latency_s) for p in ledger.history if p.spent(kind) is not None]
         if len(points) < self.min_rounds:
@@ -51,7 +75,36 @@ class DiminishingReturns(StoppingRule):
         self.last_forecast = forecast
         if windowed >= self.min_gain or forecast is None or forecast >= self.min_gain:
             return GO
-        return Decision(True, self._reason(ledger, x_now, left, windowed, forecast))
+        reason = self._reason(ledger, x_now, left, windowed, forecast)
+        return Decision(True, f"{reason}; {evidence}" if evidence else reason)
+
+    def evidence(self, tasks: Sequence[TaskProgress]) -> str | None:
+        """What entitles the rule to judge ("" when told nothing about the tasks), or None
+        while a task that matters has not had its chance."""
+        if not tasks:
+            return ""
+        live = [t for t in tasks if not t.done]
+        if any(t.trials < t.floor for t in live):
+            return None
+        weighty = [t for t in tasks if t.share is not None and t.share >= self.min_share]
+        if any(t.measured_rounds < self.min_measured_rounds for t in weighty if not t.done):
+            return None
+        parts = []
+        if weighty:
+            held = sum(t.share or 0.0 for t in weighty)
+            fewest = min(t.measured_rounds for t in weighty)
+            parts.append(
+                f"the {len(weighty)} task(s) holding {held:.0%} of the untuned latency had "
+                f"{fewest}+ measured rounds each"
+            )
+        floored = [t for t in tasks if t.floor]
+        if floored:
+            held = sum(t.share or 0.0 for t in floored)
+            fewest = min(t.trials for t in floored)
+            parts.append(
+                f"the {len(floored)} heaviest (holding {held:.0%}) had {fewest}+ trials each"
+            )
+        return "evidence: " + ", ".join(parts) if parts else ""
 
     def _reason(
         self, ledger: Ledger, x_now: float, left: float, windowed: float, forecast: float

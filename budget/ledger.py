@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -64,6 +65,9 @@ class Spend:
     rounds: int = 0
     phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
     round_costs: tuple[RoundCost, ...] = ()
+    # Work done in the background while the loop waited on something else (measurement),
+    # by phase; it is not in `phases`, which split the wall time.
+    overlapped: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def spent(self, kind: str) -> float | None:
         return _spent(self, kind)
@@ -78,6 +82,7 @@ class Spend:
             "trials": self.trials,
             "rounds": self.rounds,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
+            "overlapped": {k: round(v, 3) for k, v in self.overlapped.items()},
             "round_costs": [
                 [round(c.fixed_s, 3), round(c.per_candidate_s, 4), c.candidates]
                 for c in self.round_costs
@@ -95,6 +100,7 @@ class Spend:
             trials=int(data["trials"]),
             rounds=int(data["rounds"]),
             phases={str(k): float(v) for k, v in data["phases"].items()},
+            overlapped={str(k): float(v) for k, v in data.get("overlapped", {}).items()},
             round_costs=tuple(
                 RoundCost(float(f), float(p), int(n)) for f, p, n in data.get("round_costs", ())
             ),
@@ -136,7 +142,9 @@ class Ledger:
         self._start = clock() - earlier_s
         self._carried = carried or Spend()
         self._phases: dict[str, float] = dict(self._carried.phases)
+        self._overlapped: dict[str, float] = dict(self._carried.overlapped)
         self._round_costs: list[RoundCost] = list(self._carried.round_costs)
+        self._lock = threading.Lock()  # phases are charged from background threads too
         self._energy = energy
         self._energy_start = energy() if energy is not None else None
         self.trials = self._carried.trials
@@ -190,23 +198,30 @@ class Ledger:
     def phases(self) -> dict[str, float]:
         return dict(self._phases)
 
+    @property
+    def overlapped(self) -> dict[str, float]:
+        return dict(self._overlapped)
+
     def spent(self, kind: str) -> float | None:
         return _spent(self.snapshot(), kind)
 
     # -- charging --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Charge the wall time spent inside the block to `name`."""
+    def phase(self, name: str, *, overlapped: bool = False) -> Iterator[None]:
+        """Charge the wall time spent inside the block to `name`; `overlapped`: the block ran
+        in the background, beside the phase the run was in."""
         start = self._clock()
         try:
             yield
         finally:
-            self.charge_phase(name, self._clock() - start)
+            self.charge_phase(name, self._clock() - start, overlapped=overlapped)
 
-    def charge_phase(self, name: str, seconds: float) -> None:
+    def charge_phase(self, name: str, seconds: float, *, overlapped: bool = False) -> None:
         """Charge `seconds`, timed outside a `phase()` block, to `name`."""
-        self._phases[name] = self._phases.get(name, 0.0) + seconds
+        phases = self._overlapped if overlapped else self._phases
+        with self._lock:
+            phases[name] = phases.get(name, 0.0) + seconds
 
     def charge_round(self, *, trials: int, seconds: float, fixed_s: float | None = None) -> None:
         """Count a round; `fixed_s` is the part of `seconds` that does not scale with trials."""
@@ -256,4 +271,5 @@ class Ledger:
             rounds=self.rounds,
             phases=self.phases,
             round_costs=tuple(self._round_costs),
+            overlapped=self.overlapped,
         )

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .base import GO, Decision, StoppingRule
+from .base import GO, Decision, StoppingRule, TaskProgress
 from .grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL, Budget, Limit
 from .ledger import Ledger, Spend
 from .units import fmt_amount, fmt_duration
@@ -57,7 +57,7 @@ class BudgetLimits(StoppingRule):
         self.round_size = round_size
         self.min_round = min_round if min_round is not None else max(1, round_size // 4)
 
-    def decide(self, ledger: Ledger) -> Decision:
+    def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
         for limit in self.budget.limits:
             if self._allowance(ledger, limit, self.round_size) < self._smallest(limit):
                 return Decision(True, self._reason(ledger, limit))

@@ -20,13 +20,15 @@ class TaskPlateau:
         self.patience = patience
         self.min_gain = min_gain
 
-    def decide(self, history: Sequence[float]) -> Decision:
+    def decide(self, history: Sequence[float], *, protected: bool = False) -> Decision:
+        """`protected`: the task is still short of its floor of trials, so a plateau does not
+        retire it yet (rounds that measured nothing still do)."""
         recent = history[-self.patience :]
         if len(recent) == self.patience and all(best == float("inf") for best in recent):
             return Decision(
                 True, f"its last {self.patience} rounds measured no candidate successfully"
             )
-        if len(history) <= self.patience:
+        if protected or len(history) <= self.patience:
             return GO
         before, now = history[-self.patience - 1], history[-1]
         if before == float("inf"):

@@ -86,17 +86,41 @@ def describe_kernels(k: Mapping[str, Any]) -> str:
     return f"NOT CHECKED: {k['reason']}; a GPU host compiles them when it loads model.so"
 
 
+_SEARCH_PARTS = ("sampling", "mutation", "prediction", "features")
+
+
+def describe_search(search: Mapping[str, Any]) -> str | None:
+    """Where search time went, in one line (summary)."""
+    if not search or not search.get("searches"):
+        return None
+    parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _SEARCH_PARTS)
+    return (
+        f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
+        "(postprocessing runs inside sampling and mutation)"
+    )
+
+
 def describe_measurement(m: Mapping[str, Any]) -> list[str]:
-    """How candidates were measured, in a few plain lines (summary and report): the engine,
-    the DOP over time and the checks behind it, busy share, telemetry, caveats."""
+    """How candidates were measured, in a few plain lines (summary and report): where and how,
+    throughput and how busy the GPUs' timed windows were, where a candidate's time went, the
+    DOP over time and the checks behind it, telemetry, caveats."""
     if not m:
         return []
+    gpus = ", ".join(map(str, m.get("gpus") or []))
+    overlap = m.get("mode") == "overlap"
     where = {
-        "CudaEngine": f"in parallel on GPU {', '.join(map(str, m.get('gpus', [])))}",
-        "RpcEngine": "on the RPC fleet",
+        "CudaEngine": f"on GPU {gpus}",
+        "SimulatedEngine": f"on simulated GPU {gpus}",
+        "RpcEngine": f"on the RPC fleet at {m.get('tracker')} (key {m.get('key')}, "
+        f"{m.get('in_flight')} in flight)",
         "LocalEngine": f"one at a time on the host's {m.get('device', 'cpu')} device",
     }.get(m.get("engine", ""), f"by {m.get('engine')}")
+    if m.get("mode") == "exclusive" and m.get("engine") != "RpcEngine":
+        where += ", one candidate at a time in each GPU's timed window"
+    elif overlap:
+        where += ", with overlapping timings"
     lines = [f"measured {where}, {m.get('measuring_share', 0.0):.0%} of the run spent measuring"]
+    lines += _throughput(m)
     batches = m.get("batches") or []
     if batches:
         path: list[int] = []
@@ -104,8 +128,13 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
             if not path or path[-1] != b["dop"]:
                 path.append(b["dop"])
         shown = " -> ".join(map(str, path[:12])) + (" -> ..." if len(path) > 12 else "")
+        what = (
+            "DOP (candidates timed at once per GPU)"
+            if overlap
+            else "DOP (preparing workers per GPU)"
+        )
         lines.append(
-            f"DOP over time {shown} (now {m['dop']}, ceiling {m['ceiling']}); "
+            f"{what} over time {shown} (now {m['dop']}, ceiling {m['ceiling']}); "
             f"{m.get('isolated_runs', 0)} re-timings in isolation"
         )
         checks = m.get("checks") or []
@@ -116,22 +145,61 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
                 f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
                 f"off; worst median relative error {worst:.1%}"
             )
-    t = m.get("telemetry") or {}
-    if t.get("batches"):
-        facts = []
-        if t.get("min_sm_clock_mhz") is not None:
-            facts.append(f"SM clock >= {t['min_sm_clock_mhz']} MHz")
-        if t.get("max_temperature_c") is not None:
-            facts.append(f"<= {t['max_temperature_c']} C")
-        if t.get("energy_per_candidate_j") is not None:
-            facts.append(f"{t['energy_per_candidate_j']:.3g} J per candidate")
-        facts.append(f"{t.get('throttled_batches', 0)} throttled batches")
-        if t.get("other_pids"):
-            facts.append(f"other processes on the GPU: {', '.join(map(str, t['other_pids']))}")
-        lines.append("GPU telemetry: " + ", ".join(facts))
+    lines += _telemetry(m.get("telemetry") or {})
     if m.get("caveat"):
         lines.append(f"caveat: {m['caveat']}")
     return lines
+
+
+def _throughput(m: Mapping[str, Any]) -> list[str]:
+    """Candidates per second, busy share of the timed windows, time per candidate by step."""
+    if not m.get("candidates_per_s"):
+        return []
+    line = f"{m['candidates']} candidates at {m['candidates_per_s']:.3g}/s"
+    if m.get("busy") is not None:
+        who = "servers" if m.get("engine") == "RpcEngine" else "GPU"
+        line += f"; {who} busy timing {m['busy']:.0%} of the measure phase"
+        per = m.get("busy_per_gpu") or []
+        if len(per) > 1 and m.get("gpus"):
+            line += (
+                " ("
+                + ", ".join(f"GPU {g} {b:.0%}" for g, b in zip(m["gpus"], per, strict=False))
+                + ")"
+            )
+    lines = [line]
+    steps = m.get("step_s") or {}
+    if any(steps.values()):
+        parts = [f"{name.replace('_', '-')} {fmt_latency(sec)}" for name, sec in steps.items()]
+        repeats = m.get("repeats")
+        tail = f"; {repeats:.1f} repeats on average" if repeats else ""
+        lines.append("per candidate: " + ", ".join(parts) + tail)
+    if m.get("raced"):
+        lines.append(
+            f"{m['raced']} raced: cut short as clearly slower than their task's best "
+            "(kept as valid, slower results)"
+        )
+    return lines
+
+
+def _telemetry(t: Mapping[str, Any]) -> list[str]:
+    if not t.get("batches"):
+        return []
+    facts = []
+    if t.get("min_sm_clock_mhz") is not None:
+        facts.append(f"SM clock >= {t['min_sm_clock_mhz']} MHz")
+    if t.get("max_temperature_c") is not None:
+        facts.append(f"<= {t['max_temperature_c']} C")
+    if t.get("energy_per_candidate_j") is not None:
+        facts.append(f"{t['energy_per_candidate_j']:.3g} J per candidate")
+    facts.append(f"{t.get('throttled_batches', 0)} throttled batches")
+    if t.get("other_pids"):
+        facts.append(f"other processes on the GPU: {', '.join(map(str, t['other_pids']))}")
+    per_gpu = [g for g in t.get("per_gpu") or [] if g.get("energy_j") is not None]
+    if len(per_gpu) > 1:
+        facts.append(
+            "energy " + ", ".join(f"GPU {g['index']} {g['energy_j'] / 1e3:.3g} kJ" for g in per_gpu)
+        )
+    return ["GPU telemetry: " + ", ".join(facts)]
 
 
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -148,7 +216,11 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         [
             t["name"],
             str(t["weight"]),
+            str(t.get("proposed", "")),
+            str(t.get("filtered", "")),
+            str(t.get("built", "")),
             str(t["trials"]),
+            str(t.get("waiting", "")),
             fmt_latency(t["untuned_s"]),
             fmt_latency(t["best_s"]),
             f"{t['speedup']:.2f}x" if t["speedup"] else "n/a",
@@ -164,14 +236,25 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         for name, secs in sorted(report["phases"].items(), key=lambda kv: -kv[1])
         if secs > 0
     ]
-    return [
+    search = report.get("search") or {}
+    total = sum(search.get(p, 0.0) for p in _SEARCH_PARTS) or 1.0
+    search_rows = [
+        [part, fmt_duration(search.get(part, 0.0)), f"{search.get(part, 0.0) / total:.1%}"]
+        for part in _SEARCH_PARTS
+        if search.get("searches")
+    ]
+    tables = [
         ("Budget", ["limit", "spent", "left", "overshoot"], budget_rows),
         (
             "Tasks",
             [
                 "task",
                 "weight",
-                "trials",
+                "proposed",
+                "filtered",
+                "built",
+                "measured",
+                "waiting",
                 "untuned",
                 "best",
                 "speedup",
@@ -187,6 +270,13 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             phase_rows,
         ),
     ]
+    if search_rows:
+        title = (
+            f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
+            "(postprocessing runs inside sampling and mutation)"
+        )
+        tables.append((title, ["part", "time", "share of search"], search_rows))
+    return tables
 
 
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:

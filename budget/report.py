@@ -28,6 +28,7 @@ PHASES = (
     "measure",
     "learn",
     "filter",
+    "ahead",  # waiting for a round prepared in the background to be ready
     "compile",
     "check",
 )
@@ -51,6 +52,7 @@ def task_row(
     filtered: int = 0,
     built: int = 0,
     audited: int = 0,
+    waiting: int = 0,
     untuned_s: float | None,
     best_s: float | None,
     spend_s: float,
@@ -72,6 +74,7 @@ def task_row(
         "filtered": filtered,
         "built": built,
         "audited": audited,
+        "waiting": waiting,
         "untuned_s": untuned_s,
         "best_s": best_s,
         "speedup": untuned_s / best_s if untuned_s and best_s else None,
@@ -104,6 +107,7 @@ def make_report(
     warnings: Sequence[str] = (),
     candidate_filter: Mapping[str, Any] | None = None,
     measurement: Mapping[str, Any] | None = None,
+    search: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
     `comparison` is how the two compared when timed in turn at the end (None: not timed)."""
@@ -141,6 +145,7 @@ def make_report(
         "warnings": list(warnings),
         "filter": dict(candidate_filter or {"name": "none"}),
         "measurement": dict(measurement or {}),
+        "search": dict(search or {}),
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
         "comparison": dict(comparison) if comparison else None,
@@ -150,6 +155,7 @@ def make_report(
             **{p: phases.get(p, 0.0) for p in PHASES},
             "idle": max(0.0, spend.wall_s - accounted),
         },
+        "overlapped": dict(spend.overlapped),
         "measuring_share": phases.get("measure", 0.0) / spend.wall_s if spend.wall_s else 0.0,
         "convergence": [_point(p) for p in curve],
         "forecast": _forecast(budget, spend, curve),

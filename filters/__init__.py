@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ._predictor import Predictor
 from .base import Filter, Selection
 from .none import NoFilter
 from .xgb import TrimmerConfig, TrimmerFilter
@@ -18,12 +19,14 @@ def make_filter(
     target: Any = None,
     config: TrimmerConfig | None = None,
     state_dir: Path | None = None,
+    predictor: Predictor | None = None,
 ) -> Filter:
-    """A filter by its short name; ValueError listing the known names otherwise."""
+    """A filter by its short name; ValueError listing the known names otherwise. `predictor`
+    is the shared model when the search's cost model trains it."""
     if name == NoFilter.name:
         return NoFilter()
     if name == TrimmerFilter.name:
-        return TrimmerFilter(target=target, config=config, state_dir=state_dir)
+        return TrimmerFilter(target=target, config=config, state_dir=state_dir, predictor=predictor)
     raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(NAMES)}")
 
 
@@ -31,6 +34,7 @@ __all__ = [
     "NAMES",
     "Filter",
     "NoFilter",
+    "Predictor",
     "Selection",
     "TrimmerConfig",
     "TrimmerFilter",

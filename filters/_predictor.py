@@ -1,11 +1,10 @@
 """The Trimmer predictor: XGBoost regression of how much slower than its task's best a
 candidate will run, from MetaSchedule's per-store features.
 
-Why a model of its own rather than the search's cost model: the search already ranks what it
-proposes with its XGB model (proposals are its top predictions plus a few random ones), so the
-same model would mostly agree with itself. This one learns a different target, the log of the
-latency ratio to the task's best measured candidate, which is absolute enough to pool tasks of
-other models (warm start) and to compare against a margin.
+The target, the log of the latency ratio to the task's best measured candidate, is absolute
+enough to pool the tasks of a model, and of other models (warm start), in one booster, and to
+compare against the filter's margin. The same predictor is the search's cost model
+(orchestrator/search/cost_model.py), so search and filter learn from one model.
 """
 
 from __future__ import annotations
@@ -108,3 +107,30 @@ class Predictor:
         booster = xgb.Booster()
         booster.load_model(str(path))
         self.booster = booster
+
+
+def warm_start(predictor: Predictor, source: Path, target: Any) -> str:
+    """Train `predictor` on an earlier run directory's records (any model: the target is
+    relative to each workload's best) or load a saved one; returns what was used."""
+    if source.is_file():
+        predictor.load(source)
+        predictor.warm = True
+        return f"predictor {source}"
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    by_workload: dict[str, tuple[Any, list[Any], list[float]]] = {}
+    for record in JSONDatabase(work_dir=str(source)).get_all_tuning_records():
+        key = f"{tvm_ffi.structural_hash(record.workload.mod) & (2**64 - 1):016x}"
+        mod, cands, lats = by_workload.setdefault(key, (record.workload.mod, [], []))
+        secs = [float(s) for s in record.run_secs]
+        cands.append(record.as_measure_candidate())
+        lats.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
+    for key, (mod, cands, lats) in by_workload.items():
+        context = TuneContext(mod=mod, target=target, task_name=f"warm-{key}")
+        predictor.add(f"warm:{key}", pooled_features(context, cands), lats)
+    predictor.fit()
+    predictor.warm = predictor.booster is not None
+    records = sum(len(c) for _, c, _ in by_workload.values())
+    return f"{records} records of {len(by_workload)} workloads in {source}"

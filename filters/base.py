@@ -14,17 +14,31 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Indices (into the proposed candidates, ascending) of those to build and measure;
-    `audit` are those among them measured only to check the filter's judgement."""
+    """Indices (into the candidates offered) of those to build and measure, the most promising
+    first; `audit` are those among them measured only to check the filter's judgement."""
 
     keep: tuple[int, ...]
     audit: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if list(self.keep) != sorted(set(self.keep)):
-            raise ValueError(f"keep must be ascending and unique but got {self.keep}.")
+        if len(set(self.keep)) != len(self.keep):
+            raise ValueError(f"keep must not repeat an index but got {self.keep}.")
         if not set(self.audit) <= set(self.keep):
             raise ValueError(f"audited candidates must be kept too, got {self.audit}.")
+
+    def first(self, n: int) -> tuple[int, ...]:
+        """The `n` to measure when no more fit: the most promising, and the audits' share of
+        them (at least one when two or more fit), so that the judgement is still checked."""
+        if n >= len(self.keep):
+            return self.keep
+        if n <= 0:
+            return ()
+        audits = [i for i in self.keep if i in set(self.audit)]
+        n_audit = min(len(audits), n * len(audits) // len(self.keep))
+        if audits and n >= 2:
+            n_audit = max(1, n_audit)
+        rest = [i for i in self.keep if i not in set(self.audit)]
+        return tuple(rest[: n - n_audit] + audits[:n_audit])
 
 
 class Filter(abc.ABC):

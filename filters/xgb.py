@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._predictor import Predictor, pooled_features
+from ._predictor import Predictor, pooled_features, warm_start
 from .base import Filter, Selection
 
 if TYPE_CHECKING:
@@ -131,12 +131,22 @@ class TrimmerFilter(Filter):
     name = "xgb"
 
     def __init__(
-        self, *, target: Any, config: TrimmerConfig | None = None, state_dir: Path | None = None
+        self,
+        *,
+        target: Any,
+        config: TrimmerConfig | None = None,
+        state_dir: Path | None = None,
+        predictor: Predictor | None = None,
     ) -> None:
+        """`predictor`: a model trained elsewhere (the search's cost model, which learns every
+        round); without one the filter trains a predictor of its own on what it is told."""
         self.target = target
         self.config = config or TrimmerConfig()
         self.state_dir = state_dir
-        self.predictor = Predictor(seed=self.config.seed, min_samples=self.config.min_samples)
+        self.trains = predictor is None
+        self.predictor = predictor or Predictor(
+            seed=self.config.seed, min_samples=self.config.min_samples
+        )
         self.audits: dict[str, Audit] = {}
         self._contexts: dict[str, Any] = {}
         # Selections not yet learned from, oldest first: with pipelining, a task's next round
@@ -153,9 +163,9 @@ class TrimmerFilter(Filter):
         n = len(candidates)
         if n == 0:
             return Selection(())
-        features = pooled_features(self._context(task), [c.measure_candidate for c in candidates])
+        features = self._features(task, candidates)
         audit.proposed += n
-        if not self.predictor.ready or task.key not in self._best:
+        if not self._ready() or task.key not in self._best:
             keep = list(range(min(n, self.config.max_keep)))
             self._remember(task, candidates, features, keep, [], n - len(keep))
             audit.kept += len(keep)
@@ -173,7 +183,7 @@ class TrimmerFilter(Filter):
         audit.kept += len(keep)
         audit.rejected += len(rejected)
         audit.audited += len(audited)
-        return Selection(tuple(sorted(kept | set(audited))), audit=tuple(sorted(audited)))
+        return Selection(tuple(keep + audited), audit=tuple(audited))
 
     def learn(
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
@@ -181,17 +191,18 @@ class TrimmerFilter(Filter):
         pending = self._take_pending(task, candidates)
         latencies = [m.mean_s if m.ok else math.inf for m in measurements]
         if pending is not None:
-            features = np.vstack([pending.features[c.key] for c in candidates])
             self._judge(task, candidates, latencies, pending)
-        else:  # resumed records: no selection to judge
-            features = pooled_features(
-                self._context(task), [c.measure_candidate for c in candidates]
+        if self.trains:
+            features = (
+                np.vstack([pending.features[c.key] for c in candidates])
+                if pending is not None
+                else self._features(task, candidates)  # resumed records: no selection
             )
-        self.predictor.add(task.key, features, latencies)
+            self.predictor.add(task.key, features, latencies)
+            self.predictor.fit()
         finite = [x for x in latencies if math.isfinite(x)]
         if finite:
             self._best[task.key] = min(self._best.get(task.key, math.inf), min(finite))
-        self.predictor.fit()
         if self.state_dir is not None:
             self._save_state(self.state_dir)
 
@@ -221,32 +232,21 @@ class TrimmerFilter(Filter):
     # -- warm start -----------------------------------------------------------------------
 
     def warm_start(self, source: Path) -> str:
-        """Learn from an earlier run directory's database (any model) or load a saved predictor;
-        returns what was used."""
-        if source.is_file():
-            self.predictor.load(source)
-            self.predictor.warm = True
-            return f"predictor {source}"
-        import tvm_ffi
-        from tvm.s_tir.meta_schedule.database import JSONDatabase
-
-        by_workload: dict[str, tuple[Any, list[Any], list[float]]] = {}
-        for record in JSONDatabase(work_dir=str(source)).get_all_tuning_records():
-            key = f"{tvm_ffi.structural_hash(record.workload.mod) & (2**64 - 1):016x}"
-            mod, cands, lats = by_workload.setdefault(key, (record.workload.mod, [], []))
-            secs = [float(s) for s in record.run_secs]
-            cands.append(record.as_measure_candidate())
-            lats.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
-        from tvm.s_tir.meta_schedule import TuneContext
-
-        for key, (mod, cands, lats) in by_workload.items():
-            context = TuneContext(mod=mod, target=self.target, task_name=f"warm-{key}")
-            self.predictor.add(f"warm:{key}", pooled_features(context, cands), lats)
-        self.predictor.fit()
-        self.predictor.warm = self.predictor.booster is not None
-        return f"{sum(len(c) for _, c, _ in by_workload.values())} records of {len(by_workload)} workloads in {source}"
+        """Start the predictor from an earlier run directory's records (any model) or a saved
+        predictor; returns what was used."""
+        return warm_start(self.predictor, source, self.target)
 
     # -- internals ------------------------------------------------------------------------
+
+    def _ready(self) -> bool:
+        p = self.predictor
+        return p.booster is not None and (p.warm or p.samples >= self.config.min_samples)
+
+    def _features(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
+        """The candidates' feature rows: those the search extracted, or extracted now."""
+        if all(c.features is not None for c in candidates):
+            return np.vstack([c.features for c in candidates])
+        return pooled_features(self._context(task), [c.measure_candidate for c in candidates])
 
     def _context(self, task: Task) -> Any:
         if task.key not in self._contexts:
@@ -323,7 +323,8 @@ class TrimmerFilter(Filter):
         )
 
     def _save_state(self, folder: Path) -> None:
-        self.predictor.save(folder / "predictor.json")
+        if self.trains:
+            self.predictor.save(folder / "predictor.json")
         state = {
             "warm": self.predictor.warm,
             "best": self._best,

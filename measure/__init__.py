@@ -1,5 +1,6 @@
 """Building candidates and timing them on the device."""
 
+from ._timing import TimingPlan
 from .base import ArgSpec, Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from .build_pool import BuildPool
 from .cuda import CudaEngine, cuda_available
@@ -27,5 +28,6 @@ __all__ = [
     "SimulatedEngine",
     "SimulatedGpu",
     "TimerConfig",
+    "TimingPlan",
     "cuda_available",
 ]

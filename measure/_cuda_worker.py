@@ -1,26 +1,37 @@
 """Runs inside a CUDA measuring worker (one process, one CUDA context, one GPU).
 
-Inputs are allocated once per workload with cupy and handed to TVM through DLPack; kernels are
-timed on the device with CUDA events around `number` launches, after a warm-up, optionally
-writing a buffer larger than L2 between repeats (cold cache). Host-side work (loading the
-module, allocating) happens outside the timed section; when timed sections must not overlap
-with other workers', they take an exclusive file lock per GPU.
+A job loads the candidate's module, allocates its inputs once per workload (cupy, handed to
+TVM through DLPack) and warms up: the first launch loads the device code, a second one, timed,
+sizes a repeat (_timing.TimingPlan.launches), and the repeat's back-to-back launches are
+captured in a CUDA graph, so that a kernel of a few microseconds is timed without the host's
+launch overhead (plain launches if capture fails). Then the job takes the GPU's timed window
+alone and times repeats with CUDA events until the rule in _timing.py stops it, and checks the
+outputs for NaN / Inf. Its device work outside the window holds the window shared, so it never
+lands inside another worker's timing (_window.py). Everything runs on this worker's own stream.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from ._pool import RESTART
+from ._timing import RACED, TimingPlan, step, verdict
+from ._window import DeviceWindow, WindowBusy
+from .base import short_error
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
 _MAX_CACHED_WORKLOADS = 8
+_MAX_LAUNCHES = 10_000  # per repeat: bounds a graph's size for the fastest kernels
 _arguments: collections.OrderedDict[
     tuple[int, tuple[ArgSpec, ...]], tuple[list[Any], list[Any]]
 ] = collections.OrderedDict()
 _flush: dict[int, Any] = {}
+_streams: dict[int, Any] = {}
 
 
 def warm_up(device_index: int) -> None:
@@ -30,61 +41,160 @@ def warm_up(device_index: int) -> None:
     with cupy.cuda.Device(device_index):
         cupy.zeros(1).sum()
     import tvm  # noqa: F401
+    import tvm_ffi  # noqa: F401
 
 
 def measure(
     artifact: str,
     device_index: int,
     args: tuple[ArgSpec, ...],
-    number: int,
-    repeat: int,
-    min_repeat_ms: float,
-    flush_l2: bool,
-    timing_lock: str | None,
-) -> tuple[list[float], bool]:
-    """Seconds per launch for each repeat, and whether all float arguments stayed finite."""
+    plan: TimingPlan,
+    best_s: float | None,
+    window_path: str | None,
+    wait_s: float,
+) -> dict[str, Any]:
+    """Time one candidate; a dict with run_secs (seconds per launch, one per repeat), finite,
+    raced, steps (seconds: load, allocate, warm_up, wait, timed, check) and window (when the
+    timed section held the GPU, time.monotonic()); or error; or busy (never got the window).
+    `window_path` None: time without the window (overlapping timings)."""
     import cupy
     import tvm
 
-    with cupy.cuda.Device(device_index):
-        module = tvm.runtime.load_module(artifact)
-        kernel = module[module.entry_name]
-        arrays, tensors = _inputs(device_index, args)
-        kernel(*tensors)  # warm-up: loads (and JIT-compiles) the device code
-        cupy.cuda.Device(device_index).synchronize()
-        stream = cupy.cuda.Stream.null  # TVM launches on the default stream
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        with _exclusive(timing_lock):
-            number = max(number, _launches_for(kernel, tensors, stream, start, end, min_repeat_ms))
-            run_secs = []
-            for r in range(repeat):
-                if flush_l2:  # write twice the L2 so the next repeat starts cold
-                    _flush_buffer(device_index).fill(r % 251)
-                start.record(stream)
-                for _ in range(number):
-                    kernel(*tensors)
-                end.record(stream)
-                end.synchronize()
-                run_secs.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / number)
-        finite = all(bool(cupy.isfinite(a).all()) for a in arrays if a.dtype.kind == "f")
-    return run_secs, finite
+    steps: dict[str, float] = {}
+    window = DeviceWindow(window_path) if window_path else None
+    until = time.monotonic() + wait_s  # every wait for the window ends by then
+    result: dict[str, Any] = {"steps": steps}
+    try:
+        with cupy.cuda.Device(device_index):
+            stream = _stream(device_index)
+            with step(steps, "load"):
+                module = tvm.runtime.load_module(artifact)
+                kernel = module[module.entry_name]
+            with stream, _quiet(window, until):
+                with step(steps, "allocate"):
+                    arrays, tensors = _inputs(device_index, args)
+                with step(steps, "warm_up"):
+                    launch, launches, replay, mode = _prepare(
+                        kernel, tensors, device_index, stream, plan
+                    )
+            with stream, _held(window, until, steps) as held:
+                if not plan.flush_l2:
+                    launch(1)  # the caches hold this candidate's data, as in every repeat
+                samples, reason = _time(replay, launches, stream, plan, best_s, device_index)
+            with stream, _quiet(window, until), step(steps, "check"):
+                finite = all(bool(cupy.isfinite(a).all()) for a in arrays if a.dtype.kind == "f")
+                if not finite:  # the next candidate of this workload gets fresh inputs
+                    _arguments.pop((device_index, args), None)
+        result.update(
+            run_secs=samples,
+            finite=finite,
+            raced=reason == RACED,
+            window=held,
+            launches=launches,
+            replay=mode,
+        )
+    except WindowBusy as exc:
+        result.update(busy=True, error=str(exc))
+    except Exception as exc:  # this candidate's failure: data; a broken context: a new worker
+        result.update(error=f"measurement failed: {short_error(exc)}")
+        result[RESTART] = not _context_alive(device_index)
+    steps["wait"] = window.waited_s if window else 0.0
+    return result
 
 
-def _launches_for(
-    kernel: Any, tensors: list[Any], stream: Any, start: Any, end: Any, min_ms: float
-) -> int:
-    """Launches per repeat so that a repeat lasts at least `min_ms` (timed once)."""
+def _quiet(window: DeviceWindow | None, until: float) -> Any:
+    """Device work that must stay out of other workers' timed windows."""
+    if window is None:
+        return contextlib.nullcontext()
+    return window.shared(until - time.monotonic())
+
+
+@contextlib.contextmanager
+def _held(window: DeviceWindow | None, until: float, steps: dict[str, float]) -> Iterator[list]:
+    """Hold the timed window (or, without one, just stamp the timed section); yields a list
+    that holds [acquired, released] afterwards."""
+    held: list[float] = []
+    with window.timed(until - time.monotonic()) if window else contextlib.nullcontext():
+        held.append(time.monotonic())
+        try:
+            yield held
+        finally:
+            held.append(time.monotonic())
+    steps["timed"] = held[1] - held[0]
+
+
+def _prepare(
+    kernel: Any, tensors: list[Any], device_index: int, stream: Any, plan: TimingPlan
+) -> tuple[Callable[[int], None], int, Callable[[], None], str]:
+    """Warm up; (launch(n) on the stream, launches per repeat, a function launching one
+    repeat, "graph" or "loop")."""
     import cupy
 
+    def launch(n: int) -> None:
+        import tvm_ffi
+
+        with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", device_index), stream.ptr):
+            for _ in range(n):
+                kernel(*tensors)
+
+    launch(1)  # loads the device code
+    stream.synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
     start.record(stream)
-    kernel(*tensors)
+    launch(1)
     end.record(stream)
     end.synchronize()
-    once_ms = max(cupy.cuda.get_elapsed_time(start, end), 1e-4)
-    return max(1, int(min_ms / once_ms) + 1) if min_ms > 0 else 1
+    launches = min(_MAX_LAUNCHES, plan.launches(cupy.cuda.get_elapsed_time(start, end) / 1e3))
+    try:
+        stream.begin_capture()
+        try:
+            launch(launches)
+        finally:
+            graph = stream.end_capture()
+        graph.upload(stream)
+        stream.synchronize()
+        return launch, launches, lambda: graph.launch(stream), "graph"
+    except Exception:  # something TVM does cannot be captured: launch from the host
+        stream.synchronize()
+        return launch, launches, lambda: launch(launches), "loop"
+
+
+def _time(
+    replay: Callable[[], None],
+    launches: int,
+    stream: Any,
+    plan: TimingPlan,
+    best_s: float | None,
+    device_index: int,
+) -> tuple[list[float], str]:
+    """Repeats until the plan stops them: seconds per launch of each, and why it stopped."""
+    import cupy
+
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    samples: list[float] = []
+    while True:
+        if plan.flush_l2:  # write twice the L2 so the next repeat starts cold
+            _flush_buffer(device_index).fill(len(samples) % 251)
+        start.record(stream)
+        replay()
+        end.record(stream)
+        end.synchronize()
+        samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / launches)
+        reason = verdict(samples, plan, best_s)
+        if reason is not None:
+            return samples, reason
+
+
+def _stream(device_index: int) -> Any:
+    import cupy
+
+    if device_index not in _streams:
+        _streams[device_index] = cupy.cuda.Stream(non_blocking=True)
+    return _streams[device_index]
 
 
 def _inputs(device_index: int, args: tuple[ArgSpec, ...]) -> tuple[list[Any], list[Any]]:
+    """Random inputs, allocated once per workload (on the current stream) and reused."""
     key = (device_index, args)
     if key in _arguments:
         _arguments.move_to_end(key)
@@ -99,6 +209,7 @@ def _inputs(device_index: int, args: tuple[ArgSpec, ...]) -> tuple[list[Any], li
             )
         else:  # zeros are a valid index for any gather / take
             arrays.append(cupy.zeros(shape, dtype=dtype))
+    cupy.cuda.get_current_stream().synchronize()
     tensors = [_to_tvm(a) for a in arrays]
     _arguments[key] = (arrays, tensors)
     while len(_arguments) > _MAX_CACHED_WORKLOADS:
@@ -127,14 +238,13 @@ def _flush_buffer(device_index: int) -> Any:
     return _flush[device_index]
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path: str | None):
-    if lock_path is None:
-        yield
-        return
-    with open(lock_path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _context_alive(device_index: int) -> bool:
+    """False after a sticky CUDA error (e.g. an illegal address): the context is unusable."""
+    try:
+        import cupy
+
+        with cupy.cuda.Device(device_index):
+            cupy.cuda.runtime.deviceSynchronize()
+            return bool(cupy.zeros(1).sum().item() == 0)
+    except Exception:
+        return False

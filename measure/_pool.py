@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
 from .base import short_error
+
+# A job that returns a dict with this key set asks for its worker process to be replaced
+# (e.g. its CUDA context is broken); the result still counts.
+RESTART = "restart_worker"
 
 
 class WorkerPool:
@@ -31,11 +36,9 @@ class WorkerPool:
             raise ValueError(f"workers must be at least 1 but got {workers}.")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive but got {timeout_s}.")
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         self.timeout_s = timeout_s
         self._log: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self._executor = PopenPoolExecutor(
+        self._executor = _executor_class()(
             max_workers=workers,
             timeout=timeout_s,
             initializer=initializer,
@@ -49,16 +52,40 @@ class WorkerPool:
 
     def outcome(self, future: Future, what: str) -> tuple[Any, str | None]:
         """(value, None) or (None, a one-line message naming `what` failed and how)."""
+        value, error, _ = self.settle(future, what)
+        return value, error
+
+    def settle(self, future: Future, what: str) -> tuple[Any, str | None, str | None]:
+        """(value, None, None), or (None, message, fault) with fault "timeout", "crash" or
+        "error"."""
         try:
-            return future.result(), None
+            return future.result(), None, None
         except TimeoutError:
-            return None, f"{what} timed out after {self.timeout_s:g} s"
+            return None, f"{what} timed out after {self.timeout_s:g} s", "timeout"
         except ChildProcessError:
-            return None, f"{what} crashed the worker process"
+            return None, f"{what} crashed the worker process", "crash"
         except Exception as exc:  # an error of this one job: data, not the end of the run
-            return None, f"{what} failed: {short_error(exc)}"
+            return None, f"{what} failed: {short_error(exc)}", "error"
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         if not isinstance(self._log, int):
             self._log.close()
+
+
+def _executor_class() -> type:
+    """TVM's PopenPoolExecutor, replacing a worker after a job that asks for it (RESTART).
+    It relies on the executor running each job in the thread that owns its worker."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    class Executor(PopenPoolExecutor):
+        def _worker_run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            result = super()._worker_run(fn, args, kwargs)
+            if isinstance(result, dict) and result.get(RESTART):
+                with self._lock:
+                    worker = self._worker_map.get(threading.get_ident())
+                if worker is not None:
+                    worker.kill()  # started afresh, with its initializer, by the next job
+            return result
+
+    return Executor

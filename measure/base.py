@@ -39,10 +39,13 @@ class Build:
 
 @dataclasses.dataclass(frozen=True)
 class MeasureInput:
-    """A built artifact and the arguments its entry function takes."""
+    """A built artifact and the arguments its entry function takes. `label` is for simulated
+    devices (e.g. the task and candidate a simulated latency belongs to); engines that run the
+    artifact ignore it."""
 
     artifact: str
     args: tuple[ArgSpec, ...]
+    label: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Measurement:
     error: str | None = None
     finite: bool | None = None  # the arguments held no NaN / Inf after the run (None: unknown)
     dop: int = 1  # how many candidates were timed at once (1: in isolation)
+    raced: bool = False  # cut short: clearly slower than the task's best after a few repeats
 
     def __post_init__(self) -> None:
         if (self.run_secs is None) == (self.error is None):

@@ -1,29 +1,29 @@
-"""The CUDA engine: candidates timed on the device, in parallel, on every GPU given.
-
-Each GPU gets a pool of worker processes (one CUDA context each, up to the DOP ceiling). A
-batch puts up to DOP candidates on every GPU at once; each worker loads its candidate,
-allocates inputs once per workload (cupy, handed to TVM through DLPack), warms up and times
-with CUDA events. Loading and allocation of some candidates overlap the timed runs of others;
-with `overlap_timing=False` the timed sections themselves are serialised per GPU. A candidate
-that crashes or hangs costs one result; its worker is replaced. Telemetry is read around each
-batch.
+"""The CUDA engine: candidates timed on the device, on every GPU given, with the scheduling of
+parallel.py. Each GPU gets a pool of worker processes (one CUDA context each, as many as the DOP
+may reach), started at once so that their start-up overlaps the caller's own work; each job is
+_cuda_worker.measure. A candidate that crashes or hangs costs one result; its worker is
+replaced, as is one whose CUDA context a candidate broke. NVML telemetry is read around each
+measure() call.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import os
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import _cuda_worker
 from ._pool import WorkerPool
-from .base import MeasureInput, Measurement
+from ._timing import TimingPlan
+from ._workers import Job, Outcome, Workers
 from .dop import DopController
-from .local import TimerConfig
 from .parallel import ParallelEngine
-from .telemetry import GpuTelemetry
+from .telemetry import GpuTelemetry, physical_gpu
 
 
 def cuda_available() -> bool:
@@ -36,7 +36,95 @@ def cuda_available() -> bool:
         return False
 
 
+def window_path(cuda_index: int) -> str:
+    """The timed window's lock file of a GPU, shared by every process on this host."""
+    folder = Path(tempfile.gettempdir()) / "tune-orchestrator"
+    folder.mkdir(exist_ok=True)
+    return str(folder / f"window-{physical_gpu(cuda_index).replace(':', '_')}.lock")
+
+
+class CudaWorkers(Workers):
+    """`per_gpu` measuring processes on each of `gpus`."""
+
+    def __init__(
+        self,
+        gpus: Sequence[int],
+        *,
+        per_gpu: int,
+        timeout_s: float,
+        log_path: str | Path | None = None,
+    ) -> None:
+        if not gpus:
+            raise ValueError("gpus cannot be empty.")
+        self.gpus = list(gpus)
+        self.timeout_s = timeout_s
+        self._pools = [
+            WorkerPool(
+                workers=per_gpu,
+                timeout_s=timeout_s,
+                log_path=log_path,
+                initializer=functools.partial(_cuda_worker.warm_up, gpu),
+            )
+            for gpu in self.gpus
+        ]
+        for pool in self._pools:  # start every worker now
+            for _ in range(per_gpu):
+                pool.submit(os.getpid)
+        self._windows = [window_path(gpu) for gpu in self.gpus]
+        self._running: dict[concurrent.futures.Future, Job] = {}
+        self.telemetry = GpuTelemetry(self.gpus)
+        self.batch_telemetry: list[dict[str, Any]] = []  # one per measure() call
+        self._before: list[dict[str, Any]] = []
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def start(self, job: Job, plan: TimingPlan) -> None:
+        future = self._pools[job.lane].submit(
+            _cuda_worker.measure,
+            job.item.artifact,
+            self.gpus[job.lane],
+            job.item.args,
+            plan,
+            job.best_s,
+            self._windows[job.lane] if job.exclusive else None,
+            self.timeout_s / 2,  # the other half is for timing: a hang elsewhere is not ours
+        )
+        self._running[future] = job
+
+    def wait(self) -> list[tuple[Job, Outcome]]:
+        finished, _ = concurrent.futures.wait(
+            self._running, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        out = []
+        for future in finished:
+            job = self._running.pop(future)
+            value, error, fault = self._pools[job.lane].settle(future, "measurement")
+            outcome = Outcome.failed(error, fault or "error") if error else None
+            out.append((job, outcome or Outcome.from_worker(value)))
+        return out
+
+    def begin(self) -> None:
+        self._before = self.telemetry.sample()
+
+    def end(self, candidates: int, dop: int) -> None:
+        after = self.telemetry.sample()
+        self.batch_telemetry.append(
+            GpuTelemetry.batch(self._before, after, candidates=candidates, dop=dop)
+        )
+
+    def stats(self) -> dict[str, Any]:
+        return {"telemetry": GpuTelemetry.summary(self.batch_telemetry)}
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
+        self.telemetry.close()
+
+
 class CudaEngine(ParallelEngine):
+    """The parallel engine on NVIDIA GPUs (needs cupy)."""
+
     device_type = "cuda"
 
     def __init__(
@@ -45,14 +133,11 @@ class CudaEngine(ParallelEngine):
         gpus: Sequence[int] = (0,),
         controller: DopController | None = None,
         fixed_dop: int | None = None,
-        timer: TimerConfig | None = None,
+        plan: TimingPlan | None = None,
         timeout_s: float = 30.0,
-        flush_l2: bool = False,
-        overlap_timing: bool = True,
+        overlap_timing: bool = False,
         log_path: str | Path | None = None,
     ) -> None:
-        if not gpus:
-            raise ValueError("gpus cannot be empty.")
         try:
             import cupy  # noqa: F401
         except ImportError:
@@ -60,74 +145,11 @@ class CudaEngine(ParallelEngine):
                 "measuring on NVIDIA GPUs needs cupy: pip install 'tune-orchestrator[gpu]'"
             ) from None
         controller = controller or DopController()
-        super().__init__(controller, fixed_dop=fixed_dop)
-        self.gpus = list(gpus)
-        self.lanes = len(self.gpus)
-        self.timer = timer or TimerConfig()
-        self.flush_l2 = flush_l2
-        workers = max(fixed_dop or 0, controller.config.max_dop)
-        self._pools = {
-            g: WorkerPool(
-                workers=workers,
-                timeout_s=timeout_s,
-                log_path=log_path,
-                initializer=functools.partial(_cuda_worker.warm_up, g),
-            )
-            for g in self.gpus
-        }
-        self._locks = {
-            g: None
-            if overlap_timing
-            else str(Path(tempfile.gettempdir()) / f"tune-orchestrator-timing-gpu{g}.lock")
-            for g in self.gpus
-        }
-        self.telemetry = GpuTelemetry(self.gpus)
-        self.batch_telemetry: list[dict[str, Any]] = []
-
-    def _run(self, inputs: Sequence[MeasureInput], dop: int) -> list[Measurement]:
-        before = self.telemetry.sample()
-        t = self.timer
-        futures = []
-        for i, item in enumerate(inputs):
-            gpu = self.gpus[i % len(self.gpus)]
-            futures.append(
-                (
-                    gpu,
-                    self._pools[gpu].submit(
-                        _cuda_worker.measure,
-                        item.artifact,
-                        gpu,
-                        item.args,
-                        t.number,
-                        t.repeat,
-                        t.min_repeat_ms,
-                        self.flush_l2,
-                        self._locks[gpu],
-                    ),
-                )
-            )
-        results = []
-        for gpu, future in futures:
-            value, error = self._pools[gpu].outcome(future, "measurement")
-            if error:
-                results.append(Measurement(None, error, dop=dop))
-            else:
-                run_secs, finite = value
-                results.append(Measurement(tuple(run_secs), finite=finite, dop=dop))
-        after = self.telemetry.sample()
-        self.batch_telemetry.append(
-            GpuTelemetry.batch(before, after, candidates=len(inputs), dop=dop)
+        per_gpu = fixed_dop or controller.config.max_dop
+        super().__init__(
+            CudaWorkers(gpus, per_gpu=per_gpu, timeout_s=timeout_s, log_path=log_path),
+            controller,
+            fixed_dop=fixed_dop,
+            overlap_timing=overlap_timing,
+            plan=plan,
         )
-        return results
-
-    def close(self) -> None:
-        for pool in self._pools.values():
-            pool.close()
-        self.telemetry.close()
-
-    def stats(self) -> dict[str, object]:
-        return {
-            **super().stats(),
-            "gpus": self.gpus,
-            "telemetry": GpuTelemetry.summary(self.batch_telemetry),
-        }

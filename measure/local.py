@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,6 +49,8 @@ class LocalEngine(Engine):
         self.device_type = device_type
         self.timer = timer or TimerConfig()
         self._pool = WorkerPool(workers=1, timeout_s=timeout_s, log_path=log_path)
+        self.candidates = 0
+        self.measure_s = 0.0  # time inside measure() calls
 
     def measure(
         self,
@@ -56,11 +59,22 @@ class LocalEngine(Engine):
         best_s: float | None = None,
     ) -> list[Measurement]:
         results = []
+        started = time.monotonic()
         for index, item in enumerate(inputs):
             results.append(self._measure_one(item))
             if on_result is not None:
                 on_result(index, results[-1])
+        self.measure_s += time.monotonic() - started
+        self.candidates += len(inputs)
         return results
+
+    def stats(self) -> dict[str, object]:
+        return {
+            **super().stats(),
+            "candidates": self.candidates,
+            "measure_s": self.measure_s,
+            "candidates_per_s": self.candidates / self.measure_s if self.measure_s else None,
+        }
 
     def close(self) -> None:
         self._pool.close()

@@ -1,17 +1,28 @@
 """The RPC engine: candidates measured on a fleet registered with a TVM RPC tracker.
 
-TVM's tracker and servers are the existing machinery for this (servers registered under one
-key form a pool); MetaSchedule's RPCRunner uploads each artifact to a server, times it there
-and returns the result. Only the tracker the user named is ever contacted.
+TVM's tracker and servers are the existing machinery for this: servers registered under one
+key form a pool, and the tracker lends each server to one session at a time, so every server
+is one timed window (a GPU server measures one candidate at a time). The parallel engine's
+scheduling keeps one candidate in flight per server (or `--parallelism N`); each job uploads
+the artifact, times it there with the adaptive rule of a local GPU and checks the outputs for
+NaN / Inf (_rpc_worker.py). Only the tracker the user named is ever contacted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import concurrent.futures
+import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
-from .base import Engine, MeasureInput, Measurement, short_error
+from . import _rpc_worker
+from ._pool import WorkerPool
+from ._timing import TimingPlan
+from ._workers import Job, Outcome, Workers
+from .base import MeasureInput
 from .local import TimerConfig
+from .parallel import ParallelEngine
 
 
 def parse_tracker(address: str) -> tuple[str, int]:
@@ -32,6 +43,46 @@ def tracker_keys(host: str, port: int) -> dict[str, int]:
         key = str(info.get("key", "")).split(":")[-1]
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+_CUDA_ATTRIBUTES = (
+    "exist",
+    "compute_version",
+    "max_threads_per_block",
+    "max_shared_memory_per_block",
+    "warp_size",
+    "device_name",
+)
+
+
+def remote_cuda(host: str, port: int, key: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """What a target needs to know of the first GPU of a server under `key`: the attributes
+    of tvm.cuda(0) there ({"exist": False} on a server without one). ValueError when no
+    server under the key became free within `timeout_s`."""
+    found: dict[str, Any] = {}
+    failed: list[BaseException] = []
+
+    def ask() -> None:
+        from tvm import rpc
+
+        try:
+            session = rpc.connect_tracker(host, port).request(key, priority=0, session_timeout=60)
+            dev = session.cuda(0)
+            found["exist"] = bool(dev.exist)
+            if found["exist"]:
+                for name in _CUDA_ATTRIBUTES[1:]:
+                    found[name] = getattr(dev, name)
+        except Exception as exc:  # reported below, in one line
+            failed.append(exc)
+
+    asker = threading.Thread(target=ask, name="remote-target", daemon=True)
+    asker.start()
+    asker.join(timeout_s)
+    if asker.is_alive():
+        raise ValueError(f"no server under key {key!r} became free within {timeout_s:g} s")
+    if failed:
+        raise ValueError(f"cannot open a session on a server under key {key!r}: {failed[0]}")
+    return found
 
 
 def evaluator_config(timer: TimerConfig) -> Any:
@@ -61,7 +112,71 @@ def runner_inputs(inputs: Sequence[MeasureInput], device_type: str) -> list[Any]
     ]
 
 
-class RpcEngine(Engine):
+class RpcWorkers(Workers):
+    """`slots` candidates in flight on the fleet, each in a process of our pool; a slot is
+    one lane of the scheduler (the tracker picks the server)."""
+
+    def __init__(
+        self,
+        *,
+        tracker: tuple[str, int],
+        key: str,
+        device_type: str,
+        slots: int,
+        timeout_s: float,
+        cpu_cache_flush: bool,
+    ) -> None:
+        self.gpus = list(range(slots))
+        self.tracker, self.key = tracker, key
+        self.device_type = device_type
+        self.timeout_s = timeout_s
+        self.cpu_cache_flush = cpu_cache_flush
+        self._pool = WorkerPool(workers=slots, timeout_s=timeout_s)
+        self._running: dict[concurrent.futures.Future, Job] = {}
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def start(self, job: Job, plan: TimingPlan) -> None:
+        future = self._pool.submit(
+            _rpc_worker.measure,
+            self.tracker,
+            self.key,
+            self.timeout_s,
+            job.item.artifact,
+            self.device_type,
+            job.item.args,
+            plan,
+            job.best_s,
+            self.cpu_cache_flush,
+        )
+        self._running[future] = job
+
+    def wait(self) -> list[tuple[Job, Outcome]]:
+        finished, _ = concurrent.futures.wait(
+            self._running, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        out = []
+        for future in finished:
+            job = self._running.pop(future)
+            value, error, fault = self._pool.settle(future, "RPC measurement")
+            outcome = Outcome.failed(error, fault or "error") if error else None
+            out.append((job, outcome or Outcome.from_worker(value)))
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "tracker": f"{self.tracker[0]}:{self.tracker[1]}",
+            "key": self.key,
+            "in_flight": len(self.gpus),
+            "gpus": [],  # the fleet's servers measure; `busy` is per slot in flight
+        }
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class RpcEngine(ParallelEngine):
     """Measures on the servers registered under `key` with the tracker at host:port."""
 
     def __init__(
@@ -70,59 +185,26 @@ class RpcEngine(Engine):
         tracker: str,
         key: str,
         device_type: str = "cpu",
-        timer: TimerConfig | None = None,
+        plan: TimingPlan | None = None,
+        cpu_cache_flush: bool = False,
         timeout_s: float = 60.0,
         workers: int | None = None,
     ) -> None:
         """`workers`: candidates in flight at once; default one per server under `key`."""
-        from tvm.s_tir.meta_schedule.runner import RPCConfig, RPCRunner
-
         host, port = parse_tracker(tracker)
         if workers is None:
             workers = max(1, tracker_keys(host, port).get(key, 0))
-        self.workers = workers
+        self.workers_in_flight = workers
         self.device_type = device_type
-        self.tracker, self.key = (host, port), key
-        self._runner = RPCRunner(
-            RPCConfig(
-                tracker_host=host,
-                tracker_port=port,
-                tracker_key=key,
-                session_timeout_sec=int(timeout_s),
+        super().__init__(
+            RpcWorkers(
+                tracker=(host, port),
+                key=key,
+                device_type=device_type,
+                slots=workers,
+                timeout_s=timeout_s,
+                cpu_cache_flush=cpu_cache_flush,
             ),
-            evaluator_config=evaluator_config(timer or TimerConfig()),
-            max_workers=workers,
+            fixed_dop=1,
+            plan=plan,
         )
-
-    def measure(
-        self,
-        inputs: Sequence[MeasureInput],
-        on_result: Callable[[int, Measurement], None] | None = None,
-        best_s: float | None = None,
-    ) -> list[Measurement]:
-        futures = self._runner.run(runner_inputs(inputs, self.device_type))
-        results = []
-        for index, future in enumerate(futures):
-            try:
-                outcome = future.result()
-            except Exception as exc:  # the session broke: this candidate's result
-                m = Measurement(None, f"RPC measurement failed: {short_error(exc)}")
-            else:
-                if outcome.error_msg:
-                    m = Measurement(
-                        None, f"RPC measurement failed: {short_error(outcome.error_msg)}"
-                    )
-                else:
-                    m = Measurement(tuple(float(s) for s in outcome.run_secs))
-            results.append(m)
-            if on_result is not None:
-                on_result(index, m)
-        return results
-
-    def stats(self) -> dict[str, object]:
-        return {
-            **super().stats(),
-            "tracker": f"{self.tracker[0]}:{self.tracker[1]}",
-            "key": self.key,
-            "in_flight": self.workers,
-        }

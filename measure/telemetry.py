@@ -1,12 +1,15 @@
 """GPU telemetry through NVML, read-only: this module never changes any device setting.
 
 NVML being absent (no driver, no `nvidia-ml-py`) or a query being unsupported means
-"unknown" (None), never an error.
+"unknown" (None), never an error. GPUs are named by their CUDA index, as everywhere else in
+this project; NVML numbers them its own way (all GPUs, PCI order), so each CUDA index is
+matched to its NVML device by PCI bus id, or else through CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -23,12 +26,59 @@ def _nvml() -> Any | None:
     return pynvml
 
 
+def visible_entry(cuda_index: int, env: Mapping[str, str] | None = None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry (an index or a UUID) behind CUDA device `cuda_index`,
+    or None when the variable is not set."""
+    text = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if text is None:
+        return None
+    entries = [e.strip() for e in text.split(",") if e.strip()]
+    return entries[cuda_index] if 0 <= cuda_index < len(entries) else ""
+
+
+def _pci_bus_id(cuda_index: int) -> str | None:
+    try:
+        import cupy
+
+        return str(cupy.cuda.runtime.deviceGetPCIBusId(cuda_index))
+    except Exception:  # no cupy, no driver, no such device
+        return None
+
+
+def nvml_handle(nvml: Any, cuda_index: int, env: Mapping[str, str] | None = None) -> Any:
+    """NVML's handle for CUDA device `cuda_index`; raises when there is none."""
+    bus = _pci_bus_id(cuda_index)
+    if bus:
+        return nvml.nvmlDeviceGetHandleByPciBusId(bus)  # convertStrBytes takes str
+    entry = visible_entry(cuda_index, env)
+    if entry is None:
+        return nvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    if entry.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    for i in range(nvml.nvmlDeviceGetCount()):  # a UUID, possibly shortened
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        uuid = nvml.nvmlDeviceGetUUID(handle)
+        if entry and (uuid.decode() if isinstance(uuid, bytes) else str(uuid)).startswith(entry):
+            return handle
+    raise LookupError(f"no NVML device for CUDA device {cuda_index} ({entry!r})")
+
+
+def physical_gpu(cuda_index: int, env: Mapping[str, str] | None = None) -> str:
+    """A name for the GPU behind CUDA device `cuda_index` that is the same in every process
+    on this host, whatever their CUDA_VISIBLE_DEVICES: its PCI bus id when a driver answers."""
+    bus = _pci_bus_id(cuda_index)
+    if bus:
+        return bus.lower()
+    entry = visible_entry(cuda_index, env)
+    return str(cuda_index) if entry is None else entry or f"invisible-{cuda_index}"
+
+
 class NvmlEnergy:
     """Cumulative energy (joules) of the given GPUs from NVML's total-energy counters."""
 
     def __init__(self, nvml: Any, indices: Sequence[int]) -> None:
         self._nvml = nvml
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        self._handles = [nvml_handle(nvml, i) for i in indices]
 
     def __call__(self) -> float | None:
         try:
@@ -75,7 +125,7 @@ class GpuTelemetry:
         if self._nvml is not None:
             for i in self.indices:
                 try:
-                    self._handles[i] = self._nvml.nvmlDeviceGetHandleByIndex(i)
+                    self._handles[i] = nvml_handle(self._nvml, i)
                 except Exception:
                     pass
 
@@ -133,17 +183,14 @@ class GpuTelemetry:
     def batch(
         before: list[dict[str, Any]], after: list[dict[str, Any]], *, candidates: int, dop: int
     ) -> dict[str, Any]:
-        """What one batch cost and saw: energy per candidate, lowest SM clock, hottest, power,
-        slow-downs, and compute processes that are not this run's."""
+        """What one batch cost and saw, in all and per GPU: energy per candidate, lowest SM
+        clock, hottest, power, slow-downs, and compute processes that are not this run's."""
         ours = _our_pids()
-        energy = [
-            a["energy_j"] - b["energy_j"]
-            for b, a in zip(before, after, strict=True)
-            if a.get("energy_j") is not None and b.get("energy_j") is not None
-        ]
-        clocks = [a["sm_clock_mhz"] for a in after if a.get("sm_clock_mhz") is not None]
-        temps = [a["temperature_c"] for a in after if a.get("temperature_c") is not None]
-        power = [a["power_w"] for a in after if a.get("power_w") is not None]
+        gpus = [_gpu_row(b, a, ours) for b, a in zip(before, after, strict=True)]
+        energy = [g["energy_j"] for g in gpus if g["energy_j"] is not None]
+        clocks = [g["sm_clock_mhz"] for g in gpus if g["sm_clock_mhz"] is not None]
+        temps = [g["temperature_c"] for g in gpus if g["temperature_c"] is not None]
+        power = [g["power_w"] for g in gpus if g["power_w"] is not None]
         return {
             "candidates": candidates,
             "dop": dop,
@@ -151,13 +198,14 @@ class GpuTelemetry:
             "sm_clock_mhz": min(clocks) if clocks else None,
             "temperature_c": max(temps) if temps else None,
             "power_w": max(power) if power else None,
-            "slowdown": sorted({s for a in after for s in a.get("slowdown", [])}),
-            "other_pids": sorted({p for a in after for p in a.get("pids", []) if p not in ours}),
+            "slowdown": sorted({s for g in gpus for s in g["slowdown"]}),
+            "other_pids": sorted({p for g in gpus for p in g["other_pids"]}),
+            "gpus": gpus,
         }
 
     @staticmethod
     def summary(batches: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Totals for the report, with warnings for throttling and shared GPUs."""
+        """Totals for the report, per GPU too, with warnings for throttling and shared GPUs."""
         energy = [
             b["energy_per_candidate_j"] * b["candidates"]
             for b in batches
@@ -166,14 +214,15 @@ class GpuTelemetry:
         candidates = sum(
             b["candidates"] for b in batches if b["energy_per_candidate_j"] is not None
         )
-        slow = [b for b in batches if b["slowdown"]]
-        others = sorted({p for b in batches for p in b["other_pids"]})
+        per_gpu = _per_gpu(batches)
         warnings = []
-        if slow:
-            reasons = sorted({s for b in slow for s in b["slowdown"]})
-            warnings.append(
-                f"the GPU was slowed down ({', '.join(reasons)}) during {len(slow)} of {len(batches)} batches"
-            )
+        for g in per_gpu:
+            if g["throttled_batches"]:
+                warnings.append(
+                    f"GPU {g['index']} was slowed down ({', '.join(g['slowdown'])}) during "
+                    f"{g['throttled_batches']} of {len(batches)} batches"
+                )
+        others = sorted({p for b in batches for p in b["other_pids"]})
         if others:
             warnings.append(
                 f"other processes used the GPU while measuring (pids {', '.join(map(str, others))})"
@@ -186,8 +235,9 @@ class GpuTelemetry:
             "energy_per_candidate_j": sum(energy) / candidates if candidates else None,
             "min_sm_clock_mhz": min(clocks) if clocks else None,
             "max_temperature_c": max(temps) if temps else None,
-            "throttled_batches": len(slow),
+            "throttled_batches": sum(1 for b in batches if b["slowdown"]),
             "other_pids": others,
+            "per_gpu": per_gpu,
             "warnings": warnings,
         }
 
@@ -199,10 +249,48 @@ class GpuTelemetry:
                 pass
 
 
+def _gpu_row(before: dict[str, Any], after: dict[str, Any], ours: set[int]) -> dict[str, Any]:
+    """One GPU over one batch."""
+    energy = None
+    if after.get("energy_j") is not None and before.get("energy_j") is not None:
+        energy = after["energy_j"] - before["energy_j"]
+    return {
+        "index": after["index"],
+        "energy_j": energy,
+        "sm_clock_mhz": after.get("sm_clock_mhz"),
+        "temperature_c": after.get("temperature_c"),
+        "power_w": after.get("power_w"),
+        "slowdown": list(after.get("slowdown", [])),
+        "other_pids": sorted(p for p in after.get("pids", []) if p not in ours),
+    }
+
+
+def _per_gpu(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each GPU's totals over the batches."""
+    rows: dict[int, list[dict[str, Any]]] = {}
+    for b in batches:
+        for g in b.get("gpus", []):
+            rows.setdefault(g["index"], []).append(g)
+    out = []
+    for index, seen in sorted(rows.items()):
+        energy = [g["energy_j"] for g in seen if g["energy_j"] is not None]
+        clocks = [g["sm_clock_mhz"] for g in seen if g["sm_clock_mhz"] is not None]
+        temps = [g["temperature_c"] for g in seen if g["temperature_c"] is not None]
+        out.append(
+            {
+                "index": index,
+                "energy_j": sum(energy) if energy else None,
+                "min_sm_clock_mhz": min(clocks) if clocks else None,
+                "max_temperature_c": max(temps) if temps else None,
+                "throttled_batches": sum(1 for g in seen if g["slowdown"]),
+                "slowdown": sorted({s for g in seen for s in g["slowdown"]}),
+            }
+        )
+    return out
+
+
 def _our_pids() -> set[int]:
     """This process and its descendants (our measuring workers)."""
-    import os
-
     try:
         import psutil
 

@@ -162,7 +162,8 @@ def tune(
     `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
     directory (its records train the filter's predictor, whatever model they came from) or a
     saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every visible GPU) and
-    `parallelism` ("auto" or a fixed DOP) set where and how parallel candidates are timed;
+    `parallelism` ("auto" or a fixed DOP) set where and how parallel candidates are timed
+    (on GPUs and fleets only);
     `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.
     Options left as None come from
     ORCHESTRATE_* variables of `env` (default: os.environ), then `config` (a TOML file), over
@@ -178,17 +179,18 @@ def tune(
     from budget.limits import primary_limit
     from budget.plateau import TaskPlateau
     from budget.prices import run_price
-    from filters import NAMES, TrimmerConfig, make_filter
+    from filters import NAMES, Predictor, TrimmerConfig, make_filter
     from measure.telemetry import energy_meter
 
     from . import exits
     from .config import Settings
     from .events import Emitter
     from .interrupt import Interrupt, on_signals
+    from .measuring import target_and_fleet
     from .model import fuse_for_tuning, import_to_relax, load_model
     from .rundir import RunDir
     from .session import Session, fingerprint
-    from .targets import host_cores, resolve_target
+    from .targets import host_cores
     from .tasks import extract_tasks
 
     called = time.monotonic()  # spend counts from here: checking and importing are part of it
@@ -215,11 +217,18 @@ def tune(
         raise InputError(
             f"--filter: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
         )
-    warm_path = _warm_start_source(warm_start, settings.tune.filter)
+    shared = settings.search.cost_model == "shared"
+    warm_path = _warm_start_source(warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, _shapes(input_shapes))
-    resolved = resolve_target(settings.tune.target, build_only=build_only)
-    fleet = _fleet(resolved, gpus, parallelism, rpc, rpc_key)
-    devices = len(fleet.gpus) if resolved.device_type == "cuda" else 0
+    resolved, fleet = target_and_fleet(
+        settings.tune.target,
+        build_only=build_only,
+        gpus=gpus,
+        parallelism=parallelism,
+        rpc=rpc,
+        rpc_key=rpc_key,
+    )
+    devices = fleet.devices(resolved.device_type)
     if price is not None and not price >= 0:
         raise InputError(
             f"--price must be a non-negative number of US dollars per hour, not {price}"
@@ -231,7 +240,9 @@ def tune(
         cores=host_cores(),
         override=price,
     )
-    energy = energy_meter(resolved.device_type) if resolved.device_present else None
+    # Energy of the chosen local GPUs; a fleet's GPUs are not metered from here.
+    local = resolved.device_present and not fleet.rpc
+    energy = energy_meter(resolved.device_type, fleet.gpus) if local else None
     try:
         check_applicable(
             budget_obj,
@@ -251,6 +262,8 @@ def tune(
                 min_gain=s_stop.min_gain,
                 window=s_stop.window,
                 min_rounds=s_stop.min_rounds,
+                min_share=s_stop.evidence_share,
+                min_measured_rounds=s_stop.evidence_rounds,
             )
         )
     plateau = TaskPlateau(patience=s_stop.task_patience, min_gain=s_stop.task_min_gain)
@@ -279,6 +292,9 @@ def tune(
         on_signals(interrupt, handle_signals),
     ):
         f = settings.filter
+        predictor = (
+            Predictor(seed=settings.tune.seed, min_samples=f.min_samples) if shared else None
+        )
         candidate_filter = make_filter(
             settings.tune.filter,
             target=resolved.target,
@@ -295,6 +311,7 @@ def tune(
                 seed=settings.tune.seed,
             ),
             state_dir=run.path,
+            predictor=predictor,
         )
         report = Session(
             model=onnx_model,
@@ -310,6 +327,7 @@ def tune(
             energy=energy,
             interrupt=interrupt,
             candidate_filter=candidate_filter,
+            predictor=predictor,
             warm_start=warm_path,
             fleet=fleet,
             run=run,
@@ -321,74 +339,15 @@ def tune(
     return result
 
 
-def _fleet(
-    resolved: Any, gpus: Any, parallelism: int | str, rpc: str | None, rpc_key: str | None
-) -> Any:
-    """Check --gpus, --parallelism, --rpc and --rpc-key; the Fleet they describe."""
-    from measure.rpc import parse_tracker, tracker_keys
-
-    from .measuring import Fleet
-    from .targets import visible_gpus
-
-    text = str(parallelism).strip().lower()
-    if text == "auto":
-        dop = None
-    elif text.isdigit() and int(text) >= 1:
-        dop = int(text)
-    else:
-        raise InputError(
-            f"--parallelism must be auto or a positive whole number, not {parallelism!r}"
-        )
-    if rpc:
-        if not rpc_key:
-            raise InputError("--rpc needs --rpc-key KEY, the key its servers registered with")
-        try:
-            host, port = parse_tracker(rpc)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        try:
-            keys = tracker_keys(host, port)
-        except Exception as exc:
-            raise InputError(
-                f"cannot reach the RPC tracker at {rpc} ({exc}); check --rpc"
-            ) from None
-        if rpc_key not in keys:
-            there = ", ".join(sorted(keys)) or "none"
-            raise InputError(
-                f"no server is registered under key {rpc_key!r} at {rpc} (keys there: {there})"
-            )
-        return Fleet(rpc=rpc, rpc_key=rpc_key, parallelism=dop)
-    if resolved.device_type != "cuda":
-        if gpus not in (None, ""):
-            raise InputError(
-                f"--gpus applies to CUDA targets; this run tunes for {resolved.describe()}"
-            )
-        return Fleet(parallelism=dop)
-    visible = visible_gpus()
-    if gpus in (None, ""):
-        chosen = tuple(visible) or (0,)
-    else:
-        try:
-            chosen = tuple(int(g) for g in (gpus.split(",") if isinstance(gpus, str) else gpus))
-        except ValueError:
-            raise InputError(f"--gpus {gpus!r} is not a list of GPU indices like 0,1") from None
-        missing = [g for g in chosen if resolved.device_present and g not in visible]
-        if missing or len(set(chosen)) != len(chosen) or not chosen:
-            raise InputError(
-                f"--gpus {gpus!r}: give distinct indices of visible GPUs (visible: "
-                f"{', '.join(map(str, visible)) or 'none'})"
-            )
-    return Fleet(gpus=chosen, parallelism=dop)
-
-
-def _warm_start_source(given: str | Path | None, filter_name: str) -> Path | None:
+def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None:
     """Check --warm-start: a run directory with a database, or a predictor .json file."""
     if given is None:
         return None
     path = Path(given)
-    if filter_name != "xgb":
+    if not has_model:
         raise InputError(
-            f"--warm-start trains the xgb filter's predictor; it needs --filter xgb, not {filter_name}"
+            '--warm-start trains the learned model, which [search] cost_model = "tvm-xgb" '
+            "leaves to the xgb filter; use --filter xgb or the shared cost model"
         )
     if path.is_dir() and (path / "database_tuning_record.json").is_file():
         return path

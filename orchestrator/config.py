@@ -45,16 +45,35 @@ class TuneSettings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     population: int
+    population_per_candidate: int
+    min_population: int
+    max_population: int
     init_measured_ratio: float
     genetic_num_iters: int
     genetic_mutate_prob: float
     genetic_max_fail_count: int
     eps_greedy: float
+    cost_model: str
     cost_model_warmup: int
+    ahead: int
 
     def __post_init__(self) -> None:
-        if self.population < 2:
-            raise ValueError(f"[search] population must be at least 2 but got {self.population}.")
+        _non_negative("search", "ahead", self.ahead)
+        if self.cost_model not in ("shared", "tvm-xgb"):
+            raise ValueError(
+                f"[search] cost_model must be shared or tvm-xgb but got {self.cost_model!r}."
+            )
+        if self.population == 1 or self.population < 0:
+            raise ValueError(
+                f"[search] population must be 0 (sized to the round) or at least 2 but got "
+                f"{self.population}."
+            )
+        _positive("search", "population_per_candidate", self.population_per_candidate)
+        if not 2 <= self.min_population <= self.max_population:
+            raise ValueError(
+                f"[search] needs 2 <= min_population <= max_population but got "
+                f"{self.min_population}, {self.max_population}."
+            )
         for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy"):
             _probability("search", name, getattr(self, name))
         for name in ("genetic_num_iters", "genetic_max_fail_count", "cost_model_warmup"):
@@ -109,13 +128,28 @@ class MeasureSettings:
     min_repeat_ms: int
     timeout_s: float
     cpu_cache_flush: bool
+    gpu_repeat_ms: float
+    min_repeats: int
+    max_repeats: int
+    max_rel_ci: float
+    race: bool
+    race_after: int
+    race_margin: float
     gpu_l2_flush: bool
     pipeline: str
 
     def __post_init__(self) -> None:
-        for name in ("number", "repeat", "timeout_s"):
+        for name in ("number", "repeat", "timeout_s", "min_repeats", "race_after"):
             _positive("measure", name, getattr(self, name))
-        _non_negative("measure", "min_repeat_ms", self.min_repeat_ms)
+        for name in ("min_repeat_ms", "gpu_repeat_ms", "race_margin"):
+            _non_negative("measure", name, getattr(self, name))
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(
+                f"[measure] max_repeats must be at least min_repeats but got "
+                f"{self.max_repeats} < {self.min_repeats}."
+            )
+        if not 0 < self.max_rel_ci < 1:
+            raise ValueError(f"[measure] max_rel_ci must be in (0, 1) but got {self.max_rel_ci}.")
         if self.pipeline not in ("auto", "on", "off"):
             raise ValueError(
                 f"[measure] pipeline must be auto, on or off but got {self.pipeline!r}."
@@ -131,6 +165,7 @@ class DopSettings:
     max_rel_error: float
     max_failure_rate: float
     sample_share: float
+    target_busy: float
     overlap_timing: bool
 
     def __post_init__(self) -> None:
@@ -139,7 +174,9 @@ class DopSettings:
                 f"[dop] needs 1 <= start <= max_dop but got {self.start}, {self.max_dop}."
             )
         _positive("dop", "step", self.step)
-        for name in ("backoff", "max_rel_error", "max_failure_rate", "sample_share"):
+        if not 0 < self.backoff < 1:
+            raise ValueError(f"[dop] backoff must be in (0, 1) but got {self.backoff}.")
+        for name in ("max_rel_error", "max_failure_rate", "sample_share", "target_busy"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"[dop] {name} must be in (0, 1] but got {value}.")
@@ -165,6 +202,10 @@ class StoppingSettings:
     min_rounds: int
     task_patience: int
     task_min_gain: float
+    heavy_share: float
+    heavy_trials: int
+    evidence_share: float
+    evidence_rounds: int
 
     def __post_init__(self) -> None:
         if not 0 < self.min_gain < 1:
@@ -175,6 +216,10 @@ class StoppingSettings:
             raise ValueError(f"[stopping] min_rounds must be at least 2 but got {self.min_rounds}.")
         _positive("stopping", "task_patience", self.task_patience)
         _probability("stopping", "task_min_gain", self.task_min_gain)
+        for name in ("heavy_share", "evidence_share"):
+            _probability("stopping", name, getattr(self, name))
+        for name in ("heavy_trials", "evidence_rounds"):
+            _non_negative("stopping", name, getattr(self, name))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -6,10 +6,10 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from budget import GO, Decision, Ledger, StoppingRule
+from budget import GO, Decision, Ledger, StoppingRule, TaskProgress
 
 
 class Interrupt(StoppingRule):
@@ -26,7 +26,7 @@ class Interrupt(StoppingRule):
     def requested(self) -> bool:
         return self.reason is not None
 
-    def decide(self, ledger: Ledger) -> Decision:
+    def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
         return Decision(True, self.reason) if self.reason else GO
 
 

@@ -1,8 +1,8 @@
 """The tuning loop: round by round over MetaSchedule's search, cost model and database.
 
-One round gives one task `trials_per_round` fresh candidates:
+One round gives one task up to a round's worth of candidates:
 
-    scheduler picks a task -> search proposes -> filter keeps -> builder builds
+    scheduler picks a task -> search proposes (search/) -> filter keeps -> builder builds
     -> engine measures -> database, search, cost model and filter learn -> budget decides
 """
 
@@ -12,102 +12,64 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from budget import Ledger, StoppingRule
+from budget import Ledger, StoppingRule, TaskProgress
 from budget.plateau import TaskPlateau
 from filters import Filter
 from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from measure.base import short_error
 
-from . import _tvm
 from .config import Settings
-from .scheduler import Scheduler, TaskState, model_latency_s
-from .tasks import Candidate, Task, structural_key
+from .scheduler import Scheduler, TaskState, assign_floors, model_latency_s
+from .search import Proposer, SearchTimes, TaskSearch
+from .tasks import Candidate, Task
 
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
 FAILED_RUN_SECS = 1e10
-# A task whose search proposes nothing new this many rounds in a row is done.
-_MAX_EMPTY_ROUNDS = 3
 
 
 @dataclasses.dataclass
 class Round:
-    """A round prepared for measurement: what was proposed, chosen and built."""
+    """A round prepared for measurement: what was proposed, offered, chosen and built."""
 
     state: TaskState
     search: TaskSearch
-    proposed: int
-    fresh: int
-    kept: int
+    proposed: int  # new candidates the search proposed for this round
+    duplicates: int  # proposed again although measured before (resumed runs)
+    offered: int  # candidates offered to the filter: the new ones and those waiting
+    rejected: int  # set aside by the filter for the first time
+    kept: int  # the filter's choice, before the budget's allowance
     audit_keys: set[int]
     chosen: list[Candidate]
     builds: list[Build]
     times: dict[str, float]
+    searched: SearchTimes  # where this round's search time went
     started: float
 
-    def trim(self, allowed: int, builder: Builder) -> None:
-        """Measure no more than `allowed` of the chosen candidates."""
+    def trim(self, allowed: int, builder: Builder, proposer: Proposer) -> None:
+        """Measure no more than `allowed` of the chosen candidates; the rest wait."""
         if allowed < len(self.chosen):
             builder.release(self.builds[allowed:])
+            proposer.put_back(self.state.task, self.chosen[allowed:])
             self.chosen, self.builds = self.chosen[:allowed], self.builds[:allowed]
 
 
-class TaskSearch:
-    """One task's MetaSchedule state: a TuneContext with an EvolutionarySearch."""
+def search_ahead(setting: int, cores: int) -> int:
+    """Tasks searched in background threads while the device measures: `setting`, or for 0
+    one per 4 host cores (at least 1, at most 4), each search with its share of the cores."""
+    return setting or max(1, min(4, cores // 4))
 
-    def __init__(
-        self,
-        task: Task,
-        *,
-        target: Any,
-        settings: Settings,
-        database: Any,
-        cost_model: Any,
-        rand_state: int,
-        threads: int,
-        proposals: int,
-    ) -> None:
-        from tvm.s_tir import meta_schedule as ms
 
-        _tvm.load_tensor_intrinsics()
-        s = settings.search
-        strategy = ms.search_strategy.EvolutionarySearch(
-            population_size=s.population,
-            init_measured_ratio=s.init_measured_ratio,
-            genetic_num_iters=s.genetic_num_iters,
-            genetic_mutate_prob=s.genetic_mutate_prob,
-            genetic_max_fail_count=s.genetic_max_fail_count,
-            eps_greedy=s.eps_greedy,
-        )
-        self.ctx = ms.TuneContext(
-            mod=task.workload,
-            target=target,
-            space_generator="post-order-apply",
-            search_strategy=strategy,
-            task_name=task.name,
-            rand_state=rand_state,
-            num_threads=threads,
-            logger=_tvm.quiet_logger(),
-        )
-        # The strategy stops proposing once `max_trials` results were reported, shrinking the
-        # last batches on the way; the budget stops the loop instead, so give it ample room.
-        self.ctx.pre_tuning(
-            max_trials=1 << 30,
-            num_trials_per_iter=proposals,
-            design_spaces=self.ctx.generate_design_space(),
-            database=database,
-            cost_model=cost_model,
-        )
-        self.workload = database.commit_workload(task.workload)
-
-    def propose(self) -> list[Any] | None:
-        """Candidates for one round; None once the search has nothing left to propose."""
-        proposed = self.ctx.generate_measure_candidates()
-        return None if proposed is None else list(proposed)
+def round_size(trials_per_round: int, builder: Builder) -> int:
+    """Candidates per round: at least `trials_per_round`, in whole waves of the builder's
+    workers, so that no host core idles through the last builds of a round."""
+    workers = max(1, getattr(builder, "workers", 1))
+    return -(-trials_per_round // workers) * workers
 
 
 def spend_fields(ledger: Ledger) -> dict[str, Any]:
@@ -163,28 +125,50 @@ class TuningLoop:
         self.measured = measured  # task index -> keys already in the database or being measured
         self.rand_state = rand_state
         self.threads = threads
-        # A filter needs more proposals than it keeps, to have something to choose from.
+        self.round_size = round_size(settings.tune.trials_per_round, builder)
+        # A filter needs more candidates than it keeps, to have something to choose from.
         factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
-        self.proposals = settings.tune.trials_per_round * factor
+        self.proposals = self.round_size * factor
         self.pipeline = pipeline
-        self._searches: dict[int, TaskSearch] = {}
-        self._empty_rounds: dict[int, int] = {}
+        # With pipelining, the next tasks' searches run ahead while the device measures.
+        self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0
+        self.proposer = Proposer(
+            make_search=self._new_search,
+            cost_model=cost_model,
+            measured=measured,
+            proposals=self.proposals,
+            ahead=self.ahead,
+            charge=self._charge,
+        )
+        s = settings.stopping
+        assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
+        self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
+        self._main = threading.current_thread()
         self._last_round_end = 0.0
+
+    @property
+    def search_times(self) -> SearchTimes:
+        """Where all searches' time went."""
+        return self.proposer.times
 
     def run(self) -> str:
         """Tune until stopped; returns the reason the run stopped.
 
-        With `pipeline`, the next round is searched, filtered and built in a background thread
-        while this one is measured (its search sees the cost model one round late); it is for
-        engines whose timings builds cannot disturb (GPUs, remote machines).
+        With `pipeline`, the next round (of another task: a task's next round is searched only
+        after its last one has been learned) is searched, filtered and built in a background
+        thread while this one is measured; it is for engines whose timings builds cannot
+        disturb (GPUs, remote machines).
         """
-        wanted = self.settings.tune.trials_per_round
+        wanted = self.round_size
         ahead: Round | None = None
-        with concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="next-round"
-        ) as background:
+        with (
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="next-round"
+            ) as background,
+            contextlib.closing(self.proposer),
+        ):
             while True:
-                decision = self.stopping.decide(self.ledger)
+                decision = self.stopping.decide(self.ledger, self.progress())
                 if decision.stop:
                     self._discard(ahead)
                     return decision.reason
@@ -199,7 +183,8 @@ class TuningLoop:
                     if current is None:
                         continue
                 else:  # prepared a round ago: the budget may allow less now
-                    current.trim(self.stopping.allowance(self.ledger, wanted), self.builder)
+                    allowed = self.stopping.allowance(self.ledger, wanted)
+                    current.trim(allowed, self.builder, self.proposer)
                     if not current.chosen:
                         continue
                 # Marked before measuring: a round prepared meanwhile must not propose them.
@@ -207,93 +192,127 @@ class TuningLoop:
                     c.key for c in current.chosen
                 )
                 upcoming = None
-                nxt = self.scheduler.pick(self.states) if self.pipeline else None
-                if nxt is not None:
-                    allowed = self.stopping.allowance(self.ledger, wanted)
-                    upcoming = background.submit(self._prepare, nxt, allowed)
+                if self.pipeline:
+                    nxt = self._next_tasks({current.state.task.index}, 1 + self.ahead)
+                    if nxt:
+                        allowed = self.stopping.allowance(self.ledger, wanted)
+                        upcoming = background.submit(self._prepare, nxt[0], allowed)
+                        self.proposer.ahead(s.task for s in nxt[1:])
                 measurements = self._measure_round(current)
-                ahead = upcoming.result() if upcoming is not None else None
+                if upcoming is not None:
+                    with self.ledger.phase("ahead"):  # what measuring did not hide
+                        ahead = upcoming.result()
                 self._learn_round(current, measurements)
+
+    def progress(self) -> list[TaskProgress]:
+        """What the stopping rules may judge the tasks by."""
+        return [
+            TaskProgress(
+                name=s.task.name,
+                share=s.share,
+                trials=s.trials,
+                measured_rounds=s.measured_rounds,
+                floor=s.floor,
+                done=s.retired is not None,
+            )
+            for s in self.states
+        ]
 
     def _discard(self, prepared: Round | None) -> None:
         if prepared is not None:
             self.builder.release(prepared.builds)
 
-    def _search(self, task: Task) -> TaskSearch:
-        if task.index not in self._searches:
-            with self.ledger.phase("search"):
-                self._searches[task.index] = TaskSearch(
-                    task,
-                    target=self.target,
-                    settings=self.settings,
-                    database=self.database,
-                    cost_model=self.cost_model,
-                    rand_state=self.rand_state,
-                    threads=self.threads,
-                    proposals=self.proposals,
-                )
-        return self._searches[task.index]
+    def _next_tasks(self, exclude: set[int], count: int) -> list[TaskState]:
+        """The tasks the scheduler would pick next, in order (none twice, none excluded)."""
+        picked: list[TaskState] = []
+        while len(picked) < count:
+            state = self.scheduler.pick(self.states, exclude=exclude)
+            if state is None:
+                break
+            picked.append(state)
+            exclude = exclude | {state.task.index}
+        return picked
+
+    def _new_search(self, task: Task) -> TaskSearch:
+        return TaskSearch(
+            task,
+            target=self.target,
+            settings=self.settings,
+            database=self.database,
+            cost_model=self.cost_model,
+            rand_state=self.rand_state,
+            threads=max(1, self.threads // max(1, self.ahead)),
+            proposals=self.proposals,
+        )
+
+    def _charge(self, phase: str, seconds: float, overlapped: bool) -> None:
+        self.ledger.charge_phase(phase, seconds, overlapped=overlapped)
 
     @contextlib.contextmanager
     def _phase(self, name: str, times: dict[str, float]) -> Iterator[None]:
-        """Charge the block to the ledger's phase `name` and to this round's `times`."""
+        """Charge the block to the ledger's phase `name` (overlapped when it runs in the
+        background) and to this round's `times`."""
         start = time.monotonic()
         try:
-            with self.ledger.phase(name):
-                yield
+            yield
         finally:
-            times[name] = times.get(name, 0.0) + time.monotonic() - start
+            seconds = time.monotonic() - start
+            times[name] = times.get(name, 0.0) + seconds
+            self._charge(name, seconds, threading.current_thread() is not self._main)
 
     def _prepare(self, state: TaskState, allowed: int) -> Round | None:
-        """Steps 1-4 of a round: propose, drop what was measured, filter, build. None when
-        the round has nothing to measure."""
-        task, times = state.task, {}
-        started = time.monotonic()
-        # 1. The search proposes candidates.
+        """Steps 1-3 of a round: propose, filter, build. None when it has nothing to measure."""
+        task, started = state.task, time.monotonic()
+        # 1. The search tops up the candidates waiting for this task.
         try:
-            search = self._search(task)
-            with self._phase("search", times):
-                proposed = search.propose()
+            waiting, topped = self.proposer.offer(task)
         except Exception as exc:  # a TVM error in one task's search ends that task, not the run
             self._retire(state, f"search failed: {short_error(exc)}")
             return None
-        if proposed is None:
-            self._retire(state, "search space exhausted")
+        times = {"search": topped.seconds}
+        if not waiting:
+            self._empty_search(state, topped.seconds)
             return None
-        # 2. Candidates measured in an earlier session are dropped: the search does not know
-        #    the database's records, only what it proposed itself in this process.
-        known = self.measured.setdefault(task.index, set())
-        fresh: list[Candidate] = []
-        for mc in proposed:
-            key = structural_key(mc.sch.mod)
-            if key not in known and all(c.key != key for c in fresh):
-                fresh.append(Candidate(task, mc, key))
-        # 3. The filter keeps the promising ones; the budget may allow fewer.
+        state.empty_searches = 0
+        # 2. The filter keeps the most promising; the budget may allow fewer. The rest wait.
         with self._phase("filter", times):
-            selection = self.filter.select(task, fresh)
-        kept = [fresh[i] for i in selection.keep]
-        chosen = kept[:allowed]
+            selection = self.filter.select(task, waiting)
+        chosen = [waiting[i] for i in selection.first(allowed)]
+        kept = {waiting[i].key for i in selection.keep}
+        rejected = self._rejected.setdefault(task.index, set())
+        newly = {c.key for c in waiting if c.key not in kept} - rejected
+        rejected |= newly
+        self.proposer.take(task, chosen)
         if not chosen:
-            self._empty_rounds[task.index] = self._empty_rounds.get(task.index, 0) + 1
-            if self._empty_rounds[task.index] >= _MAX_EMPTY_ROUNDS:
-                self._retire(state, "search proposes nothing new")
             return None
-        self._empty_rounds[task.index] = 0
-        # 4. Build.
+        # 3. Build.
         with self._phase("build", times):
             builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
         return Round(
             state=state,
-            search=search,
-            proposed=len(proposed),
-            fresh=len(fresh),
-            kept=len(kept),
-            audit_keys={fresh[i].key for i in selection.audit},
+            search=self.proposer.search(task),
+            proposed=topped.proposed,
+            duplicates=topped.duplicates,
+            offered=len(waiting),
+            rejected=len(newly),
+            kept=len(selection.keep),
+            audit_keys={waiting[i].key for i in selection.audit},
             chosen=chosen,
             builds=builds,
             times=times,
+            searched=topped.searched,
             started=started,
         )
+
+    def _empty_search(self, state: TaskState, seconds: float) -> None:
+        """Nothing to measure: retire the task if its search space is exhausted; otherwise
+        count the wasted search, which makes the scheduler look elsewhere first."""
+        if self.proposer.exhausted(state.task):
+            self._retire(state, "search space exhausted")
+            return
+        state.empty_searches += 1
+        state.wasted_s += seconds
+        self.journal({"type": "empty_search", "task": state.task.index, "seconds": seconds})
 
     def _measure_round(self, r: Round) -> list[Measurement]:
         """Step 5: every result goes into the database the moment it is known, so a crash
@@ -317,27 +336,18 @@ class TuningLoop:
         state.trials += len(chosen)
         state.failures += len(chosen) - len(good)
         state.proposed += r.proposed
-        state.filtered += r.fresh - r.kept
+        state.filtered += r.rejected
         state.built += sum(b.ok for b in builds)
         state.audited += len(audited)
         state.record_round(min(good) if good else None)
         state.round_s.append(seconds)
+        state.waiting = self.proposer.pool.size(state.task.index)
         fixed_s = seconds - r.times.get("build", 0.0) - r.times.get("measure", 0.0)
         self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=max(0.0, fixed_s))
         self.ledger.record_point(model_latency_s(self.states))
-        self._journal_round(
-            state,
-            proposed=r.proposed,
-            fresh=r.fresh,
-            kept=r.kept,
-            audited=len(audited),
-            chosen=chosen,
-            builds=builds,
-            measurements=measurements,
-            seconds=seconds,
-        )
+        self._journal_round(r, audited=len(audited), measurements=measurements, seconds=seconds)
         if self.plateau is not None:
-            verdict = self.plateau.decide(state.history)
+            verdict = self.plateau.decide(state.history, protected=state.trials < state.floor)
             if verdict.stop:
                 self._retire(state, verdict.reason)
 
@@ -393,8 +403,7 @@ class TuningLoop:
 
         results = [RunnerResult(list(m.run_secs) if m.ok else None, m.error) for m in measurements]
         candidates = [c.measure_candidate for c in chosen]
-        # Only what was measured is reported: the search counts reported results.
-        search.ctx.notify_runner_results(candidates, results)
+        search.learn([(mc, m.mean_s) for mc, m in zip(candidates, measurements, strict=True)])
         # The cost model learns from everything that built (a failed run is a slow candidate).
         built = [i for i, b in enumerate(builds) if b.ok]
         if built:
@@ -408,29 +417,23 @@ class TuningLoop:
         self.emit("task_retired", task=state.task.name, reason=reason)
 
     def _journal_round(
-        self,
-        state: TaskState,
-        *,
-        proposed: int,
-        fresh: int,
-        kept: int,
-        audited: int,
-        chosen: Sequence[Candidate],
-        builds: Sequence[Build],
-        measurements: Sequence[Measurement],
-        seconds: float,
+        self, r: Round, *, audited: int, measurements: Sequence[Measurement], seconds: float
     ) -> None:
+        state, chosen, builds = r.state, r.chosen, r.builds
         errors = [m.error for m in measurements if not m.ok]
         entry = {
             "type": "round",
             "round": self.ledger.rounds,
             "task": state.task.index,
             "task_key": state.task.key,
-            "proposed": proposed,
-            "duplicates": proposed - fresh,
-            "filtered": fresh - kept,
+            "proposed": r.proposed,
+            "duplicates": r.duplicates,
+            "offered": r.offered,
+            "filtered": r.rejected,
             "audited": audited,
-            "over_budget": kept - len(chosen),
+            "over_budget": max(0, r.kept - len(chosen)),
+            "waiting": state.waiting,
+            "search": r.searched.to_dict(),
             "built": sum(b.ok for b in builds),
             "measured": sum(m.ok for m in measurements),
             "failed": len(errors),

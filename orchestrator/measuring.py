@@ -1,4 +1,5 @@
-"""Builders and engines from the settings, and the untuned latency of tasks."""
+"""Builders and engines from the settings, where they measure (the Fleet, checked from the
+command line), and the untuned latency of tasks."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ from measure import (
     Builder,
     BuildInput,
     BuildPool,
+    DopConfig,
+    DopController,
     Engine,
     LocalEngine,
     MeasureInput,
     Measurement,
     TimerConfig,
+    TimingPlan,
 )
 
 from .config import Settings
-from .targets import ResolvedTarget, host_cores
+from .errors import InputError
+from .targets import ResolvedTarget, host_cores, resolve_target, visible_gpus
 from .tasks import Task, arg_specs
 
 
@@ -41,9 +46,29 @@ class Fleet:
     parallelism: int | None = None  # None: the DOP controller chooses
     rpc: str | None = None  # tracker HOST:PORT
     rpc_key: str | None = None
+    servers: int = 0  # registered under rpc_key when the run started
+
+    def devices(self, device_type: str) -> int:
+        """GPUs the run holds (device-hours accrue on these): the chosen local GPUs, or one
+        per server of a GPU fleet."""
+        if device_type != "cuda":
+            return 0
+        return self.servers if self.rpc else len(self.gpus)
+
+    def claims(self, device_type: str) -> list[str]:
+        """Names of the local devices this run measures on, for DeviceClaim (none on a
+        fleet: the tracker lends each server to one session at a time)."""
+        from measure.telemetry import physical_gpu
+
+        if self.rpc:
+            return []
+        if device_type == "cuda":
+            return [f"cuda-{physical_gpu(g)}" for g in self.gpus]
+        return ["cpu"]
 
 
 def timer_config(settings: Settings) -> TimerConfig:
+    """TVM's time evaluator settings (CPUs)."""
     m = settings.measure
     return TimerConfig(
         number=m.number,
@@ -53,54 +78,178 @@ def timer_config(settings: Settings) -> TimerConfig:
     )
 
 
+def timing_plan(settings: Settings, device_type: str) -> TimingPlan:
+    """How a candidate is timed on a GPU (adaptive, raced), or on a CPU fleet over RPC (the
+    CPU's fixed repeats, as on this host)."""
+    m = settings.measure
+    if device_type == "cuda":
+        return TimingPlan(
+            min_repeats=m.min_repeats,
+            max_repeats=m.max_repeats,
+            max_rel_ci=m.max_rel_ci,
+            repeat_ms=m.gpu_repeat_ms,
+            min_launches=m.number,
+            race=m.race,
+            race_after=m.race_after,
+            race_margin=m.race_margin,
+            flush_l2=m.gpu_l2_flush,
+        )
+    return TimingPlan(
+        min_repeats=m.repeat,
+        max_repeats=m.repeat,
+        max_rel_ci=m.max_rel_ci,
+        repeat_ms=m.min_repeat_ms,
+        min_launches=m.number,
+        race=False,
+    )
+
+
+def dop_config(settings: Settings) -> DopConfig:
+    d = settings.dop
+    return DopConfig(
+        start=d.start,
+        max_dop=d.max_dop,
+        step=d.step,
+        backoff=d.backoff,
+        max_rel_error=d.max_rel_error,
+        max_failure_rate=d.max_failure_rate,
+        sample_share=d.sample_share,
+        target_busy=d.target_busy,
+    )
+
+
 def make_engine(
     settings: Settings, target: ResolvedTarget, logs: Path | None, fleet: Fleet | None = None
 ) -> Engine:
     """An RPC engine for a fleet; the parallel CUDA engine on GPUs (when cupy can use them);
     otherwise one candidate at a time in an isolated worker."""
     from measure.cuda import CudaEngine, cuda_available
-    from measure.dop import DopConfig, DopController
     from measure.rpc import RpcEngine
 
     fleet = fleet or Fleet()
-    m, d = settings.measure, settings.dop
-    timer = timer_config(settings)
+    m = settings.measure
     log = logs / "measure.log" if logs else None
     if fleet.rpc:
         return RpcEngine(
             tracker=fleet.rpc,
             key=fleet.rpc_key or "",
             device_type=target.device_type,
-            timer=timer,
+            plan=timing_plan(settings, target.device_type),
+            cpu_cache_flush=m.cpu_cache_flush,
             timeout_s=max(60.0, m.timeout_s),
             workers=fleet.parallelism,  # None: one in flight per registered server
         )
     if target.device_type == "cuda" and target.device_present and cuda_available():
-        controller = DopController(
-            DopConfig(
-                start=d.start,
-                max_dop=d.max_dop,
-                step=d.step,
-                backoff=d.backoff,
-                max_rel_error=d.max_rel_error,
-                max_failure_rate=d.max_failure_rate,
-                sample_share=d.sample_share,
-            ),
-            seed=settings.tune.seed,
-        )
         return CudaEngine(
             gpus=fleet.gpus,
-            controller=controller,
+            controller=DopController(dop_config(settings), seed=settings.tune.seed),
             fixed_dop=fleet.parallelism,
-            timer=timer,
+            plan=timing_plan(settings, "cuda"),
             timeout_s=m.timeout_s,
-            flush_l2=m.gpu_l2_flush,
-            overlap_timing=d.overlap_timing,
+            overlap_timing=settings.dop.overlap_timing,
             log_path=log,
         )
     return LocalEngine(
-        device_type=target.device_type, timer=timer, timeout_s=m.timeout_s, log_path=log
+        device_type=target.device_type,
+        timer=timer_config(settings),
+        timeout_s=m.timeout_s,
+        log_path=log,
     )
+
+
+def target_and_fleet(
+    target: str,
+    *,
+    build_only: bool = False,
+    gpus: Sequence[int] | str | None = None,
+    parallelism: int | str = "auto",
+    rpc: str | None = None,
+    rpc_key: str | None = None,
+) -> tuple[ResolvedTarget, Fleet]:
+    """Check --target, --gpus, --parallelism, --rpc and --rpc-key together: the resolved
+    target and the Fleet that measures it. With --rpc the fleet is checked first, so that a
+    CUDA target is accepted on a head node without a GPU (`cuda` is read from a server)."""
+    from measure.rpc import parse_tracker, remote_cuda
+
+    dop = _parallelism(parallelism)
+    if rpc:
+        if gpus not in (None, ""):
+            raise InputError(
+                "--gpus picks GPUs of this host; with --rpc the servers under --rpc-key "
+                "measure, so leave --gpus out"
+            )
+        fleet = _rpc_fleet(rpc, rpc_key, dop)
+        host, port = parse_tracker(fleet.rpc or "")
+        resolved = resolve_target(
+            target,
+            build_only=build_only,
+            remote=lambda: remote_cuda(host, port, rpc_key or ""),
+        )
+        return resolved, fleet
+    resolved = resolve_target(target, build_only=build_only)
+    return resolved, _local_fleet(resolved, gpus, dop)
+
+
+def _parallelism(parallelism: int | str) -> int | None:
+    text = str(parallelism).strip().lower()
+    if text == "auto":
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise InputError(f"--parallelism must be auto or a positive whole number, not {parallelism!r}")
+
+
+def _rpc_fleet(rpc: str, rpc_key: str | None, dop: int | None) -> Fleet:
+    from measure.rpc import parse_tracker, tracker_keys
+
+    if not rpc_key:
+        raise InputError("--rpc needs --rpc-key KEY, the key its servers registered with")
+    try:
+        host, port = parse_tracker(rpc)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    try:
+        keys = tracker_keys(host, port)
+    except Exception as exc:
+        raise InputError(f"cannot reach the RPC tracker at {rpc} ({exc}); check --rpc") from None
+    if rpc_key not in keys:
+        there = ", ".join(sorted(keys)) or "none"
+        raise InputError(
+            f"no server is registered under key {rpc_key!r} at {rpc} (keys there: {there})"
+        )
+    return Fleet(rpc=f"{host}:{port}", rpc_key=rpc_key, parallelism=dop, servers=keys[rpc_key])
+
+
+def _local_fleet(resolved: ResolvedTarget, gpus: Any, dop: int | None) -> Fleet:
+    if resolved.device_type != "cuda":
+        if gpus not in (None, ""):
+            raise InputError(
+                f"--gpus applies to CUDA targets; this run tunes for {resolved.describe()}"
+            )
+        if dop is not None:
+            raise InputError(
+                f"--parallelism applies to GPU targets and RPC fleets (--rpc); this run tunes "
+                f"for {resolved.describe()}, where candidates are timed one at a time, so leave "
+                "it out"
+            )
+        return Fleet()
+    visible = visible_gpus()
+    if gpus in (None, "") or str(gpus).strip().lower() == "all":
+        chosen = tuple(visible) or (0,)
+    else:
+        try:
+            chosen = tuple(int(g) for g in (gpus.split(",") if isinstance(gpus, str) else gpus))
+        except ValueError:
+            raise InputError(
+                f"--gpus {gpus!r} is not 'all' or a list of GPU indices like 0,1"
+            ) from None
+        missing = [g for g in chosen if resolved.device_present and g not in visible]
+        if missing or len(set(chosen)) != len(chosen) or not chosen or min(chosen) < 0:
+            raise InputError(
+                f"--gpus {gpus!r}: give distinct indices of visible GPUs (visible: "
+                f"{', '.join(map(str, visible)) or 'none'})"
+            )
+    return Fleet(gpus=chosen, parallelism=dop)
 
 
 def cpu_caveat(cores: int) -> str | None:

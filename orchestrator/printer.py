@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from budget.render import describe_change, describe_kernels, describe_measurement
+from budget.render import describe_change, describe_kernels, describe_measurement, describe_search
 from budget.units import fmt_duration, fmt_latency
 
 from .api import Result
@@ -192,6 +192,9 @@ class Printer:
             f"  spent               {spent} ({phases})",
             f"  stopped because     {result.stop_reason}",
         ]
+        searched = describe_search(result.report.get("search") or {})
+        if searched:
+            lines.append(f"  {'search':<20}{searched}")
         measured = describe_measurement(result.report.get("measurement") or {})
         lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
         lines += [

@@ -106,10 +106,14 @@ def restore(
             state = states[entry["task"]]
             if entry.get("seconds") is not None:
                 state.round_s.append(float(entry["seconds"]))
+            if entry.get("measured"):
+                state.measured_rounds += 1
             state.proposed += int(entry.get("proposed", 0))
             state.filtered += int(entry.get("filtered", 0))
             state.built += int(entry.get("built", 0))
             state.audited += int(entry.get("audited", 0))
+        elif kind == "empty_search" and entry.get("task") in measured:
+            states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
             states[entry["task"]].retired = entry.get("reason", "retired")
         elif kind == "untuned":
@@ -159,10 +163,12 @@ def _retrain(
     from . import _tvm
 
     _tvm.load_tensor_intrinsics()
+    # The shared model learns every task first and trains once; TVM's XGBModel trains per task.
+    add = getattr(cost_model, "add", None) or cost_model.update
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
-        cost_model.update(ctx, [c.measure_candidate for c in candidates], results)
+        add(ctx, [c.measure_candidate for c in candidates], results)
         if candidate_filter is not None:
             measurements = [
                 Measurement(tuple(float(s) for s in r.run_secs), None)
@@ -171,3 +177,5 @@ def _retrain(
                 for r in results
             ]
             candidate_filter.learn(task, candidates, measurements)
+    if hasattr(cost_model, "fit"):
+        cost_model.fit()

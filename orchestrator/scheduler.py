@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .tasks import Task
 
@@ -23,9 +23,15 @@ class TaskState:
     trials: int = 0  # measured, failures included
     failures: int = 0
     proposed: int = 0  # by the search
-    filtered: int = 0  # rejected by the filter (audited ones included)
+    filtered: int = 0  # set aside by the filter at least once (audited ones included)
     built: int = 0
     audited: int = 0  # rejected but measured anyway, to check the filter
+    waiting: int = 0  # proposed, not measured yet: waiting in the pool for a later round
+    measured_rounds: int = 0  # rounds that measured at least one candidate successfully
+    empty_searches: int = 0  # searches in a row that found nothing new
+    wasted_s: float = 0.0  # seconds of searches that found nothing new
+    share: float | None = None  # of the untuned model's latency (weight x untuned latency)
+    floor: int = 0  # trials this task gets before a stopping rule may end the run
     retired: str | None = None  # why the task gets no more rounds
 
     @property
@@ -34,13 +40,16 @@ class TaskState:
 
     @property
     def latency_s(self) -> float | None:
-        """The latency the model runs this task at now: `compile_relax` deploys the best
-        record once there is one, even if it is slower than the untuned kernel."""
-        return self.best_s if self.best_s is not None else self.baseline_s
+        """The latency the model runs this task at now: the faster of the default schedule
+        and the best tuned record, which is what gets deployed."""
+        known = [x for x in (self.best_s, self.baseline_s) if x is not None]
+        return min(known) if known else None
 
     def record_round(self, best_s: float | None) -> None:
-        if best_s is not None and (self.best_s is None or best_s < self.best_s):
-            self.best_s = best_s
+        if best_s is not None:
+            self.measured_rounds += 1
+            if self.best_s is None or best_s < self.best_s:
+                self.best_s = best_s
         self.history.append(self.best_s if self.best_s is not None else float("inf"))
 
 
@@ -54,11 +63,27 @@ def model_latency_s(states: Sequence[TaskState]) -> float | None:
     return total
 
 
+def assign_floors(states: Sequence[TaskState], *, share: float, trials: int) -> None:
+    """Set each task's share of the untuned latency; the tasks that together hold `share` of
+    it (heaviest first) get a floor of `trials` trials before a stopping rule may end the run."""
+    weights = {id(s): s.task.weight * s.baseline_s for s in states if s.baseline_s is not None}
+    total = sum(weights.values())
+    held = 0.0
+    for state in sorted(states, key=lambda s: -weights.get(id(s), 0.0)):
+        if id(state) not in weights or total <= 0:
+            continue
+        state.share = weights[id(state)] / total
+        state.floor = trials if held < share else 0
+        held += state.share
+
+
 class Scheduler(abc.ABC):
     """Picks the task for the next round, or None when no task should get one."""
 
     @abc.abstractmethod
-    def pick(self, states: Sequence[TaskState]) -> TaskState | None: ...
+    def pick(
+        self, states: Sequence[TaskState], exclude: Collection[int] = ()
+    ) -> TaskState | None: ...
 
 
 class GainScheduler(Scheduler):
@@ -67,9 +92,10 @@ class GainScheduler(Scheduler):
     Expected gain = weight x current latency x expected relative improvement, where the
     improvement is the task's mean gain per round over its last `window` rounds (from the
     untuned latency for young tasks), never below `min_gain`, and `first_round_gain` for a
-    task not yet tuned. Expected cost = the task's recent round time (tasks differ in build
-    and measurement cost), or the typical round time before its first round. Tasks with no
-    latency yet (untuned measurement failed) go first.
+    task not yet tuned; it halves with each search in a row that found nothing new. Expected
+    cost = the task's recent round time (tasks differ in build and measurement cost), or the
+    typical round time before its first round. Tasks with no latency yet (untuned measurement
+    failed) go first, then tasks still short of their floor of trials (the heavy ones).
     """
 
     def __init__(self, *, window: int = 3, first_round_gain: float = 0.5, min_gain: float = 0.01):
@@ -88,7 +114,8 @@ class GainScheduler(Scheduler):
         latency = state.latency_s
         if latency is None:
             return float("inf")
-        return state.task.weight * latency * self.expected_improvement(state)
+        damp = 0.5**state.empty_searches
+        return state.task.weight * latency * self.expected_improvement(state) * damp
 
     def expected_improvement(self, state: TaskState) -> float:
         # points[i]: latency after i rounds (points[0] is untuned); compare now with `window`
@@ -112,16 +139,17 @@ class GainScheduler(Scheduler):
         recent = state.round_s[-3:]
         return statistics.median(recent) if recent else typical_s
 
-    def pick(self, states: Sequence[TaskState]) -> TaskState | None:
-        active = [s for s in states if s.retired is None]
+    def pick(self, states: Sequence[TaskState], exclude: Collection[int] = ()) -> TaskState | None:
+        active = [s for s in states if s.retired is None and s.task.index not in exclude]
         if not active:
             return None
         seen = [t for s in states for t in s.round_s[-3:]]
         typical = statistics.median(seen) if seen else 1.0
 
-        def value(s: TaskState) -> tuple[float, int, int]:
+        def value(s: TaskState) -> tuple[bool, bool, float, int, int]:
             per_second = self.expected_gain(s) / max(self.expected_cost(s, typical), 1e-9)
             # Ties go to the task with fewer rounds, then the lower index.
-            return (per_second, -s.rounds, -s.task.index)
+            first = (s.latency_s is None, s.trials < s.floor)
+            return (*first, per_second, -s.rounds, -s.task.index)
 
         return max(active, key=value)

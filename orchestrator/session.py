@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from collections.abc import Callable, Sequence
@@ -13,7 +14,8 @@ from budget.ledger import EnergyMeter
 from budget.plateau import TaskPlateau
 from budget.prices import Price
 from budget.report import make_report, task_row
-from filters import Filter
+from filters import Filter, Predictor
+from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
 from .builds import ModelBuilds
@@ -28,6 +30,7 @@ from .reporting import write_report
 from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler, model_latency_s
+from .search import make_cost_model
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
 
@@ -55,6 +58,7 @@ class Session:
         energy: EnergyMeter | None,
         interrupt: Interrupt,
         candidate_filter: Filter,
+        predictor: Predictor | None,
         warm_start: Path | None,
         fleet: Fleet,
         run: RunDir,
@@ -74,9 +78,14 @@ class Session:
         self.energy = energy
         self.interrupt = interrupt
         self.filter = candidate_filter
+        # The learned model: shared by search and filter unless [search] cost_model says
+        # "tvm-xgb", when the xgb filter keeps one of its own (warm start trains either).
+        self.shared_predictor = predictor
+        self.predictor = predictor or getattr(candidate_filter, "predictor", None)
         self.warm_start = warm_start
         self.fleet = fleet
         self.measurement: dict[str, Any] = {}
+        self.search: dict[str, Any] = {}  # where search time went (search.SearchTimes)
         self.run = run
         self.build_only = build_only
         self.emit = emit
@@ -94,7 +103,7 @@ class Session:
         repairs = repair_database(self.run)
         ledger = Ledger(
             carried=checkpointed_spend(self.run, spend_so_far(journal)),
-            devices=len(self.fleet.gpus) if self.target.device_type == "cuda" else 0,
+            devices=self.fleet.devices(self.target.device_type),
             cores=host_cores(),
             usd_per_hour=self.price.usd_per_hour if self.price else None,
             energy=self.energy,
@@ -102,9 +111,7 @@ class Session:
         )
         ledger.charge_phase("import", self.import_s)
         database = ms.database.JSONDatabase(work_dir=str(self.run.path))
-        cost_model = ms.cost_model.XGBModel(
-            num_warmup_samples=self.settings.search.cost_model_warmup
-        )
+        cost_model = make_cost_model(self.settings, self.shared_predictor)
         with ledger.phase("restore"):
             restored = restore(
                 self.tasks,
@@ -114,8 +121,8 @@ class Session:
                 target=self.target.target,
                 candidate_filter=self.filter,
             )
-            if self.warm_start is not None:
-                used = self.filter.warm_start(self.warm_start)  # type: ignore[attr-defined]
+            if self.warm_start is not None and self.predictor is not None:
+                used = warm_start(self.predictor, self.warm_start, self.target.target)
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )
@@ -153,9 +160,8 @@ class Session:
         ledger: Ledger,
     ) -> tuple[dict[str, Any], str]:
         logs = self.run[RunDir.LOGS]
-        device = f"{self.target.device_type}0" if self.target.device_type == "cuda" else "cpu"
         with (
-            DeviceClaim(device) as claim,
+            contextlib.ExitStack() as claims,
             make_builder(self.settings, logs) as builder,
             make_engine(self.settings, self.target, logs, self.fleet) as engine,
         ):
@@ -164,11 +170,13 @@ class Session:
                     "cupy cannot use the GPU here, so candidates are timed one at a time with "
                     "TVM's timer; pip install 'tune-orchestrator[gpu]' for parallel measurement"
                 )
-            if claim.shared_with:
-                self._warn(
-                    f"another orchestrate process (pid {claim.shared_with}) is measuring on "
-                    f"{device}: the measurements of both runs are disturbed"
-                )
+            for device in self.fleet.claims(self.target.device_type):
+                claim = claims.enter_context(DeviceClaim(device))
+                if claim.shared_with:
+                    self._warn(
+                        f"another orchestrate process (pid {claim.shared_with}) is measuring on "
+                        f"{device}: the measurements of both runs are disturbed"
+                    )
             # 2. Untuned latency of each task (its default schedule recorded), and of the model.
             self._measure_baselines(restored, builder, engine, ledger, defaults)
             untuned = restored.untuned or self._untuned_model(ledger)
@@ -324,7 +332,10 @@ class Session:
             threads=host_cores(),
             pipeline=self._pipelined(engine),
         )
-        return loop.run()
+        try:
+            return loop.run()
+        finally:
+            self.search = loop.search_times.to_dict()
 
     def _pipelined(self, engine: Engine) -> bool:
         mode = self.settings.measure.pipeline
@@ -353,10 +364,11 @@ class Session:
                 filtered=s.filtered,
                 built=s.built,
                 audited=s.audited,
+                waiting=s.waiting,
                 rounds=s.rounds,
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
-                spend_s=sum(s.round_s),
+                spend_s=sum(s.round_s) + s.wasted_s,
                 retired=s.retired,
                 schedule=deployed_schedule(
                     best_s=s.best_s,
@@ -403,6 +415,7 @@ class Session:
             warnings=self.warnings,
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
+            search=self.search,
             # Nothing measured in the whole run, yet not stopped by a signal: the budget was
             # used up by import, untuned measurement and compiling.
             budget_too_small=not self.build_only

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InputError
@@ -80,16 +81,26 @@ def gpu_visible() -> bool:
         return False
 
 
-def resolve_target(spec: str, *, build_only: bool = False) -> ResolvedTarget:
-    """Turn the user's target string into a TVM target; InputError with the accepted forms."""
+def resolve_target(
+    spec: str, *, build_only: bool = False, remote: Callable[[], Mapping[str, Any]] | None = None
+) -> ResolvedTarget:
+    """Turn the user's target string into a TVM target; InputError with the accepted forms.
+
+    `remote` is given when an RPC fleet measures: it returns the attributes of a server's
+    first GPU (measure.rpc.remote_cuda), read for `cuda`; a CUDA target is then accepted
+    without a GPU here, and the tuned model is not run here (device_present is False)."""
     import tvm
 
     spec = (spec or "auto").strip()
     has_gpu = gpu_visible()
+    fleet_gpu: Mapping[str, Any] = {}
     if spec == "auto":
         target = _cuda_from_device() if has_gpu else _llvm_for_host()
     elif spec in ("llvm", "cpu"):
         target = _llvm_for_host()
+    elif spec == "cuda" and remote is not None:
+        fleet_gpu = _remote_gpu(remote)
+        target = _cuda_target(fleet_gpu)
     elif spec == "cuda":
         if not has_gpu:
             raise InputError(_no_gpu_message(spec, build_only))
@@ -114,9 +125,13 @@ def resolve_target(spec: str, *, build_only: bool = False) -> ResolvedTarget:
     if device_type == "cuda":
         if target.host is None:
             target = tvm.target.Target(target, host={"kind": "llvm"})
-        if not has_gpu and not build_only:
+        if not has_gpu and not build_only and remote is None:
             raise InputError(_no_gpu_message(spec, build_only))
     present = has_gpu if device_type == "cuda" else True
+    if device_type == "cuda" and remote is not None:
+        # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
+        name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
+        return ResolvedTarget(target, spec, device_type, False, name)
     return ResolvedTarget(
         target=target,
         spec=spec,
@@ -124,6 +139,24 @@ def resolve_target(spec: str, *, build_only: bool = False) -> ResolvedTarget:
         device_present=present,
         device_name=_device_name(device_type, present),
     )
+
+
+def _remote_gpu(remote: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The fleet's GPU for `--target cuda --rpc`, or InputError naming the fix."""
+    try:
+        gpu = remote()
+    except ValueError as exc:
+        raise InputError(
+            f"--target cuda with --rpc reads the GPU architecture from a server, but {exc}; "
+            "name the GPU with a tag such as --target nvidia/nvidia-h100 instead"
+        ) from None
+    if not gpu.get("exist"):
+        raise InputError(
+            "--target cuda with --rpc: the servers under --rpc-key have no CUDA GPU to read "
+            "the architecture from; start them on GPU hosts, or name the GPU with a tag such as "
+            "--target nvidia/nvidia-h100"
+        )
+    return gpu
 
 
 def _make(config: Any, spec: str) -> Any:
@@ -149,12 +182,27 @@ def _cuda_from_device() -> Any:
     import tvm
 
     dev = tvm.cuda(0)
+    return _cuda_target({name: getattr(dev, name) for name in _GPU_ATTRIBUTES})
+
+
+_GPU_ATTRIBUTES = (
+    "compute_version",
+    "max_threads_per_block",
+    "max_shared_memory_per_block",
+    "warp_size",
+)
+
+
+def _cuda_target(gpu: Mapping[str, Any]) -> Any:
+    """A CUDA target for a GPU described by tvm.cuda(i)'s attributes (here or on a server)."""
+    import tvm
+
     config = {
         "kind": "cuda",
-        "arch": "sm_" + str(dev.compute_version).replace(".", ""),
-        "max_threads_per_block": int(dev.max_threads_per_block),
-        "max_shared_memory_per_block": int(dev.max_shared_memory_per_block),
-        "thread_warp_size": int(dev.warp_size),
+        "arch": "sm_" + str(gpu["compute_version"]).replace(".", ""),
+        "max_threads_per_block": int(gpu["max_threads_per_block"]),
+        "max_shared_memory_per_block": int(gpu["max_shared_memory_per_block"]),
+        "thread_warp_size": int(gpu["warp_size"]),
         "registers_per_block": 65536,
     }
     return tvm.target.Target(config, host={"kind": "llvm"})

@@ -2,12 +2,22 @@
 
 import math
 import pickle
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget import AnyOf, BudgetError, BudgetLimits, Ledger, Spend, check_applicable, parse_budget
+from budget import (
+    AnyOf,
+    BudgetError,
+    BudgetLimits,
+    Ledger,
+    Spend,
+    TaskProgress,
+    check_applicable,
+    parse_budget,
+)
 from budget.diminishing import DiminishingReturns
 from budget.forecast import fit_curve
 from budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
@@ -331,6 +341,12 @@ def test_task_plateau(history, stops):
     assert TaskPlateau(patience=3, min_gain=0.005).decide(history).stop is stops
 
 
+def test_a_task_short_of_its_floor_is_not_retired_on_a_plateau_but_is_when_nothing_runs():
+    rule = TaskPlateau(patience=3, min_gain=0.005)
+    assert not rule.decide([5.0, 1.0, 1.0, 1.0, 1.0], protected=True).stop
+    assert rule.decide([math.inf] * 3, protected=True).stop
+
+
 # -- forecasts and diminishing returns -----------------------------------------------------
 
 
@@ -354,17 +370,20 @@ def test_fitted_curves_forecast_the_rest_of_the_curve(truth):
     assert fit_curve([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]) is None  # nothing to fit
 
 
-def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, **rule_args):
-    """Simulated run on a known tuning curve; returns (spend at stop or None, reason)."""
+def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, tasks=None, **rule_args):
+    """Simulated run on a known tuning curve; returns (spend at stop or None, reason).
+    `tasks(round)` gives the task progress the rule is told about after each round."""
     clock = FakeClock()
     ledger = Ledger(clock=clock)
     rule = DiminishingReturns(parse_budget(f"{budget_s}s").limits[0], **rule_args)
     ledger.record_point(truth(0.0))
+    rounds = 0
     while ledger.wall_s < budget_s:
         clock.now += round_s
+        rounds += 1
         ledger.charge_round(trials=64, seconds=round_s)
         ledger.record_point(truth(ledger.wall_s))
-        decision = rule.decide(ledger)
+        decision = rule.decide(ledger, tasks(rounds) if tasks else ())
         if decision.stop:
             return ledger.wall_s, decision.reason
     return None, ""
@@ -395,3 +414,28 @@ def test_no_decision_on_too_few_rounds():
     for latency in (10.0, 10.0, 10.0):
         ledger.record_point(latency)
     assert not DiminishingReturns(parse_budget("1h").limits[0]).decide(ledger).stop
+
+
+def test_diminishing_returns_wait_until_every_task_that_matters_had_its_chance():
+    """Three tasks share the rounds; the light one (3%) needs no rounds, the others need two
+    measured rounds each, and the heaviest its floor of 256 trials."""
+
+    def tasks(rounds, floor_after=100):
+        return [
+            TaskProgress("heavy", 0.77, trials=64 * rounds, measured_rounds=rounds, floor=256),
+            TaskProgress("late", 0.20, trials=64, measured_rounds=1 if rounds < floor_after else 2),
+            TaskProgress("light", 0.03, trials=0, measured_rounds=0),
+        ]
+
+    alone, _ = run_until_stopped(exp_curve)
+    late, reason = run_until_stopped(exp_curve, tasks=tasks)
+    assert alone is not None and alone < 100 * 30.0  # on its own, the rule stops earlier
+    assert late == pytest.approx(100 * 30.0)  # here, as soon as the late task had 2 rounds
+    assert reason.endswith(
+        "; evidence: the 2 task(s) holding 97% of the untuned latency had 2+ measured rounds "
+        "each, the 1 heaviest (holding 77%) had 6400+ trials each"
+    )
+    never, _ = run_until_stopped(exp_curve, tasks=lambda r: tasks(r, floor_after=10**6))
+    assert never is None
+    retired = lambda r: [replace(t, done=True) if t.name == "late" else t for t in tasks(r, 10**6)]  # noqa: E731
+    assert run_until_stopped(exp_curve, tasks=retired)[0] == alone  # retired: nothing to wait for

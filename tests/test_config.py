@@ -12,7 +12,7 @@ def test_defaults_come_from_default_toml():
     settings = Settings.load()
     assert settings.tune.budget == "10min"
     assert settings.tune.target == "auto"
-    assert settings.search.population == 512
+    assert settings.search.population == 0  # sized to the round
     assert settings.measure.cpu_cache_flush is False
 
 
@@ -33,7 +33,7 @@ def test_file_then_overrides_take_precedence(tmp_path):
         ("[tune]\nsed = 1\n", "unknown key [tune] sed; known keys: budget"),
         ('[tune]\nseed = "one"\n', "[tune] seed must be int but got str 'one'"),
         ("[measure]\ncpu_cache_flush = 1\n", "[measure] cpu_cache_flush must be bool"),
-        ("[search]\npopulation = 1\n", "population must be at least 2 but got 1"),
+        ("[search]\npopulation = 1\n", "population must be 0 (sized to the round) or at least 2"),
         ("[search]\neps_greedy = 1.5\n", "eps_greedy must be within [0, 1] but got 1.5"),
         ("[tune]\nseed = true\n", "[tune] seed must be int but got bool"),
         ("tune = 3\n", "[tune] must be a table"),

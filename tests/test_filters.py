@@ -14,8 +14,8 @@ from filters._predictor import Predictor
 from filters.xgb import Audit, choose
 from measure import Measurement
 from orchestrator.config import Settings
-from orchestrator.loop import TaskSearch
 from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from orchestrator.search import TaskSearch
 from orchestrator.targets import resolve_target
 from orchestrator.tasks import Candidate, extract_tasks, structural_key
 
@@ -87,13 +87,21 @@ def test_no_filter_keeps_everything():
     assert NoFilter().select(None, [1, 2, 3]).keep == (0, 1, 2)
 
 
-def test_selection_must_be_ascending_unique_and_audit_kept():
-    with pytest.raises(ValueError):
-        Selection((2, 1))
+def test_selection_must_be_unique_and_audit_kept():
     with pytest.raises(ValueError):
         Selection((1, 1))
     with pytest.raises(ValueError):
         Selection((0, 1), audit=(2,))
+
+
+def test_a_round_cut_short_keeps_the_most_promising_and_its_share_of_audits():
+    selection = Selection((4, 0, 3, 1, 5, 2), audit=(5, 2))  # best predicted first, audits last
+    assert selection.first(10) == (4, 0, 3, 1, 5, 2)
+    assert selection.first(4) == (4, 0, 3, 5)  # 4 x 2/6: one audit stays
+    assert selection.first(2) == (4, 5)  # at least one audit once two fit
+    assert selection.first(1) == (4,)  # one slot: the predicted best
+    assert selection.first(0) == ()
+    assert Selection((2, 0, 1)).first(2) == (2, 0)  # by rank, not by proposal order
 
 
 # -- Trimmer on synthetic scores -----------------------------------------------------------

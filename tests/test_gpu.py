@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tvm
 from click.testing import CliRunner
+from engine_contract import check_engine_contract
 from tvm.script import tirx as T
 
 import onnx_models
@@ -27,9 +28,11 @@ from measure import (
     LocalEngine,
     MeasureInput,
     TimerConfig,
+    TimingPlan,
     cuda_available,
+    telemetry,
 )
-from measure.telemetry import GpuTelemetry, energy_meter
+from measure.telemetry import GpuTelemetry, energy_meter, nvml_handle, physical_gpu, visible_entry
 from orchestrator.cli import main
 
 needs_gpu = pytest.mark.skipif(not GPU, reason="needs a visible NVIDIA GPU")
@@ -89,6 +92,90 @@ def test_telemetry_without_nvml_is_unknown_not_an_error():
     telemetry.close()
 
 
+class FakeNvml:
+    """NVML of a host with four GPUs, for the CUDA-index-to-NVML mapping."""
+
+    def __init__(self) -> None:
+        self.energy = {i: 1000 * (i + 1) for i in range(4)}  # millijoules
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 4
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        if not 0 <= i < 4:
+            raise ValueError(i)
+        return i
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle}abc-{handle}"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        return self.energy[handle]
+
+
+@pytest.fixture
+def no_pci_ids(monkeypatch):
+    """Map through CUDA_VISIBLE_DEVICES, as where no driver answers for PCI bus ids."""
+    monkeypatch.setattr(telemetry, "_pci_bus_id", lambda index: None)
+
+
+def test_cuda_indices_map_to_nvml_devices_through_cuda_visible_devices(no_pci_ids):
+    nvml = FakeNvml()
+    assert visible_entry(1, {}) is None
+    assert visible_entry(1, {"CUDA_VISIBLE_DEVICES": "3, 2"}) == "2"
+    assert nvml_handle(nvml, 1, {}) == 1
+    assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": "3,2"}) == 3
+    assert nvml_handle(nvml, 0, {"CUDA_VISIBLE_DEVICES": "GPU-2abc"}) == 2  # a UUID prefix
+    with pytest.raises(LookupError):  # CUDA sees two GPUs only
+        nvml_handle(nvml, 2, {"CUDA_VISIBLE_DEVICES": "3,2"})
+    assert physical_gpu(1, {"CUDA_VISIBLE_DEVICES": "3,2"}) == "2"
+    assert physical_gpu(1, {}) == "1"
+
+
+def test_energy_is_metered_over_the_chosen_gpus(no_pci_ids, monkeypatch):
+    nvml = FakeNvml()
+    monkeypatch.setattr(telemetry, "_nvml", lambda: nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    meter = energy_meter("cuda", [1, 3])
+    assert meter is not None and meter() == pytest.approx((2000 + 4000) / 1e3)
+    assert energy_meter("cpu", [0]) is None
+
+
+def test_telemetry_is_kept_per_gpu():
+    def sample(index: int, energy: float, clock: int, slowdown: list[str]) -> dict:
+        return {
+            "index": index,
+            "energy_j": energy,
+            "sm_clock_mhz": clock,
+            "temperature_c": 60 + index,
+            "power_w": 300.0,
+            "slowdown": slowdown,
+            "pids": [],
+        }
+
+    before = [sample(0, 100.0, 1980, []), sample(1, 200.0, 1980, [])]
+    after = [sample(0, 130.0, 1980, []), sample(1, 260.0, 1400, ["thermal (software)"])]
+    batch = GpuTelemetry.batch(before, after, candidates=9, dop=3)
+    assert batch["energy_per_candidate_j"] == pytest.approx(90.0 / 9)
+    assert [g["energy_j"] for g in batch["gpus"]] == pytest.approx([30.0, 60.0])
+    summary = GpuTelemetry.summary([batch])
+    assert [g["index"] for g in summary["per_gpu"]] == [0, 1]
+    assert summary["per_gpu"][1]["throttled_batches"] == 1
+    assert summary["per_gpu"][1]["min_sm_clock_mhz"] == 1400
+    assert summary["warnings"] == [
+        "GPU 1 was slowed down (thermal (software)) during 1 of 1 batches"
+    ]
+
+
+@needs_gpu
+def test_the_cuda_engine_keeps_the_engine_contract():
+    with BuildPool(workers=2) as pool:
+        builds = pool.build([BuildInput(tvm.IRModule({"main": add_one}), target())] * 2)
+        with CudaEngine(controller=DopController(DopConfig(max_dop=2))) as engine:
+            good = [MeasureInput(b.artifact, ARGS) for b in builds]
+            check_engine_contract(engine, good, MeasureInput("/no/such/file.so", ARGS))
+
+
 @needs_gpu
 def test_the_cuda_engine_times_on_the_device_like_tvms_timer():
     with BuildPool(workers=2) as pool:
@@ -96,7 +183,7 @@ def test_the_cuda_engine_times_on_the_device_like_tvms_timer():
         inputs = [MeasureInput(b.artifact, ARGS) for b in builds]
         engine = CudaEngine(
             controller=DopController(DopConfig(max_dop=4)),
-            timer=TimerConfig(repeat=5, min_repeat_ms=10),
+            plan=TimingPlan(min_repeats=5, race=False),
         )
         try:
             ours = engine.measure(inputs)
@@ -111,6 +198,8 @@ def test_the_cuda_engine_times_on_the_device_like_tvms_timer():
     reference = np.median([m.mean_s for m in tvms])
     assert 0.7 < np.median([m.mean_s for m in ours]) / reference < 1.3
     assert stats["telemetry"]["batches"] >= 1 and stats["gpus"] == [0]
+    assert stats["mode"] == "exclusive" and 0 < stats["busy"] <= 1
+    assert all(stats["step_s"][step] > 0 for step in ("load", "warm_up", "timed", "check"))
 
 
 @needs_gpu
@@ -119,7 +208,7 @@ def test_a_hanging_gpu_kernel_costs_one_result_and_the_worker_is_replaced():
         builds = pool.build(
             [BuildInput(tvm.IRModule({"main": f}), target()) for f in (never_ends, add_one)]
         )
-        engine = CudaEngine(fixed_dop=1, timer=TimerConfig(repeat=2), timeout_s=10)
+        engine = CudaEngine(fixed_dop=1, plan=TimingPlan(min_repeats=2), timeout_s=10)
         try:
             hung, fine = engine.measure([MeasureInput(b.artifact, ARGS) for b in builds])
         finally:

@@ -50,6 +50,10 @@ def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bo
             trials=192,
             failures=3,
             rounds=3,
+            proposed=400,
+            filtered=150,
+            built=190,
+            waiting=58,
             untuned_s=1.5e-3,
             best_s=0.45e-3,
             spend_s=1800.0,
@@ -152,7 +156,7 @@ def test_a_report_validates_and_renders_to_markdown_html_and_plots(tmp_path):
         written = write_report(run, report)
         html_text = written["html"].read_text()
         md = written["markdown"].read_text()
-    assert "| conv | 2 | 192 | 1.5 ms | 450 us | 3.33x | tuned |" in md
+    assert "| conv | 2 | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x | tuned |" in md
     assert "(**3.15x faster**)" in md and "$2.49" in md
     assert "10 timings each: untuned 4 ms-4.3 ms, tuned 1.2 ms-1.4 ms" in md
     images = ImageCollector.collect(html_text)

@@ -15,13 +15,25 @@ from pathlib import Path
 import pytest
 import tvm
 from click.testing import CliRunner
+from engine_contract import check_engine_contract
 from tvm.script import tirx as T
 
 import onnx_models
 from cli_args import tune_args
-from measure import BuildInput, BuildPool, LocalEngine, MeasureInput, RpcEngine, TimerConfig
+from devices import GPU
+from measure import (
+    BuildInput,
+    BuildPool,
+    LocalEngine,
+    MeasureInput,
+    RpcEngine,
+    TimerConfig,
+    TimingPlan,
+)
 from measure.rpc import tracker_keys
+from orchestrator import InputError
 from orchestrator.cli import main
+from orchestrator.measuring import target_and_fleet
 
 KEY = "test-cpu"
 ARGS = (("float32", (4096,)), ("float32", (4096,)))
@@ -117,29 +129,78 @@ def _wait(ready, procs, log_path: str, timeout: float = 60.0) -> None:
     raise TimeoutError("the RPC tracker or its servers did not come up")
 
 
+@T.prim_func(s_tir=True)
+def writes_nan(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.sblock("B"):
+            vi = T.axis.remap("S", [i])
+            B[vi] = T.log(A[vi] - 100.0)  # the inputs are below 100: log of a negative number
+
+
+LLVM1 = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+# What orchestrator.measuring.timing_plan gives a CPU fleet: TVM's repeats, fixed.
+CPU_PLAN = TimingPlan(min_repeats=3, max_repeats=3, repeat_ms=20, race=False)
+
+
 def test_the_fleet_measures_what_the_host_measures(tracker):
-    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
     timer = TimerConfig(repeat=3, min_repeat_ms=20)
     with BuildPool(workers=2) as pool:
-        builds = pool.build([BuildInput(tvm.IRModule({"main": scale}), target)] * 3)
+        builds = pool.build([BuildInput(tvm.IRModule({"main": scale}), LLVM1)] * 3)
         inputs = [MeasureInput(b.artifact, ARGS) for b in builds] + [
             MeasureInput("/no/such.so", ARGS)
         ]
         arrived = []
-        engine = RpcEngine(tracker=tracker, key=KEY, timer=timer)
-        assert engine.workers == 2  # one candidate in flight per registered server
-        remote = engine.measure(inputs, on_result=lambda i, m: arrived.append(i))
+        with RpcEngine(tracker=tracker, key=KEY, plan=CPU_PLAN) as engine:
+            remote = engine.measure(inputs, on_result=lambda i, m: arrived.append(i))
+            stats = engine.stats()
         with LocalEngine(timer=timer) as local:
             here = local.measure(inputs[:3])
+    assert stats["in_flight"] == 2  # one candidate in flight per registered server
+    assert stats["candidates"] == 4 and stats["step_s"]["timed"] > 0 and 0 < stats["busy"] <= 1
     assert sorted(arrived) == [0, 1, 2, 3]
     assert [m.ok for m in remote] == [True, True, True, False]
     assert remote[3].error.startswith("RPC measurement failed")
+    assert all(len(m.run_secs) == 3 and m.finite is True for m in remote[:3])
     # The same machine through loopback, but the two servers time their candidates at the same
     # moment on a host that may have only two cores, so a sub-microsecond kernel can read 2-3x
     # slower. What this guards against is a unit slip (ms for s) or the RPC round trip (~100 us
     # here) folded into the timing: each would be off by 100x or more.
     for r, h in zip(remote[:3], here, strict=True):
         assert 0.2 < r.mean_s / h.mean_s < 5.0
+
+
+def test_the_fleet_keeps_the_engine_contract_and_checks_for_nan(tracker):
+    with BuildPool(workers=2) as pool:
+        builds = pool.build(
+            [BuildInput(tvm.IRModule({"main": f}), LLVM1) for f in (scale, scale, writes_nan)]
+        )
+        with RpcEngine(tracker=tracker, key=KEY, plan=CPU_PLAN) as engine:
+            good = [MeasureInput(b.artifact, ARGS) for b in builds[:2]]
+            check_engine_contract(engine, good, MeasureInput("/no/such.so", ARGS))
+            (nan,) = engine.measure([MeasureInput(builds[2].artifact, ARGS)])
+    # timed, and flagged: the tuning loop fails it where the untuned kernel stays finite
+    assert nan.ok and nan.finite is False
+
+
+def test_a_gpu_less_head_node_takes_a_cuda_tag_for_the_fleet(tracker):
+    resolved, fleet = target_and_fleet("nvidia/nvidia-h100", rpc=tracker, rpc_key=KEY)
+    assert resolved.device_type == "cuda" and str(resolved.target.attrs["arch"]).startswith("sm_90")
+    assert resolved.device_present is False  # the tuned model is not run on the head node
+    assert fleet.rpc == tracker and fleet.servers == 2
+    assert fleet.devices("cuda") == 2 and fleet.claims("cuda") == []
+
+
+@pytest.mark.skipif(GPU, reason="the loopback servers of a GPU host do have a GPU")
+def test_cuda_on_a_fleet_without_gpus_is_one_clear_line(tracker):
+    with pytest.raises(InputError) as refused:
+        target_and_fleet("cuda", rpc=tracker, rpc_key=KEY)
+    assert str(refused.value) == (
+        "--target cuda with --rpc: the servers under --rpc-key have no CUDA GPU to read the "
+        "architecture from; start them on GPU hosts, or name the GPU with a tag such as "
+        "--target nvidia/nvidia-h100"
+    )
+    with pytest.raises(InputError, match="^--gpus picks GPUs of this host"):
+        target_and_fleet("nvidia/nvidia-h100", gpus="0", rpc=tracker, rpc_key=KEY)
 
 
 def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch):

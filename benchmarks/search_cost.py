@@ -1,0 +1,152 @@
+"""Where search time goes, and what sizing the search costs in quality, side by side in one run.
+
+    python benchmarks/search_cost.py [--model examples/smallcnn.onnx] [--trials 256]
+                                     [--seeds 0,1] [--presets tvm-default,sized]
+                                     [--filter none|xgb] [--target llvm]
+
+Each preset x seed tunes the same model with `orchestrate` (through its API, each in a fresh
+process, same target, trial cap and filter). Presets:
+  - `tvm-default`: MetaSchedule's own search settings (population 512, 4 genetic iterations)
+    and its XGBModel as the search's cost model, driven by our loop;
+  - `sized`: the defaults (population sized to the round, 3 iterations, the shared model);
+  - `sized-tvm-xgb`: the sized search with MetaSchedule's XGBModel (isolates the cost model);
+  - `sized-1x2`, `sized-2x3`: population 1x / 2x the round's proposals, 2 / 3 iterations.
+Then every run's final database is compiled with stock `compile_relax` and all are timed
+interleaved. Prints per run: wall time of the whole call, search time and its share, search
+time per search, its breakdown (sampling, mutation, prediction, features), and the final
+latency; then per preset the medians and their ratios to the first preset. Raw figures go to
+benchmarks/results/search_cost-<model>-<trials>trials-<host>-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from _common import ROOT, run_child, time_databases, tune_ours
+
+PRESETS = {
+    "tvm-default": '[search]\npopulation = 512\ngenetic_num_iters = 4\ncost_model = "tvm-xgb"\n',
+    "sized": "",
+    "sized-tvm-xgb": '[search]\ncost_model = "tvm-xgb"\n',
+    "sized-1x2": "[search]\npopulation_per_candidate = 1\ngenetic_num_iters = 2\n",
+    "sized-2x3": "[search]\npopulation_per_candidate = 2\ngenetic_num_iters = 3\n",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "examples" / "smallcnn.onnx")
+    parser.add_argument("--trials", type=int, default=256)
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--presets", default="tvm-default,sized")
+    parser.add_argument("--filter", default="xgb")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--repeats", type=int, default=20, help="latency samples per run")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:  # one run in a fresh process: print its figures as JSON
+        target_json, seed, config, work = args.child
+        extra = [f"filter={args.filter}", f"config={config}"]
+        print(
+            json.dumps(tune_ours(str(args.model), target_json, args.trials, int(seed), work, extra))
+        )
+        return
+
+    from orchestrator.targets import resolve_target
+
+    resolved = resolve_target(args.target)
+    target_json = json.dumps(resolved.to_json())
+    base = ROOT / "benchmarks" / "work" / f"search-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.mkdir(parents=True)
+    presets = args.presets.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs: dict[str, dict] = {}
+    for seed in seeds:  # seeds outermost: drift on the machine hits every preset alike
+        for preset in presets:
+            name = f"{preset}-seed{seed}"
+            config = base / f"{preset}.toml"
+            config.write_text(PRESETS[preset])
+            print(f"tuning {name} ...", flush=True)
+            runs[name] = run_child(
+                Path(__file__),
+                [
+                    "--model", str(args.model), "--trials", str(args.trials),
+                    "--filter", args.filter,
+                    "--child", target_json, str(seed), str(config), str(base / name),
+                ],
+            )  # fmt: skip
+            runs[name]["preset"], runs[name]["seed"] = preset, seed
+    latency = time_databases(
+        args.model,
+        target_json,
+        {name: base / name for name in runs},
+        args.repeats,
+        device_type=resolved.device_type,
+    )
+
+    print(f"\n{args.model.name}, {args.trials} trials, filter {args.filter}, {resolved.describe()}")
+    print(
+        f"  {'run':<26}{'wall':>8}{'search':>8}{'share':>7}{'per search':>11}"
+        f"{'sampling':>9}{'mutation':>9}{'predict':>8}{'features':>9}{'latency':>10}"
+    )
+    for name, r in runs.items():
+        s = r["search"]
+        searched = r["phases"].get("search", 0.0)
+        r["latency"] = latency[name]
+        print(
+            f"  {name:<26}{r['total_s']:>7.0f}s{searched:>7.0f}s{searched / r['total_s']:>7.0%}"
+            f"{searched / max(1, s.get('searches', 0)):>10.1f}s{s.get('sampling', 0):>8.1f}s"
+            f"{s.get('mutation', 0):>8.1f}s{s.get('prediction', 0):>7.1f}s"
+            f"{s.get('features', 0):>8.1f}s{latency[name]['median_s'] * 1e6:>8.0f}us"
+        )
+    first = presets[0]
+    summary = {}
+    for preset in presets:
+        mine = [r for r in runs.values() if r["preset"] == preset]
+        summary[preset] = {
+            "wall_s": statistics.median(r["total_s"] for r in mine),
+            "search_s": statistics.median(r["phases"].get("search", 0.0) for r in mine),
+            "latency_s": statistics.median(r["latency"]["median_s"] for r in mine),
+        }
+    print(f"  medians over seeds {seeds}, as ratios to {first}:")
+    for preset, m in summary.items():
+        f = summary[first]
+        print(
+            f"  {preset:<26} wall {m['wall_s']:.0f}s ({m['wall_s'] / f['wall_s']:.2f}), search "
+            f"{m['search_s']:.0f}s ({m['search_s'] / max(f['search_s'], 1e-9):.2f}), latency "
+            f"{m['latency_s'] * 1e6:.0f}us ({m['latency_s'] / f['latency_s']:.3f})"
+        )
+    machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
+    out = (
+        ROOT
+        / "benchmarks"
+        / "results"
+        / f"search_cost-{args.model.stem}-{args.trials}trials-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+    )
+    out.write_text(
+        json.dumps(
+            {
+                "model": args.model.name,
+                "trials": args.trials,
+                "filter": args.filter,
+                "seeds": seeds,
+                "machine": machine,
+                "presets": {p: PRESETS[p] for p in presets},
+                "runs": runs,
+                "summary": summary,
+            },
+            indent=2,
+        )
+    )
+    print(f"raw figures: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The parallel engine's figures: candidates per second, how busy the GPUs' timed windows were
+over the measure phase, where a candidate's time went by step, and how many were raced."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from ._workers import STEPS, Job, Outcome
+
+
+def covered(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] covered by the union of `intervals`."""
+    total, reach = 0.0, lo
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, hi)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
+
+
+class Span:
+    """Candidates measured at one DOP, between two pacing decisions; it may run over several
+    measure() calls, and only time inside them counts."""
+
+    def __init__(self, lanes: int) -> None:
+        self.windows: list[list[tuple[float, float]]] = [[] for _ in range(lanes)]
+        self.segments: list[tuple[float, float]] = []  # (start, end) of each call's share
+        self.cycles: list[float] = []
+        self.waits: list[float] = []
+        self.timed: list[float] = []
+        self._opened: float | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.cycles)
+
+    def open(self, now: float) -> None:
+        self._opened = now
+
+    def close(self, now: float) -> None:
+        if self._opened is not None:
+            self.segments.append((self._opened, now))
+            self._opened = None
+
+    def add(self, job: Job, outcome: Outcome, now: float) -> None:
+        if outcome.window is not None:
+            self.windows[job.lane].append(outcome.window)
+        wait = outcome.steps.get("wait", 0.0)
+        self.cycles.append(max(0.0, now - job.started - wait))
+        self.waits.append(wait)
+        self.timed.append(outcome.steps.get("timed", 0.0))
+
+    def busy(self) -> float:
+        """Share of the span the timed windows were held, mean over GPUs. Each call counts
+        from a GPU's first window in it: filling an empty pipeline costs one preparation
+        whatever the DOP, so it is no reason to change the DOP."""
+        shares = []
+        for windows in self.windows:
+            held = total = 0.0
+            for lo, hi in self.segments:
+                first = min((w[0] for w in windows if lo <= w[0] <= hi), default=hi)
+                held += covered(windows, first, hi)
+                total += hi - first
+            shares.append(held / total if total > 0 else 0.0)
+        return statistics.fmean(shares)
+
+
+class Figures:
+    """Totals over every measure() call of an engine."""
+
+    def __init__(self, lanes: int) -> None:
+        self.windows: list[list[tuple[float, float]]] = [[] for _ in range(lanes)]
+        self.phase_s = 0.0  # time inside measure() calls: the measure phase
+        self.candidates = 0  # results reported
+        self.runs = 0  # jobs run, re-runs included
+        self.raced = 0
+        self.failed = 0
+        self.repeats: list[int] = []
+        self.steps = dict.fromkeys(STEPS, 0.0)
+
+    def ran(self, job: Job, outcome: Outcome) -> None:
+        self.runs += 1
+        if outcome.window is not None:
+            self.windows[job.lane].append(outcome.window)
+        for step in STEPS:
+            self.steps[step] += outcome.steps.get(step, 0.0)
+        if outcome.run_secs:
+            self.repeats.append(len(outcome.run_secs))
+
+    def reported(self, ok: bool, raced: bool) -> None:
+        self.candidates += 1
+        self.failed += not ok
+        self.raced += raced
+
+    def busy_per_gpu(self) -> list[float]:
+        if self.phase_s <= 0:
+            return [0.0 for _ in self.windows]
+        # Windows are disjoint per GPU in exclusive mode; the union also counts overlapping
+        # timings (overlap mode) once. Measure phases are disjoint and hold every window.
+        return [
+            min(1.0, covered(w, -float("inf"), float("inf")) / self.phase_s) for w in self.windows
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        busy = self.busy_per_gpu()
+        runs = self.runs or 1
+        return {
+            "candidates": self.candidates,
+            "measure_s": self.phase_s,
+            "candidates_per_s": self.candidates / self.phase_s if self.phase_s > 0 else None,
+            "busy": statistics.fmean(busy) if busy else 0.0,
+            "busy_per_gpu": busy,
+            "step_s": {step: total / runs for step, total in self.steps.items()},
+            "runs": self.runs,
+            "repeats": statistics.fmean(self.repeats) if self.repeats else None,
+            "raced": self.raced,
+            "failed": self.failed,
+        }

@@ -1,0 +1,105 @@
+"""Runs in a process of the RPC engine's pool: one candidate measured on a server of a TVM RPC
+tracker. The tracker lends a server to one session at a time, so each server is one timed
+window. Repeats follow the same rule as on a local GPU (_timing.py): TVM's time evaluator gives
+one repeat per call, the first call sizing the repeat; afterwards the arguments are copied back
+and checked for NaN / Inf.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+from ._timing import RACED, TimingPlan, step, verdict
+
+ArgSpec = tuple[str, tuple[int, ...]]
+
+
+def measure(
+    tracker: tuple[str, int],
+    key: str,
+    session_timeout_s: float,
+    artifact: str,
+    device_type: str,
+    args: tuple[ArgSpec, ...],
+    plan: TimingPlan,
+    best_s: float | None,
+    cpu_cache_flush: bool,
+) -> dict[str, Any]:
+    """A dict like _cuda_worker.measure's: run_secs, finite, raced, steps, window."""
+    import numpy as np
+    from tvm import rpc
+
+    steps: dict[str, float] = {}
+    with step(steps, "wait"):  # for a free server under the key
+        session = rpc.connect_tracker(*tracker).request(
+            key, priority=1, session_timeout=int(session_timeout_s)
+        )
+    remote = os.path.basename(artifact)
+    try:
+        with step(steps, "load"):
+            session.upload(artifact, remote)
+            module = session.load_module(remote)
+        dev = session.device(device_type, 0)
+        with step(steps, "allocate"):
+            tensors = _arguments(session, dev, args)
+        preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
+        acquired = time.monotonic()
+        # The first call sizes a repeat (TVM raises `number` until it lasts repeat_ms) and is
+        # the first sample; every call makes one untimed launch first.
+        first = module.time_evaluator(
+            module.entry_name,
+            dev,
+            number=plan.min_launches,
+            repeat=1,
+            min_repeat_ms=int(round(plan.repeat_ms)),
+            f_preproc=preproc,
+        )
+        samples = [float(first(*tensors).mean)]
+        again = module.time_evaluator(
+            module.entry_name,
+            dev,
+            number=plan.launches(samples[0]),
+            repeat=1,
+            min_repeat_ms=0,
+            f_preproc=preproc,
+        )
+        while (reason := verdict(samples, plan, best_s)) is None:
+            samples.append(float(again(*tensors).mean))
+        released = time.monotonic()
+        steps["timed"] = released - acquired
+        with step(steps, "check"):
+            finite = all(
+                bool(np.isfinite(t.numpy()).all())
+                for t in tensors
+                if str(t.dtype).startswith("float")
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            session.remove(remote)
+    return {
+        "run_secs": samples,
+        "finite": finite,
+        "raced": reason == RACED,
+        "steps": steps,
+        "window": (acquired, released),
+    }
+
+
+def _arguments(session: Any, dev: Any, args: tuple[ArgSpec, ...]) -> list[Any]:
+    """Random floats filled on the server; zeros for integers (a valid index anywhere)."""
+    import numpy as np
+    import tvm
+
+    fill = session.get_function("tvm.contrib.random.random_fill_for_measure")
+    tensors = []
+    for dtype, shape in args:
+        if dtype.startswith("float"):
+            tensor = tvm.runtime.empty(shape, dtype, device=dev)
+            fill(tensor)
+        else:
+            tensor = tvm.runtime.tensor(np.zeros(shape, dtype=dtype), device=dev)
+        tensors.append(tensor)
+    return tensors

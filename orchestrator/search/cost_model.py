@@ -1,0 +1,150 @@
+"""One learned model for search and filter: the Trimmer predictor as MetaSchedule's cost model.
+
+TVM's XGBModel and the filter's predictor used to learn from the same measurements, each
+extracting its own features. Here the predictor (filters/_predictor.py: XGBoost on pooled
+per-store features, target log(latency / the task's best)) scores the evolution's schedules
+too; each schedule's features are extracted once (cached by schedule while it is held), the
+same rows go to the filter and to learning, and the model is trained once per round.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from filters._predictor import Predictor, pooled_features
+
+# Schedules whose features stay cached (each entry holds its schedule alive, so a cached
+# handle can never be reused by another schedule).
+_CACHE = 8192
+
+
+def feature_rows(cost_model: Any, context: Any, candidates: Sequence[Any]) -> np.ndarray:
+    """Feature rows of MeasureCandidates: from the shared model's cache when it guides the
+    search (the rows it scored them with), else extracted now."""
+    features = getattr(cost_model, "features", None)
+    if features is not None:
+        return features(context, candidates)
+    return pooled_features(context, list(candidates))
+
+
+def workload_key(mod: Any) -> str:
+    """The task key of a workload (as orchestrator.tasks gives it)."""
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
+
+
+@derived_object
+class SharedCostModel(PyCostModel):
+    """Scores schedules for the search with the shared predictor: exp(-predicted log ratio to
+    the task's best), i.e. predicted throughput relative to the best. Before `warmup`
+    measurements (and unless warm-started) it scores at random, as TVM's XGBModel does."""
+
+    def __init__(self, predictor: Predictor, *, warmup: int = 0, seed: int = 0) -> None:
+        super().__init__()
+        self.predictor = predictor
+        self.warmup = warmup
+        self.times = {"predict": 0.0, "features": 0.0, "fit": 0.0}  # seconds, all threads
+        self._local = threading.local()  # the same, for the calling thread only
+        self._cache: collections.OrderedDict[int, tuple[Any, np.ndarray]] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def ready(self) -> bool:
+        p = self.predictor
+        return p.booster is not None and (p.warm or p.samples >= self.warmup)
+
+    def features(self, context: Any, candidates: Sequence[Any]) -> np.ndarray:
+        """Pooled feature rows of MeasureCandidates, extracted once per schedule."""
+        rows: list[np.ndarray | None] = []
+        missing = []
+        with self._lock:
+            for i, candidate in enumerate(candidates):
+                hit = self._cache.get(candidate.sch.__chandle__())
+                rows.append(None if hit is None else hit[1])
+                if hit is None:
+                    missing.append(i)
+        if missing:
+            start = time.perf_counter()
+            new = pooled_features(context, [candidates[i] for i in missing])
+            self._charge("features", time.perf_counter() - start)
+            with self._lock:
+                for row, i in zip(new, missing, strict=True):
+                    rows[i] = row
+                    sch = candidates[i].sch
+                    self._cache[sch.__chandle__()] = (sch, row)
+                while len(self._cache) > _CACHE:
+                    self._cache.popitem(last=False)
+        return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        if not self.ready:  # random scores need no features
+            return self._rng.uniform(size=len(candidates))
+        rows = self.features(context, candidates)
+        start = time.perf_counter()
+        scores = np.exp(-self.predictor.predict(rows))
+        self._charge("predict", time.perf_counter() - start)
+        return np.asarray(scores, dtype="float64")
+
+    def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+        """MetaSchedule's interface: learn one task's results and train at once."""
+        self.add(context, candidates, results)
+        self.fit()
+
+    def add(self, context: Any, candidates: Sequence[Any], results: Sequence[Any]) -> None:
+        """Learn one task's results (RunnerResults; failures as infinitely slow) without
+        training yet."""
+        latencies = [
+            sum(r.run_secs) / len(r.run_secs) if r.run_secs and not r.error_msg else math.inf
+            for r in results
+        ]
+        rows = self.features(context, candidates)
+        self.predictor.add(workload_key(context.mod), rows, latencies)
+
+    def fit(self) -> None:
+        start = time.perf_counter()
+        self.predictor.fit()
+        self._charge("fit", time.perf_counter() - start)
+
+    def thread_times(self) -> dict[str, float]:
+        """Seconds this thread spent predicting, extracting features and fitting so far."""
+        return dict(getattr(self._local, "times", {}))
+
+    def _charge(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.times[name] += seconds
+        local = self._local.__dict__.setdefault("times", {})
+        local[name] = local.get(name, 0.0) + seconds
+
+    def load(self, path: str) -> None:
+        self.predictor.load(path)
+
+    def save(self, path: str) -> None:
+        from pathlib import Path
+
+        self.predictor.save(Path(path))
+
+
+def make_cost_model(settings: Any, predictor: Predictor | None) -> Any:
+    """The search's cost model: the shared predictor, or TVM's own XGBModel when
+    `[search] cost_model = "tvm-xgb"` (the filter then trains a predictor of its own)."""
+    s = settings.search
+    if predictor is not None:
+        return SharedCostModel(predictor, warmup=s.cost_model_warmup, seed=settings.tune.seed)
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    return XGBModel(num_warmup_samples=s.cost_model_warmup)

@@ -1,0 +1,139 @@
+"""The search side of a round: candidates for a task, from its pool and, when that runs short,
+from its search; searches of the next tasks run ahead in background threads."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..tasks import Candidate, Task, structural_key
+from .cost_model import feature_rows
+from .pool import ProposalPool
+from .strategy import SearchTimes, TaskSearch
+
+# Candidates that may wait in the pool per task, in rounds' worth of proposals.
+_POOL_ROUNDS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class TopUp:
+    """What one top-up of a task's pool brought."""
+
+    proposed: int = 0  # new candidates the search added to the pool
+    duplicates: int = 0  # proposed again although measured before (resumed runs)
+    searched: SearchTimes = dataclasses.field(default_factory=SearchTimes)
+    seconds: float = 0.0
+
+
+class Proposer:
+    """Each task's search and pool. A round takes candidates with `offer()`; `ahead()` starts
+    the next tasks' searches in background threads, and `offer()` waits for a task's own.
+
+    `make_search(task)` creates a task's TaskSearch; `measured` maps a task index to the keys
+    of candidates measured or being measured (the search knows only what it proposed in this
+    process, not the database's records); `charge(phase, seconds, overlapped)` books time.
+    """
+
+    def __init__(
+        self,
+        *,
+        make_search: Callable[[Task], TaskSearch],
+        cost_model: Any,
+        measured: dict[int, set[int]],
+        proposals: int,
+        ahead: int,
+        charge: Callable[[str, float, bool], None],
+    ) -> None:
+        self.make_search = make_search
+        self.cost_model = cost_model
+        self.measured = measured
+        self.proposals = proposals
+        self.pool = ProposalPool(limit=_POOL_ROUNDS * proposals)
+        self.times = SearchTimes()  # every search's, summed
+        self._charge = charge
+        self._searches: dict[int, TaskSearch] = {}
+        self._lock = threading.Lock()
+        self._main = threading.current_thread()
+        self._pending: dict[int, concurrent.futures.Future[TopUp]] = {}
+        self._background = (
+            concurrent.futures.ThreadPoolExecutor(ahead, thread_name_prefix="search-ahead")
+            if ahead
+            else None
+        )
+
+    def search(self, task: Task) -> TaskSearch:
+        if task.index not in self._searches:
+            start = time.monotonic()
+            search = self.make_search(task)
+            self._book("search", time.monotonic() - start)
+            with self._lock:
+                self._searches[task.index] = search
+        return self._searches[task.index]
+
+    def exhausted(self, task: Task) -> bool:
+        """Nothing waits and the search has nothing left to propose."""
+        search = self._searches.get(task.index)
+        return self.pool.size(task.index) == 0 and search is not None and search.exhausted
+
+    def offer(self, task: Task) -> tuple[list[Candidate], TopUp]:
+        """The task's waiting candidates (latest batch first), after a top-up of its pool (or
+        the one already running ahead); a search error propagates."""
+        pending = self._pending.pop(task.index, None)
+        if pending is not None:
+            start = time.monotonic()
+            done = pending.result()
+            self._book("ahead", time.monotonic() - start)  # what it did not hide is waited for
+            topped = done if self.pool.size(task.index) else self.top_up(task)
+        else:
+            topped = self.top_up(task)
+        return self.pool.waiting(task.index), topped
+
+    def top_up(self, task: Task) -> TopUp:
+        """Search for more when fewer than a round's proposals wait."""
+        search = self.search(task)
+        if self.pool.size(task.index) >= self.proposals or search.exhausted:
+            return TopUp()
+        start = time.monotonic()
+        found = search.propose()
+        seconds = time.monotonic() - start
+        self._book("search", seconds)
+        with self._lock:
+            self.times.add(search.last)
+        known = self.measured.setdefault(task.index, set())
+        fresh, seen = [], set()
+        for mc in found:
+            key = structural_key(mc.sch.mod)
+            if key not in known and key not in seen:
+                seen.add(key)
+                fresh.append((mc, key))
+        rows = feature_rows(self.cost_model, search.ctx, [mc for mc, _ in fresh]) if fresh else []
+        added = self.pool.add(
+            task.index,
+            [Candidate(task, mc, key, row) for (mc, key), row in zip(fresh, rows, strict=True)],
+        )
+        return TopUp(len(added), len(found) - len(fresh), search.last, seconds)
+
+    def ahead(self, tasks: Iterable[Task]) -> None:
+        """Start background top-ups of these tasks' pools (those not already running)."""
+        if self._background is None:
+            return
+        for task in tasks:
+            if task.index not in self._pending and self.pool.size(task.index) < self.proposals:
+                self._pending[task.index] = self._background.submit(self.top_up, task)
+
+    def take(self, task: Task, candidates: Iterable[Candidate]) -> None:
+        self.pool.take(task.index, list(candidates))
+
+    def put_back(self, task: Task, candidates: Iterable[Candidate]) -> None:
+        self.pool.add(task.index, candidates)
+
+    def close(self) -> None:
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
+
+    def _book(self, phase: str, seconds: float) -> None:
+        self._charge(phase, seconds, threading.current_thread() is not self._main)

@@ -1,0 +1,185 @@
+"""Driving MetaSchedule's evolutionary search for one task, sized to the round.
+
+TVM's `generate_measure_candidates` rebuilds its state on every call: it replays the best
+database records through the postprocessors, samples a fresh random population of
+`population_size` (512) schedules, evolves it `genetic_num_iters` (4) times with the cost model
+scoring every schedule of every generation, and then marks everything it returns as measured.
+Here its two building blocks are called directly (`SampleInitPopulation`,
+`EvolveWithCostModel`), so that a round costs what it needs:
+
+- the population is sized to the candidates a round needs (`population_per_candidate`);
+- the parents of a round are the task's fastest measured schedules (held in memory, no replay),
+  the previous round's proposals, and only as many fresh random samples as are missing;
+- what it proposes and the loop does not measure waits in the proposal pool (pool.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from .. import _tvm
+from ..config import Settings
+from ..tasks import Task, structural_key
+
+_SAMPLE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchSampleInitPopulation"
+_EVOLVE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchEvolveWithCostModel"
+# Searches in a row that find nothing new before a task's space counts as exhausted.
+_EMPTY_LIMIT = 3
+
+
+@dataclasses.dataclass
+class SearchTimes:
+    """Where search time went (seconds). Postprocessing runs inside sampling and mutation (TVM
+    applies it to every schedule it makes, in C++), so it is part of those two."""
+
+    sampling: float = 0.0  # fresh random schedules: replay with new decisions, postprocess
+    mutation: float = 0.0  # the evolution without scoring: mutate, postprocess, keep the best
+    prediction: float = 0.0  # the cost model scoring each generation (features excluded)
+    features: float = 0.0  # feature extraction, once per schedule
+    searches: int = 0
+    proposed: int = 0
+
+    def add(self, other: SearchTimes) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(self).items()}
+
+
+def population_size(settings: Settings, proposals: int) -> int:
+    """The evolution's population for rounds that need `proposals` candidates."""
+    s = settings.search
+    if s.population:
+        return s.population
+    return max(s.min_population, min(s.max_population, s.population_per_candidate * proposals))
+
+
+class TaskSearch:
+    """One task's search: a TuneContext with an EvolutionarySearch, driven round by round."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        target: Any,
+        settings: Settings,
+        database: Any,
+        cost_model: Any,
+        rand_state: int,
+        threads: int,
+        proposals: int,
+    ) -> None:
+        import tvm_ffi
+        from tvm.s_tir import meta_schedule as ms
+
+        _tvm.load_tensor_intrinsics()
+        s = settings.search
+        self.population = population_size(settings, proposals)
+        self._strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=self.population,
+            init_measured_ratio=s.init_measured_ratio,
+            init_min_unmeasured=1,  # how many fresh samples a round needs is decided here
+            genetic_num_iters=s.genetic_num_iters,
+            genetic_mutate_prob=s.genetic_mutate_prob,
+            genetic_max_fail_count=s.genetic_max_fail_count,
+            eps_greedy=s.eps_greedy,
+        )
+        self.task = task
+        self.ctx = ms.TuneContext(
+            mod=task.workload,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=self._strategy,
+            task_name=task.name,
+            rand_state=rand_state,
+            num_threads=threads,
+            logger=_tvm.quiet_logger(),
+        )
+        self.ctx.pre_tuning(
+            max_trials=1 << 30,
+            num_trials_per_iter=proposals,
+            design_spaces=self.ctx.generate_design_space(),
+            database=database,
+            cost_model=cost_model,
+        )
+        self.workload = database.commit_workload(task.workload)
+        self.proposals = proposals
+        self.eps_greedy = s.eps_greedy
+        self.elite_share = s.init_measured_ratio
+        self.times = SearchTimes()
+        self.last = SearchTimes()  # the last search alone
+        self._model = cost_model
+        self.exhausted = False
+        self._sample = tvm_ffi.get_global_func(_SAMPLE)
+        self._evolve = tvm_ffi.get_global_func(_EVOLVE)
+        self._elites: list[tuple[float, Any]] = []  # (seconds, schedule), fastest first
+        self._recent: list[Any] = []  # the last round's proposals: next round's parents
+        self._seen: set[int] = set()  # structural keys of everything proposed
+        self._empty = 0
+
+    def propose(self, wanted: int | None = None) -> list[Any]:
+        """New candidates (MeasureCandidates), the most promising first, plus a share of
+        random ones (eps-greedy); empty when nothing new was found. After a few empty searches
+        in a row, or when no valid schedule can be sampled at all, `exhausted` is set."""
+        from tvm.s_tir.meta_schedule import MeasureCandidate
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        if self.exhausted:
+            return []
+        wanted = wanted or self.proposals
+        elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
+        parents = elites + self._recent[: self.population // 2]
+        start = time.perf_counter()
+        fresh = list(self._sample(self._strategy, max(self.population - len(parents), 8)))
+        sampled = time.perf_counter()
+        if not fresh and not parents:  # no valid schedule can be sampled: nothing to search
+            self.exhausted = True
+            return []
+        scored_before = self._scoring_times()
+        bests = list(self._evolve(self._strategy, parents + fresh, wanted))
+        evolved = time.perf_counter()
+        picks = self._with_random(bests, fresh, wanted)
+        scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
+        prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
+        mutation = max(0.0, evolved - sampled - prediction - features)
+        self.last = SearchTimes(sampled - start, mutation, prediction, features, 1, len(picks))
+        self.times.add(self.last)
+        self._recent = bests
+        if not picks:
+            self._empty += 1
+            self.exhausted = self._empty >= _EMPTY_LIMIT
+            return []
+        self._empty = 0
+        return [
+            MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks
+        ]
+
+    def _scoring_times(self) -> dict[str, float]:
+        """The cost model's time in this thread so far (TVM's XGBModel does not say)."""
+        times = getattr(self._model, "thread_times", None)
+        return times() if times is not None else {}
+
+    def learn(self, measured: list[tuple[Any, float]]) -> None:
+        """Remember the fastest measured schedules (MeasureCandidate, seconds; inf: failed)
+        as parents for the next rounds."""
+        ranked = self._elites + [(secs, mc.sch) for mc, secs in measured if secs < float("inf")]
+        ranked.sort(key=lambda e: e[0])
+        self._elites = ranked[: max(1, int(self.population * self.elite_share))]
+
+    def _with_random(self, bests: list[Any], fresh: list[Any], wanted: int) -> list[Any]:
+        """The evolution's bests, with an `eps_greedy` share of the places given to fresh
+        random schedules (exploration the cost model cannot veto); none proposed twice."""
+        picks, keys = [], []
+        n_random = int(wanted * self.eps_greedy)
+        for sch in bests[: wanted - n_random] + fresh + bests[wanted - n_random :]:
+            key = structural_key(sch.mod)
+            if key not in self._seen:
+                self._seen.add(key)
+                picks.append(sch)
+                keys.append(key)
+            if len(picks) == wanted:
+                break
+        return picks

@@ -1,0 +1,182 @@
+"""The tuning loop's bookkeeping with real MetaSchedule search on a tiny model, and a fake
+builder and device (the loop's decisions, not kernels, are under test here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+from budget import AnyOf, BudgetLimits, Ledger, parse_budget
+from filters import Filter, NoFilter, Selection
+from measure import Build, Builder, Engine, Measurement
+from orchestrator.config import Settings
+from orchestrator.loop import TuningLoop
+from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from orchestrator.scheduler import GainScheduler, TaskState
+from orchestrator.search import TaskSearch
+from orchestrator.targets import resolve_target
+from orchestrator.tasks import extract_tasks, structural_key
+
+
+class KeyBuilder(Builder):
+    """Builds nothing: the artifact names the scheduled module by its structural hash."""
+
+    workers = 2
+
+    def build(self, inputs):
+        return [Build(f"sched-{structural_key(item.mod)}") for item in inputs]
+
+
+class HashDevice(Engine):
+    """Times nothing: each schedule's latency follows from its hash (0.1 to 1 ms)."""
+
+    device_type = "cpu"
+
+    def __init__(self):
+        self.measured: list[str] = []
+
+    def measure(self, inputs, on_result=None, best_s=None):
+        out = []
+        for i, item in enumerate(inputs):
+            self.measured.append(item.artifact)
+            m = Measurement((1e-4 * (1 + int(item.artifact.split("-")[1]) % 10),))
+            out.append(m)
+            if on_result is not None:
+                on_result(i, m)
+        return out
+
+
+class HalfFilter(Filter):
+    """Keeps the half of what it is offered that it has been offered most often (it favours
+    what waited); records every offer and every lesson."""
+
+    name = "half"
+
+    def __init__(self):
+        self.events: list[tuple[str, int, list[int]]] = []
+        self.offers: dict[int, int] = {}
+
+    def select(self, task, candidates):
+        self.events.append(("select", task.index, [c.key for c in candidates]))
+        for c in candidates:
+            self.offers[c.key] = self.offers.get(c.key, 0) + 1
+        ranked = sorted(range(len(candidates)), key=lambda i: -self.offers[candidates[i].key])
+        return Selection(tuple(ranked[: max(1, len(candidates) // 2)]))
+
+    def learn(self, task, candidates, measurements):
+        self.events.append(("learn", task.index, [c.key for c in candidates]))
+
+
+@pytest.fixture(scope="module")
+def tasks(tiny_model):
+    target = resolve_target("llvm").target
+    model = onnx_models.tiny_cnn(tiny_model.parent / "twins.onnx", twin_convs=True)
+    found = extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
+    return target, found
+
+
+import onnx_models  # noqa: E402  (after the fixtures' imports, as the other tests do)
+
+
+def make_loop(tasks, fast_config, *, budget, flt=None, pipeline=False, journal=None, **settings):
+    target, found = tasks
+    states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:2]]
+    engine = HashDevice()
+    loop = TuningLoop(
+        states=states,
+        target=target,
+        settings=Settings.load(fast_config, settings),
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+        builder=KeyBuilder(),
+        engine=engine,
+        candidate_filter=flt or NoFilter(),
+        scheduler=GainScheduler(),
+        stopping=AnyOf([BudgetLimits(parse_budget(budget), round_size=8)]),
+        plateau=None,
+        ledger=Ledger(),
+        journal=journal if journal is not None else (lambda entry: None),
+        emit=lambda *a, **k: None,
+        measured={},
+        rand_state=0,
+        threads=2,
+        pipeline=pipeline,
+    )
+    return loop, engine
+
+
+def test_candidates_the_filter_sets_aside_are_measured_in_a_later_round(tasks, fast_config):
+    flt = HalfFilter()
+    entries = []
+    loop, engine = make_loop(tasks, fast_config, budget="48trials", flt=flt, journal=entries.append)
+    loop.run()
+    assert len(engine.measured) == 48 and len(set(engine.measured)) == 48  # none twice
+    offers = [(task, keys) for kind, task, keys in flt.events if kind == "select"]
+    lessons = [(task, keys) for kind, task, keys in flt.events if kind == "learn"]
+    task, offered = offers[0]
+    set_aside = set(offered) - set(lessons[0][1])
+    assert len(set_aside) == 8  # 16 proposed, 8 measured
+    later = [set(measured) for t, measured in lessons[1:] if t == task]
+    assert later and later[0] == set_aside  # waited in the pool, then measured next time
+    rounds = [e for e in entries if e["type"] == "round"]
+    assert all(e["waiting"] >= 0 for e in rounds) and any(e["waiting"] for e in rounds)
+    assert sum(e["proposed"] for e in rounds) >= 48
+
+
+def test_a_tasks_next_round_is_searched_only_after_its_last_one_is_learned(tasks, fast_config):
+    flt = HalfFilter()
+    loop, engine = make_loop(tasks, fast_config, budget="64trials", flt=flt, pipeline=True)
+    loop.run()
+    for task in {t for _, t, _ in flt.events}:
+        kinds = [kind for kind, t, _ in flt.events if t == task]
+        assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), kinds  # alternate
+    assert len(engine.measured) == 64
+
+
+def test_an_empty_search_does_not_retire_the_task_but_sends_the_next_round_elsewhere(
+    tasks, fast_config, monkeypatch
+):
+    real = TaskSearch.propose
+    calls: list[int] = []
+
+    def propose(self):
+        calls.append(self.task.index)
+        return [] if calls.count(self.task.index) <= 1 and self.task.index == 0 else real(self)
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    entries = []
+    loop, engine = make_loop(tasks, fast_config, budget="32trials", journal=entries.append)
+    first, second = loop.states
+    # Task 0 holds more latency than task 1, but not twice as much.
+    second.baseline_s = 0.8 * first.task.weight * first.baseline_s / second.task.weight
+    loop.run()
+    assert calls[:2] == [0, 1]  # task 0 found nothing new: the next round went to task 1
+    assert loop.states[0].retired is None and loop.states[0].trials > 0
+    assert [e["task"] for e in entries if e["type"] == "empty_search"] == [0]
+
+
+def test_a_task_is_retired_when_its_search_space_is_exhausted(tasks, fast_config, monkeypatch):
+    def propose(self):
+        self.exhausted = True
+        return []
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    loop, engine = make_loop(tasks, fast_config, budget="32trials")
+    reason = loop.run()
+    assert [s.retired for s in loop.states] == ["search space exhausted"] * 2
+    assert reason == "every task is retired: search space exhausted"
+    assert engine.measured == []
+
+
+def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
+    loop, _ = make_loop(tasks, fast_config, budget="8trials", **{"tune.trials_per_round": 7})
+    assert loop.round_size == 8  # two workers: 7 would leave one idle for the last build
+
+
+def test_journal_entries_stay_json(tasks, fast_config):
+    entries = []
+    loop, _ = make_loop(tasks, fast_config, budget="8trials", journal=entries.append)
+    loop.run()
+    json.dumps(entries)
