@@ -23,10 +23,30 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
         f"Model `{report['model']['name']}` on {report['target']['description']}, budget `{report['budget']['text']}`."
     ]
     if s["untuned_latency_s"] and s["tuned_latency_s"]:
+        shipped = "; model.so is the untuned build" if s.get("shipped") == "untuned" else ""
         lines.append(
             f"End-to-end latency {fmt_latency(s['untuned_latency_s'])} untuned -> "
-            f"{fmt_latency(s['tuned_latency_s'])} tuned (**{s['speedup']:.2f}x**)."
+            f"{fmt_latency(s['tuned_latency_s'])} tuned "
+            f"(**{describe_change(s.get('change'), s['speedup'])}**{shipped})."
         )
+        comparison = report.get("comparison")
+        if comparison:
+            u, t = comparison["untuned"], comparison["tuned"]
+            lines.append(
+                f"Both timed in turn at the end of the run, {comparison['repeats']} timings "
+                f"each: untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, tuned "
+                f"{fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}; a change is claimed only "
+                "when every timing of one beats every timing of the other."
+            )
+    kept = s.get("kept_default") or []
+    if kept:
+        lines.append(
+            f"{len(kept)} tuned task(s) kept their default schedule, faster than every "
+            f"candidate: {', '.join(kept)}."
+        )
+    kernels = (report.get("tuned") or {}).get("kernels")
+    if kernels:
+        lines.append(f"CUDA kernels: {describe_kernels(kernels)}.")
     simulated = describe_simulated(report.get("simulated"))
     if simulated:
         lines.append(f"**{simulated}**")
@@ -63,6 +83,24 @@ def describe_simulated(simulated: Mapping[str, Any] | None) -> str | None:
             f"({simulated['speedup']:.2f}x, {simulated['word']})"
         )
     return line + "; no real kernel was timed"
+
+
+def describe_change(change: str | None, speedup: float) -> str:
+    """The verdict in words: 2.10x faster, 1.25x slower, or no change (timings overlap)."""
+    if change == "no change":
+        return "no change: the timings overlap"
+    if change == "slower":
+        return f"{1 / speedup:.2f}x slower"
+    return f"{speedup:.2f}x faster"
+
+
+def describe_kernels(k: Mapping[str, Any]) -> str:
+    """What the CUDA kernel check found, in one phrase."""
+    if k.get("error"):
+        return f"DO NOT COMPILE with {k['compiler']} for {k['arch']}: {k['error']}"
+    if k["checked"]:
+        return f"{k['kernels']} kernels compile with {k['compiler']} for {k['arch']}"
+    return f"NOT CHECKED: {k['reason']}; a GPU host compiles them when it loads model.so"
 
 
 _SEARCH_PARTS = ("sampling", "mutation", "prediction", "features")
@@ -203,6 +241,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             fmt_latency(t["untuned_s"]),
             fmt_latency(t["best_s"]),
             f"{t['speedup']:.2f}x" if t["speedup"] else "n/a",
+            t.get("schedule", ""),
             fmt_duration(t["spend_s"]),
             t["retired"] or "",
         ]
@@ -236,6 +275,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
                 "untuned",
                 "best",
                 "speedup",
+                "schedule",
                 "spend",
                 "retired",
             ],

@@ -57,8 +57,11 @@ def task_row(
     best_s: float | None,
     spend_s: float,
     retired: str | None,
+    schedule: str,
 ) -> dict[str, Any]:
-    """One task's line: latencies are of one call; speedup is untuned / best."""
+    """One task's line: latencies are of one call; speedup is untuned / best; `schedule` is
+    the one the compiled model uses, "tuned" (the best record) or "default" (the schedule the
+    task has untuned, when nothing tuned beat it)."""
     return {
         "index": index,
         "name": name,
@@ -78,6 +81,7 @@ def task_row(
         "gflops": flops / best_s / 1e9 if best_s else None,
         "spend_s": spend_s,
         "retired": retired,
+        "schedule": schedule,
     }
 
 
@@ -94,6 +98,7 @@ def make_report(
     untuned: Mapping[str, Any] | None,
     tuned: Mapping[str, Any] | None,
     spend: Spend,
+    comparison: Mapping[str, Any] | None = None,
     curve: Sequence[Point],
     stop_reason: str,
     paths: Mapping[str, str],
@@ -105,8 +110,10 @@ def make_report(
     search: Mapping[str, Any] | None = None,
     simulated: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...}."""
+    """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
+    `comparison` is how the two compared when timed in turn at the end (None: not timed)."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
+    kept = [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"]
     phases = dict(spend.phases)
     accounted = sum(phases.get(p, 0.0) for p in PHASES)
     return {
@@ -124,6 +131,9 @@ def make_report(
             "untuned_latency_s": untuned_s,
             "tuned_latency_s": tuned_s,
             "speedup": untuned_s / tuned_s if untuned_s and tuned_s else None,
+            "change": comparison["change"] if comparison else None,
+            "shipped": comparison["shipped"] if comparison else "tuned",
+            "kept_default": kept,
             "trials": spend.trials,
             "rounds": spend.rounds,
             "wall_s": spend.wall_s,
@@ -141,6 +151,7 @@ def make_report(
         "search": dict(search or {}),
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
+        "comparison": dict(comparison) if comparison else None,
         "tasks": [dict(t) for t in tasks],
         "spend": spend.to_dict(),
         "phases": {

@@ -24,11 +24,19 @@ class TaskResult:
     best_s: float | None
     speedup: float | None
     retired: str | None  # why the task got no more rounds, if it was retired
+    schedule: str  # what the model runs: "tuned" (its best record) or "default" (untuned)
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """What a run produced; every number here is also in `report.json`."""
+    """What a run produced; every number here is also in `report.json`.
+
+    The latencies are medians of the untuned and the tuned model timed in turn at the end of
+    the run; `untuned_latency` / `tuned_latency` hold their spread (median_s, min_s, max_s,
+    repeats). `change` is "faster" or "slower" only when every timing of one model beats
+    every timing of the other, else "no change" (None: not timed, no device here); `speedup`
+    is the ratio of the medians either way. `shipped` says which build model.so is.
+    """
 
     run_dir: Path
     model: str
@@ -36,6 +44,12 @@ class Result:
     untuned_latency_s: float | None
     tuned_latency_s: float | None
     speedup: float | None
+    change: str | None
+    shipped: str
+    untuned_latency: Mapping[str, Any] | None
+    tuned_latency: Mapping[str, Any] | None
+    kept_default: tuple[str, ...]  # tuned tasks whose default schedule stayed faster
+    kernels: Mapping[str, Any] | None  # CUDA kernels compiled by nvcc on a GPU-less host
     trials: int
     rounds: int
     wall_s: float
@@ -55,7 +69,8 @@ class Result:
     @classmethod
     def from_report(cls, report: Mapping[str, Any]) -> Result:
         summary = report["summary"]
-        check = (report.get("tuned") or {}).get("check") or {}
+        tuned = report.get("tuned") or {}
+        check = tuned.get("check") or {}
         return cls(
             run_dir=Path(report["paths"]["run_dir"]),
             model=report["model"]["name"],
@@ -63,6 +78,12 @@ class Result:
             untuned_latency_s=summary["untuned_latency_s"],
             tuned_latency_s=summary["tuned_latency_s"],
             speedup=summary["speedup"],
+            change=summary.get("change"),
+            shipped=summary.get("shipped", "tuned"),
+            untuned_latency=(report.get("untuned") or {}).get("latency"),
+            tuned_latency=tuned.get("latency"),
+            kept_default=tuple(summary.get("kept_default", ())),
+            kernels=tuned.get("kernels"),
             trials=summary["trials"],
             rounds=summary["rounds"],
             wall_s=summary["wall_s"],
@@ -85,6 +106,7 @@ class Result:
                     best_s=t["best_s"],
                     speedup=t["speedup"],
                     retired=t["retired"],
+                    schedule=t.get("schedule", "tuned" if t["best_s"] else "default"),
                 )
                 for t in report["tasks"]
             ),
@@ -104,6 +126,7 @@ class Result:
         del out["report"]
         out["run_dir"] = str(self.run_dir)
         out["tasks"] = list(out["tasks"])
+        out["kept_default"] = list(self.kept_default)
         out["paths"] = {k: str(v) for k, v in self.paths.items()}
         return out
 

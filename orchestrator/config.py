@@ -226,12 +226,19 @@ class StoppingSettings:
 class CheckSettings:
     rtol: float
     latency_repeat: int
+    latency_min_repeat: int
+    latency_max_s: float
     latency_min_repeat_ms: int
 
     def __post_init__(self) -> None:
         _positive("check", "rtol", self.rtol)
-        _positive("check", "latency_repeat", self.latency_repeat)
+        _positive("check", "latency_max_s", self.latency_max_s)
         _non_negative("check", "latency_min_repeat_ms", self.latency_min_repeat_ms)
+        if not 1 <= self.latency_min_repeat <= self.latency_repeat:
+            raise ValueError(
+                "[check] needs 1 <= latency_min_repeat <= latency_repeat but got "
+                f"{self.latency_min_repeat}, {self.latency_repeat}."
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,9 @@
-"""After tuning: compile with the database, export, check against onnxruntime, time end to end."""
+"""Compile with the database, export, load, check against onnxruntime, time end to end."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,25 +11,7 @@ from typing import Any
 import numpy as np
 
 from .model import OnnxModel
-
-
-@dataclasses.dataclass(frozen=True)
-class Latency:
-    """End-to-end latency samples (seconds per inference, one per repeat)."""
-
-    samples: tuple[float, ...]
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.samples)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "median_s": self.median_s,
-            "min_s": min(self.samples),
-            "max_s": max(self.samples),
-            "repeats": len(self.samples),
-        }
+from .timing import Latency, Timing, time_models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +129,23 @@ class Checker:
 
 
 def time_model(
-    vm: Any, dev: Any, inputs: Sequence[np.ndarray], *, repeat: int, min_repeat_ms: int
+    vm: Any,
+    dev: Any,
+    inputs: Sequence[np.ndarray],
+    *,
+    repeat: int,
+    min_repeat_ms: float,
+    min_repeat: int | None = None,
+    max_s: float = float("inf"),
 ) -> Latency:
-    import tvm
-
-    args = [tvm.runtime.tensor(a, device=dev) for a in inputs]
-    evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return Latency(tuple(float(s) for s in evaluator(*args).results))
+    """`repeat` timings of the model (fewer past `max_s`, never fewer than `min_repeat`)."""
+    timing = Timing(
+        repeat=repeat,
+        min_repeat=repeat if min_repeat is None else min_repeat,
+        max_s=max_s,
+        min_repeat_ms=min_repeat_ms,
+    )
+    return time_models([(vm, dev)], inputs, timing)[0]
 
 
 def _flatten(value: Any) -> list[Any]:

@@ -284,27 +284,25 @@ def cpu_caveat(cores: int) -> str | None:
 def untuned_workload(task: Task, target: ResolvedTarget) -> Any:
     """The task as the model runs it without tuning: as lowered on CPUs, with the same
     default GPU schedules `compile_relax` falls back to on GPUs."""
-    if target.device_type != "cuda":
-        return task.workload
-    from tvm.s_tir import dlight as dl
+    from .defaults import default_schedule
 
-    with target.target:
-        return dl.ApplyDefaultSchedule(
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        )(task.workload)
+    return default_schedule(task, target).mod
 
 
 def measure_untuned_tasks(
-    tasks: Sequence[Task], target: ResolvedTarget, builder: Builder, engine: Engine
+    tasks: Sequence[Task],
+    target: ResolvedTarget,
+    builder: Builder,
+    engine: Engine,
+    workloads: Sequence[Any] | None = None,
 ) -> list[Measurement]:
-    """Each task's untuned kernel, timed (or its build or run error)."""
+    """Each task's untuned kernel, timed (or its build or run error). `workloads` are the
+    untuned kernels when the caller has them already (`untuned_workload` of each task)."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    mods = [untuned_workload(task, target) for task in tasks]
+    mods = (
+        list(workloads) if workloads is not None else [untuned_workload(t, target) for t in tasks]
+    )
     builds = builder.build([BuildInput(mod, target.target) for mod in mods])
     inputs = [
         MeasureInput(

@@ -12,6 +12,7 @@ from typing import Any
 
 from measure.base import short_error
 
+from . import onnx_names
 from .errors import InputError
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
@@ -27,7 +28,11 @@ class ModelInput:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OnnxModel:
-    """A checked ONNX model with fully known input shapes."""
+    """A checked ONNX model with fully known input shapes.
+
+    `proto`, `inputs` and `outputs` carry the user's names; TVM imports `tvm_proto`, the same
+    graph with every name a C identifier (`tvm_names` maps the tensor names that changed).
+    """
 
     path: Path
     name: str  # safe to use in a file name
@@ -35,6 +40,11 @@ class OnnxModel:
     proto: Any  # onnx.ModelProto
     inputs: tuple[ModelInput, ...]
     outputs: tuple[str, ...]
+    tvm_proto: Any  # `proto` itself when no name needed changing
+    tvm_names: Mapping[str, str]
+
+    def tvm_name(self, name: str) -> str:
+        return self.tvm_names.get(name, name)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -45,6 +55,7 @@ class OnnxModel:
                 {"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs
             ],
             "outputs": list(self.outputs),
+            "renamed_for_tvm": len(self.tvm_names),
         }
 
 
@@ -102,6 +113,7 @@ def load_model(
         raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
     _check_operators(path, proto.graph)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
+    tvm_proto, tvm_names = onnx_names.for_tvm(proto)
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),
@@ -109,6 +121,8 @@ def load_model(
         proto=proto,
         inputs=inputs,
         outputs=tuple(o.name for o in proto.graph.output),
+        tvm_proto=tvm_proto,
+        tvm_names=tvm_names,
     )
 
 
@@ -116,6 +130,7 @@ def import_to_relax(model: OnnxModel) -> Any:
     """The Relax module `compile_relax` expects: imported, decomposed for inference, un-fused.
 
     Weights become constants, so `main` takes only the model's inputs, in `model.inputs` order.
+    The graph imported is `model.tvm_proto`, whose names every target can take.
     """
     import tvm
     from tvm import relax
@@ -125,9 +140,9 @@ def import_to_relax(model: OnnxModel) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = from_onnx(
-                model.proto,
-                shape_dict={i.name: list(i.shape) for i in model.inputs},
-                dtype_dict={i.name: i.dtype for i in model.inputs},
+                model.tvm_proto,
+                shape_dict={model.tvm_name(i.name): list(i.shape) for i in model.inputs},
+                dtype_dict={model.tvm_name(i.name): i.dtype for i in model.inputs},
             )
     except Exception as exc:
         raise InputError(

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from budget.render import describe_measurement, describe_search, describe_simulated
+from budget.render import (
+    describe_change,
+    describe_kernels,
+    describe_measurement,
+    describe_search,
+    describe_simulated,
+)
 from budget.units import fmt_duration, fmt_latency
 
 from .api import Result
@@ -88,18 +94,19 @@ class Printer:
 
     def _on_compiled(self, e: dict[str, Any]) -> None:
         label = e["label"]
-        if e["latency"] is None:
-            self._say(f"{label} model compiled to {e['library']} (no device here to run it)")
-            return
+        if e.get("kernels") is not None:
+            self._say(f"{label} model's CUDA kernels: {describe_kernels(e['kernels'])}")
         check = e["check"]
+        if check is None:
+            self._say(f"{label} model compiled (no device here to run it)")
+            return
         verdict = (
             f"outputs match onnxruntime (max relative error {check['max_rel_error']:.1e})"
             if check["ok"]
             else "OUTPUTS DIFFER FROM ONNXRUNTIME"
         )
-        self._say(
-            f"{label} model: {fmt_latency(e['latency']['median_s'])} per inference, {verdict}"
-        )
+        latency = f"{fmt_latency(e['latency']['median_s'])} per inference, " if e["latency"] else ""
+        self._say(f"{label} model: {latency}{verdict}")
         if not check["ok"]:
             click.echo(
                 f"WARNING: the {label} model's outputs differ from onnxruntime's: max relative "
@@ -107,6 +114,13 @@ class Printer:
                 "without finding out why",
                 err=True,
             )
+
+    def _on_compared(self, e: dict[str, Any]) -> None:
+        self._say(
+            f"untuned and tuned model timed in turn, {e['repeats']} timings each: "
+            f"{fmt_latency(e['untuned']['median_s'])} -> {fmt_latency(e['tuned']['median_s'])}, "
+            f"{describe_change(e['change'], e['speedup'])}; model.so is the {e['shipped']} build"
+        )
 
     def _on_round(self, e: dict[str, Any]) -> None:
         spend = e["spend"]
@@ -143,11 +157,24 @@ class Printer:
     def summary(self, result: Result) -> None:
         """The closing summary, printed even when quiet."""
         lines = ["", f"Summary ({result.model} on {result.target})"]
-        if result.untuned_latency_s and result.tuned_latency_s:
+        if result.untuned_latency_s and result.tuned_latency_s and result.speedup:
+            shipped = "; model.so is the untuned build" if result.shipped == "untuned" else ""
             lines.append(
                 f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
-                f"{fmt_latency(result.tuned_latency_s)} tuned ({result.speedup:.2f}x faster)"
+                f"{fmt_latency(result.tuned_latency_s)} tuned "
+                f"({describe_change(result.change, result.speedup)}){shipped}"
             )
+            u, t = result.untuned_latency or {}, result.tuned_latency or {}
+            if u and t:
+                lines.append(
+                    f"{'':<22}median of {t['repeats']} timings each, in turn at the end: "
+                    f"untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, "
+                    f"tuned {fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}"
+                )
+        if result.trials:
+            lines.append(f"  schedules           {describe_schedules(result)}")
+        if result.kernels is not None:
+            lines.append(f"  CUDA kernels        {describe_kernels(result.kernels)}")
         simulated = describe_simulated(result.report.get("simulated"))
         if simulated:
             lines.append(f"  {simulated}")
@@ -184,6 +211,20 @@ class Printer:
             f"  tuned library       {result.paths['library']}",
         ]
         click.echo("\n".join(lines))
+
+
+def describe_schedules(result: Result) -> str:
+    """Which tasks run tuned schedules, and which kept their default one."""
+    tuned = [t for t in result.tasks if t.schedule == "tuned"]
+    kept = list(result.kept_default)
+    text = f"{len(tuned)} of {len(result.tasks)} tasks run tuned schedules"
+    if kept:
+        more = f", and {len(kept) - 4} more" if len(kept) > 4 else ""
+        text += (
+            f"; {len(kept)} tuned kept the default schedule, faster than every candidate: "
+            f"{', '.join(kept[:4])}{more}"
+        )
+    return text
 
 
 def print_estimate(estimate: dict[str, Any]) -> None:

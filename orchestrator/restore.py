@@ -1,7 +1,9 @@
 """Resuming: rebuild task states, measured sets, spend and the cost model from the run directory.
 
 The database is the truth for what was measured (a record is committed before the journal
-line of its round); the journal is the truth for rounds, untuned latencies and spend.
+line of its round); the journal is the truth for rounds, untuned latencies and spend. A task's
+default schedule is in the database too (see defaults.py); the journal's baseline entry names
+its record, which is no trial and teaches nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Restored:
     untuned: dict[str, Any] | None  # the untuned model's latency and check, if measured
     baselines: set[int]  # tasks whose untuned latency was measured (or failed) before
     points: list[Point]  # the convergence curve so far
+    default_records: dict[int, Any]  # task index -> its default schedule's record
+    unrecorded: dict[int, list[float]]  # task index -> run times of a default not recorded yet
 
     @property
     def trials(self) -> int:
@@ -58,7 +62,12 @@ def restore(
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    # 1. Measured candidates, best latencies and trial counts from the database.
+    from .defaults import hex_key
+
+    # 1. Measured candidates, best latencies and trial counts from the database; the
+    #    baselines' default schedules are known by the keys the journal gives them.
+    baselines = _baselines(journal, measured)
+    default_records: dict[int, Any] = {}
     for record in database.get_all_tuning_records():
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
@@ -66,6 +75,9 @@ def restore(
         candidate = record.as_measure_candidate()
         key = structural_key(candidate.sch.mod)
         measured[task.index].add(key)
+        if hex_key(key) == baselines.get(task.index, {}).get("record_key"):
+            default_records[task.index] = record
+            continue
         state = states[task.index]
         state.trials += 1
         secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
@@ -80,7 +92,10 @@ def restore(
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
 
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
-    sessions, untuned, baselines, points = 0, None, set(), []
+    sessions, untuned, points = 0, None, []
+    for index, entry in baselines.items():
+        states[index].baseline_s = entry.get("latency_s")
+        states[index].untuned_finite = entry.get("finite")
     for entry in journal:
         kind = entry.get("type")
         if kind == "session":
@@ -101,10 +116,6 @@ def restore(
             states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
             states[entry["task"]].retired = entry.get("reason", "retired")
-        elif kind == "baseline" and entry.get("task") in measured:
-            states[entry["task"]].baseline_s = entry.get("latency_s")
-            states[entry["task"]].untuned_finite = entry.get("finite")
-            baselines.add(entry["task"])
         elif kind == "untuned":
             untuned = {
                 k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
@@ -116,7 +127,28 @@ def restore(
     # 3. The cost model and the filter relearn everything measured before.
     if learn:
         _retrain(cost_model, candidate_filter, tasks, target, learn)
-    return Restored(states, measured, sessions, untuned, baselines, points)
+    unrecorded = {
+        index: entry.get("run_secs") or [entry["latency_s"]]
+        for index, entry in baselines.items()
+        if entry.get("latency_s") is not None
+        and index not in default_records
+        and ("record_key" not in entry or entry["record_key"] is not None)
+    }
+    return Restored(
+        states, measured, sessions, untuned, set(baselines), points, default_records, unrecorded
+    )
+
+
+def _baselines(
+    journal: Sequence[Mapping[str, Any]], tasks: Mapping[int, Any]
+) -> dict[int, Mapping[str, Any]]:
+    """The last baseline entry of each task. Its `record_key` names the default schedule's
+    record (None: it has none); journals older than default records lack the key."""
+    found: dict[int, Mapping[str, Any]] = {}
+    for entry in journal:
+        if entry.get("type") == "baseline" and entry.get("task") in tasks:
+            found[entry["task"]] = entry
+    return found
 
 
 def _retrain(

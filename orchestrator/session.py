@@ -19,8 +19,9 @@ from filters import Filter, Predictor
 from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
-from . import deploy
+from .builds import ModelBuilds
 from .config import Settings
+from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from .durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from .interrupt import Interrupt
 from .loop import TuningLoop, spend_fields
@@ -36,8 +37,9 @@ from .targets import ResolvedTarget, host_cores
 from .tasks import Task
 
 Emit = Callable[..., None]
-# The run keeps back this multiple of the untuned model's compile time (plus the check's
-# time and a margin) for compiling and checking the tuned model at the end.
+# The run keeps back this multiple of the untuned model's compile time, plus its check and
+# timing twice over (the tuned and the untuned model are timed in turn) and a margin, for
+# compiling, checking and timing the tuned model at the end.
 _RESERVE_FACTOR, _RESERVE_MARGIN_S = 1.5, 2.0
 
 
@@ -89,7 +91,9 @@ class Session:
         self.run = run
         self.build_only = build_only
         self.emit = emit
-        self._checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
+        self.builds = ModelBuilds(
+            model=model, relax_mod=relax_mod, target=target, settings=settings, run=run, emit=emit
+        )
         self.warnings: list[str] = []
 
     def execute(self) -> dict[str, Any]:
@@ -139,20 +143,30 @@ class Session:
                 f"simulated GPU; the database and library are named {WORD}"
             )
         with Heartbeat(self.run, ledger.snapshot):
+            defaults = DefaultRecords(database, self.target, restored, self.run.append)
+            defaults.add_missing()
             untuned, stop_reason = restored.untuned, "build only: nothing was tuned"
             if not self.build_only:
                 untuned, stop_reason = self._measure_and_tune(
-                    restored, database, cost_model, ledger
+                    restored, database, defaults, cost_model, ledger
                 )
-            # 4. Compile with the database, export, check and time.
-            tuned = self._compile_and_check(database, ledger, self.run[RunDir.LIBRARY])
-            report = self._report(restored, untuned, tuned, ledger, stop_reason)
+            # 4. With the workers gone: compile with the database, check, time against the
+            #    untuned model, ship the faster.
+            tuned, untuned, comparison = self.builds.finish(database, ledger, untuned)
+            if comparison is not None:
+                self.run.append({"type": "compared", **comparison})
+            report = self._report(restored, untuned, tuned, comparison, ledger, stop_reason)
             write_report(self.run, report)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
 
     def _measure_and_tune(
-        self, restored: Restored, database: Any, cost_model: Any, ledger: Ledger
+        self,
+        restored: Restored,
+        database: Any,
+        defaults: DefaultRecords,
+        cost_model: Any,
+        ledger: Ledger,
     ) -> tuple[dict[str, Any], str]:
         logs = self.run[RunDir.LOGS]
         with (
@@ -174,19 +188,20 @@ class Session:
                         f"another orchestrate process (pid {claim.shared_with}) is measuring on "
                         f"{device}: the measurements of both runs are disturbed"
                     )
-            # 2. Untuned latency of each task, and of the whole model.
-            self._measure_baselines(restored, builder, engine, ledger)
+            # 2. Untuned latency of each task (its default schedule recorded), and of the model.
+            self._measure_baselines(restored, builder, engine, ledger, defaults)
             untuned = restored.untuned or self._untuned_model(ledger)
             if not ledger.history:
                 self._point(ledger, model_latency_s(restored.states))
             ledger.reserved_s = (
                 _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
-                + untuned.get("check_s", 0.0)
+                + 2 * untuned.get("check_s", 0.0)
                 + _RESERVE_MARGIN_S
             )
-            # 3. Tune.
+            # 3. Tune, the search blind to the default schedules.
+            view = SearchView(database, list(restored.default_records.values()))
             stop_reason = (
-                self._tune(restored, database, cost_model, builder, engine, ledger)
+                self._tune(restored, view, cost_model, builder, engine, ledger)
                 if self.tasks
                 else "the model has no operators to tune"
             )
@@ -247,40 +262,39 @@ class Session:
         self.emit("tasks", tasks=[t.describe() for t in self.tasks])
 
     def _measure_baselines(
-        self, restored: Restored, builder: Any, engine: Engine, ledger: Ledger
+        self,
+        restored: Restored,
+        builder: Any,
+        engine: Engine,
+        ledger: Ledger,
+        defaults: DefaultRecords,
     ) -> None:
-        """Untuned latency of each task not measured in an earlier session."""
+        """Untuned latency of each task not measured in an earlier session; its default
+        schedule becomes a record with that latency."""
         todo = [s for s in restored.states if s.task.index not in restored.baselines]
         if not todo:
             return
         with ledger.phase("untuned"):
-            results = measure_untuned_tasks([s.task for s in todo], self.target, builder, engine)
-        for state, m in zip(todo, results, strict=True):
+            schedules = [default_schedule(s.task, self.target) for s in todo]
+            results = measure_untuned_tasks(
+                [s.task for s in todo], self.target, builder, engine, [d.mod for d in schedules]
+            )
+        for state, m, schedule in zip(todo, results, schedules, strict=True):
             state.baseline_s = m.mean_s if m.ok else None
             state.untuned_finite = m.finite
-            entry = {
-                "type": "baseline",
-                "task": state.task.index,
-                "latency_s": state.baseline_s,
-                "finite": m.finite,
-            }
-            if m.error:
-                entry["error"] = m.error
-            self.run.append(entry)
+            restored.baselines.add(state.task.index)
+            defaults.add(state, schedule, list(m.run_secs) if m.ok else None, m.error)
         self.emit(
             "untuned_tasks",
             tasks=[{"task": s.task.name, "latency_s": s.baseline_s} for s in todo],
         )
 
     def _untuned_model(self, ledger: Ledger) -> dict[str, Any]:
-        """Compile without any record, time and check: the baseline of the whole model."""
+        """Compile without any record, check and time: the baseline of progress estimates.
+        The library stays in logs/ for the comparison at the end."""
         from tvm.s_tir import meta_schedule as ms
 
-        path = self.run[RunDir.LOGS] / "untuned.so"
-        result = self._compile_and_check(
-            ms.database.MemoryDatabase(), ledger, path, label="untuned"
-        )
-        path.unlink(missing_ok=True)
+        result = self.builds.build(ms.database.MemoryDatabase(), ledger, "untuned", timed=True)
         self.run.append({"type": "untuned", **result})
         return result
 
@@ -340,44 +354,14 @@ class Session:
             return mode == "on"
         return engine.device_type == "cuda" or bool(self.fleet.rpc)
 
-    def _compile_and_check(
-        self, database: Any, ledger: Ledger, library: Any, label: str = "tuned"
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        start = time.monotonic()
-        with ledger.phase("compile"):
-            executable = deploy.compile_model(self.relax_mod, self.target.target, database)
-            deploy.export_library(executable, library)
-        result["compile_s"] = time.monotonic() - start
-        if not self.target.device_present:
-            self.emit("compiled", label=label, library=str(library), check=None, latency=None)
-            return result
-        start = time.monotonic()
-        with ledger.phase("check"):
-            vm, dev = deploy.load_vm(library, self.target.device_type)
-            check = self._checker.check(vm, dev)
-            c = self.settings.check
-            latency = deploy.time_model(
-                vm,
-                dev,
-                self._checker.inputs,
-                repeat=c.latency_repeat,
-                min_repeat_ms=c.latency_min_repeat_ms,
-            )
-        result["check_s"] = time.monotonic() - start
-        result["check"] = check.to_dict()
-        result["latency"] = latency.to_dict()
-        self.emit(
-            "compiled",
-            label=label,
-            library=str(library),
-            check=result["check"],
-            latency=result["latency"],
-        )
-        return result
-
     def _report(
-        self, restored: Restored, untuned: Any, tuned: Any, ledger: Ledger, stop_reason: str
+        self,
+        restored: Restored,
+        untuned: Any,
+        tuned: Any,
+        comparison: Any,
+        ledger: Ledger,
+        stop_reason: str,
     ) -> dict[str, Any]:
         rows = [
             task_row(
@@ -397,6 +381,11 @@ class Session:
                 best_s=s.best_s,
                 spend_s=sum(s.round_s) + s.wasted_s,
                 retired=s.retired,
+                schedule=deployed_schedule(
+                    best_s=s.best_s,
+                    default_s=s.baseline_s,
+                    recorded=s.task.index in restored.default_records,
+                ),
             )
             for s in restored.states
         ]
@@ -429,6 +418,7 @@ class Session:
             tasks=rows,
             untuned=untuned,
             tuned=tuned,
+            comparison=comparison,
             spend=ledger.snapshot(),
             curve=ledger.history,
             stop_reason=stop_reason,

@@ -76,3 +76,46 @@ def with_operator(path: Path, op_type: str, domain: str = "") -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
     return _save(_model(nodes, [x], [y], [], opsets), path, check=not domain)
+
+
+ODD_INPUT = "gpu_0/data_0"
+
+
+def odd_names(path: Path, *, batch: int | str = "N") -> Path:
+    """tiny_cnn's layers under the names real exporters write, none a C identifier.
+
+    Inputs `gpu_0/data_0` [batch,3,8,8] and `1st bias` [1,4,1,1]; weights `conv1/W:0` and
+    `fc-1.W`; tensors between nodes `conv1/out:0`, `3`, `ré.lu`, `float`, and both `a/b` and
+    `a_b` (which a plain character replacement would merge); node names with spaces and
+    dashes; output `prob/ñ-1`.
+    """
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(
+            (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype("float32"), "conv1/W:0"
+        ),
+        numpy_helper.from_array((rng.standard_normal((2, 4)) * 0.5).astype("float32"), "fc-1.W"),
+    ]
+    nodes = [
+        helper.make_node(
+            "Conv",
+            [ODD_INPUT, "conv1/W:0"],
+            ["conv1/out:0"],
+            name="conv 1",
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node("Add", ["conv1/out:0", "1st bias"], ["3"], name="add-bias"),
+        helper.make_node("Relu", ["3"], ["ré.lu"], name="relu/1"),
+        helper.make_node("Neg", ["ré.lu"], ["a/b"], name="neg:0"),
+        helper.make_node("Neg", ["a/b"], ["a_b"], name="neg:1"),
+        helper.make_node("GlobalAveragePool", ["a_b"], ["float"], name="gap"),
+        helper.make_node("Flatten", ["float"], ["flat 1"], axis=1),
+        helper.make_node("Gemm", ["flat 1", "fc-1.W"], ["prob/ñ-1"], transB=1),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(ODD_INPUT, TensorProto.FLOAT, [batch, 3, 8, 8]),
+        helper.make_tensor_value_info("1st bias", TensorProto.FLOAT, [1, 4, 1, 1]),
+    ]
+    outputs = [helper.make_tensor_value_info("prob/ñ-1", TensorProto.FLOAT, [batch, 2])]
+    return _save(_model(nodes, inputs, outputs, inits), path)

@@ -94,6 +94,14 @@ def test_bad_budgets_say_what_is_expected(text, message):
     assert message in str(info.value)
 
 
+def assert_sound(budget) -> None:
+    """A parsed budget: positive finite limits of distinct kinds that read back the same."""
+    assert budget.limits
+    assert all(math.isfinite(limit.amount) and limit.amount > 0 for limit in budget.limits)
+    assert len(budget.kinds) == len(budget.limits)
+    assert parse_budget(str(budget)) == budget
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("0123456789.,$-e hsminkJWgputral")), max_size=16))
 def test_any_string_parses_or_gets_the_clear_error(text):
@@ -102,16 +110,18 @@ def test_any_string_parses_or_gets_the_clear_error(text):
     except BudgetError as exc:
         assert "budget" in str(exc)
     else:
-        assert all(limit.amount > 0 for limit in budget.limits)
+        assert_sound(budget)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=24))
 def test_arbitrary_unicode_parses_or_gets_the_clear_error(text):
     try:
-        parse_budget(text)
+        budget = parse_budget(text)
     except BudgetError as exc:
         assert "budget" in str(exc)
+    else:
+        assert_sound(budget)
 
 
 @pytest.mark.parametrize(

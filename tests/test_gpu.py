@@ -1,6 +1,7 @@
-"""Real-GPU tests: they run wherever cupy can use an NVIDIA GPU and are skipped elsewhere (the
-simulated-device tests cover the same logic without one). Telemetry without NVML is checked
-everywhere."""
+"""Real-GPU tests: they run wherever TVM sees an NVIDIA GPU and are skipped elsewhere (the
+simulated-device tests cover the same logic without one). Where a GPU is visible but cupy cannot
+use it they fail, naming the extra to install (`pip install ".[gpu-test]"`), rather than skip.
+Telemetry without NVML is checked everywhere."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tvm.script import tirx as T
 
 import onnx_models
 from cli_args import tune_args
+from devices import GPU
 from measure import (
     BuildInput,
     BuildPool,
@@ -33,9 +35,20 @@ from measure import (
 from measure.telemetry import GpuTelemetry, energy_meter, nvml_handle, physical_gpu, visible_entry
 from orchestrator.cli import main
 
-GPU = cuda_available()
-needs_gpu = pytest.mark.skipif(not GPU, reason="needs an NVIDIA GPU that cupy can use")
+needs_gpu = pytest.mark.skipif(not GPU, reason="needs a visible NVIDIA GPU")
 pytestmark = pytest.mark.gpu if GPU else []
+
+
+@pytest.fixture(autouse=True)
+def cupy_on_a_gpu_host():
+    """On a GPU host the engine needs cupy: missing, it is an install mistake, not a skip."""
+    if GPU and not cuda_available():
+        pytest.fail(
+            "a GPU is visible but cupy cannot use it; install the GPU test extra: "
+            "pip install '.[gpu-test]' (or '.[gpu-cuda12-test]' for CUDA 12 drivers)"
+        )
+
+
 N = 1 << 20
 ARGS = (("float32", (N,)), ("float32", (N,)))
 

@@ -65,8 +65,9 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
     }
 
 
-def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config):
+def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config, monkeypatch):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    monkeypatch.chdir(tmp_path)  # where the default --out (runs/...) would be made
     result = CliRunner().invoke(
         main,
         [
@@ -81,4 +82,4 @@ def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config):
     )
     assert result.exit_code == 2
     assert result.stderr.startswith("error: cannot use MLflow at nonsense-scheme://x")
-    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs").exists()  # no run directory was started

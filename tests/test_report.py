@@ -12,11 +12,15 @@ from click.testing import CliRunner
 
 from budget import Ledger, parse_budget
 from budget.report import make_report, schema, task_row
+from budget.units import fmt_latency
+from orchestrator.api import Result
 from orchestrator.cli import main
 from orchestrator.errors import InputError
 from orchestrator.estimate import journal_observations
+from orchestrator.printer import Printer
 from orchestrator.reporting import rerender, write_report
 from orchestrator.rundir import RunDir
+from orchestrator.timing import Latency, change
 
 
 class Clock:
@@ -26,8 +30,9 @@ class Clock:
         return self.now
 
 
-def synthetic_report(run_dir: Path) -> dict:
-    """A finished GPU run of two tasks, spend driven by a fake clock."""
+def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bool = False) -> dict:
+    """A finished GPU run of two tasks, spend driven by a fake clock; the tuned model timed
+    in turn with the untuned one at 4.1 ms (4.0-4.3 ms): `tuned_s` +-0.1 ms."""
     clock = Clock()
     ledger = Ledger(clock=clock, devices=1, usd_per_hour=2.99)
     ledger.record_point(4e-3)
@@ -53,6 +58,7 @@ def synthetic_report(run_dir: Path) -> dict:
             best_s=0.45e-3,
             spend_s=1800.0,
             retired=None,
+            schedule="tuned",
         ),
         task_row(
             name="dense",
@@ -63,20 +69,37 @@ def synthetic_report(run_dir: Path) -> dict:
             failures=0,
             rounds=2,
             untuned_s=1e-3,
-            best_s=0.3e-3,
+            best_s=1.2e-3 if kept_default else 0.3e-3,
             spend_s=1200.0,
             retired="plateau: ...",
+            schedule="default" if kept_default else "tuned",
         ),
     ]
     compiled = {
         "compile_s": 12.0,
         "check_s": 3.0,
         "check": {"max_rel_error": 1e-6, "rtol": 1e-3, "outputs": 1, "ok": True},
-        "latency": {"median_s": 1.3e-3, "min_s": 1.28e-3, "max_s": 1.4e-3, "repeats": 10},
+        "latency": {
+            "median_s": tuned_s,
+            "min_s": tuned_s - 1e-4,
+            "max_s": tuned_s + 1e-4,
+            "repeats": 10,
+            "runs_per_timing": 12,
+        },
     }
     untuned = {
         **compiled,
         "latency": {"median_s": 4.1e-3, "min_s": 4e-3, "max_s": 4.3e-3, "repeats": 10},
+        "start_latency": {"median_s": 5.9e-3, "min_s": 5e-3, "max_s": 7e-3, "repeats": 10},
+    }
+    verdict = change(Latency((4e-3, 4.1e-3, 4.3e-3)), Latency((tuned_s - 1e-4, tuned_s + 1e-4)))
+    comparison = {
+        "change": verdict,
+        "speedup": 4.1e-3 / tuned_s,
+        "shipped": "untuned" if verdict == "slower" else "tuned",
+        "repeats": 10,
+        "untuned": untuned["latency"],
+        "tuned": compiled["latency"],
     }
     paths = {
         k: str(run_dir / k)
@@ -112,6 +135,7 @@ def synthetic_report(run_dir: Path) -> dict:
         tasks=tasks,
         untuned=untuned,
         tuned=compiled,
+        comparison=comparison,
         spend=ledger.snapshot(),
         curve=ledger.history,
         stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
@@ -132,8 +156,9 @@ def test_a_report_validates_and_renders_to_markdown_html_and_plots(tmp_path):
         written = write_report(run, report)
         html_text = written["html"].read_text()
         md = written["markdown"].read_text()
-    assert "| conv | 2 | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x |" in md
-    assert "(**3.15x**)" in md and "$2.49" in md
+    assert "| conv | 2 | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x | tuned |" in md
+    assert "(**3.15x faster**)" in md and "$2.49" in md
+    assert "10 timings each: untuned 4 ms-4.3 ms, tuned 1.2 ms-1.4 ms" in md
     images = ImageCollector.collect(html_text)
     assert set(images) == {"plots/convergence.png", "plots/phases.png", "plots/tasks.png"}
     for image in images:
@@ -193,3 +218,37 @@ def test_journal_observations_give_each_task_its_share_of_its_final_gain():
         {"type": "round", "task": 1, "best_s": 0.5, "measured": 64, "failed": 0},  # one round only
     ]
     assert journal_observations(journal) == [(64, 0.75), (128, 0.9375)]
+
+
+@pytest.mark.parametrize(
+    "tuned_s, headline, line",
+    [
+        (1.3e-3, "(**3.15x faster**)", "(3.15x faster)"),
+        (4.15e-3, "(**no change: the timings overlap**)", "(no change: the timings overlap)"),
+        (
+            5e-3,
+            "(**1.22x slower**; model.so is the untuned build)",
+            "(1.22x slower); model.so is the untuned build",
+        ),
+    ],
+)
+def test_report_and_summary_claim_a_change_only_beyond_the_spread(
+    tmp_path, capsys, tuned_s, headline, line
+):
+    report = synthetic_report(tmp_path, tuned_s=tuned_s, kept_default=True)
+    jsonschema.validate(report, schema())
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        md = write_report(run, report)["markdown"].read_text()
+    assert headline in md
+    assert "1 tuned task(s) kept their default schedule, faster than every candidate: dense" in md
+    result = Result.from_report(report)
+    assert result.change == report["summary"]["change"] and result.kept_default == ("dense",)
+    assert result.untuned_latency["max_s"] == 4.3e-3 and result.tuned_latency["repeats"] == 10
+    Printer(quiet=True, tty=False).summary(result)
+    out = capsys.readouterr().out
+    assert f"4.1 ms untuned -> {fmt_latency(tuned_s)} tuned {line}" in out
+    assert "median of 10 timings each, in turn at the end: untuned 4 ms-4.3 ms" in out
+    assert (
+        "schedules           1 of 2 tasks run tuned schedules; 1 tuned kept the default "
+        "schedule, faster than every candidate: dense" in out
+    )

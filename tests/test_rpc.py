@@ -203,8 +203,9 @@ def test_cuda_on_a_fleet_without_gpus_is_one_clear_line(tracker):
         target_and_fleet("nvidia/nvidia-h100", gpus="0", rpc=tracker, rpc_key=KEY)
 
 
-def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path):
+def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    monkeypatch.chdir(tmp_path)  # where the default --out (runs/...) would be made
     wrong_key = CliRunner().invoke(
         main,
         [
@@ -232,7 +233,7 @@ def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path):
     assert nobody.exit_code == 2 and nobody.stderr.startswith(
         f"error: cannot reach the RPC tracker at {closed}"
     )
-    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs").exists()  # no run directory was started
 
 
 def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):

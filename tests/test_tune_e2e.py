@@ -25,6 +25,11 @@ def journal(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
 
 
+def defaults(run: Path) -> int:
+    """Default schedules recorded: the database holds these beside the trials."""
+    return len({e["task"] for e in journal(run) if e["type"] == "baseline" and e["record_key"]})
+
+
 def orchestrate(model: Path, out: Path, budget: str, config: Path) -> SimpleNamespace:
     """`orchestrate --budget B --target llvm --config C --out O MODEL`, which must succeed."""
     result = CliRunner().invoke(main, tune_args(model, out, config, budget=budget))
@@ -51,7 +56,15 @@ def tuned(tmp_path_factory, fast_config):
 def test_the_summary_tells_latency_speedup_trials_time_and_where(tuned):
     out = tuned.stdout
     assert "tuning twins for llvm" in out
-    assert "end-to-end latency" in out and "untuned ->" in out and "x faster" in out
+    assert "end-to-end latency" in out and "untuned ->" in out
+    verdict = {
+        "faster": "x faster)",
+        "slower": "x slower); model.so is the untuned build",
+        "no change": "tuned (no change: the timings overlap)",
+    }
+    assert verdict[tuned.report["summary"]["change"]] in out
+    assert "median of 3 timings each, in turn at the end: untuned" in out
+    assert "  schedules           " in out and "of 5 tasks run tuned schedules" in out
     assert "outputs             match onnxruntime" in out
     assert "trials              16 in 2 rounds" in out
     assert f"run directory       {tuned.out}" in out
@@ -69,10 +82,13 @@ def test_the_run_directory_holds_database_journal_config_report_and_library(tune
         "model.so",
     ):
         assert (out / name).is_file(), name
-    assert len(records(out)) == 16
+    assert defaults(out) == len(tuned.report["tasks"])
+    assert len(records(out)) == 16 + defaults(out)
     kinds = [e["type"] for e in journal(out)]
     assert kinds[0] == "session" and kinds[-1] == "session_end"
     assert kinds.count("round") == 2 and "untuned" in kinds and "stopped" in kinds
+    assert kinds.index("stopped") < kinds.index("compared")
+    assert (out / "logs" / "untuned.so").is_file()  # kept for the comparison of a resume
     assert kinds.count("baseline") == len(tuned.report["tasks"])
     config = json.loads((out / "config.json").read_text())
     assert config["fingerprint"]["model_sha256"] == tuned.report["model"]["sha256"]
@@ -89,6 +105,28 @@ def test_the_report_adds_up(tuned):
     )
     tuned_tasks = [t for t in report["tasks"] if t["trials"]]
     assert tuned_tasks and all(t["best_s"] > 0 and t["untuned_s"] > 0 for t in tuned_tasks)
+    # each task runs the faster of its default and its best tuned schedule
+    for t in report["tasks"]:
+        faster_tuned = t["best_s"] is not None and t["best_s"] < t["untuned_s"]
+        assert t["schedule"] == ("tuned" if faster_tuned else "default"), t
+    assert summary["kept_default"] == [t["name"] for t in tuned_tasks if t["schedule"] == "default"]
+    # the end-of-run comparison is the summary's, and its verdict follows the spread
+    comparison = report["comparison"]
+    u, t = comparison["untuned"], comparison["tuned"]
+    assert report["untuned"]["latency"] == u and report["tuned"]["latency"] == t
+    assert u["repeats"] == t["repeats"] == 3 and "start_latency" in report["untuned"]
+    assert (
+        summary["change"]
+        == comparison["change"]
+        == (
+            "faster"
+            if t["max_s"] < u["min_s"]
+            else "slower"
+            if t["min_s"] > u["max_s"]
+            else "no change"
+        )
+    )
+    assert summary["shipped"] == ("untuned" if summary["change"] == "slower" else "tuned")
     assert set(report["spend"]["phases"]) >= {
         "import",
         "untuned",
@@ -125,16 +163,18 @@ def test_stock_compile_relax_finds_our_records(tuned, capfd):
     target = tvm.target.Target(config["target"]["tvm"])
     mod = from_onnx(onnx.load(tuned.model), shape_dict={"x": [1, 3, 8, 8]}, dtype_dict="float32")
     mod = relax.transform.CanonicalizeBindings()(relax.transform.DecomposeOpsForInference()(mod))
-    database = ms.database.JSONDatabase(work_dir=str(tuned.out))
+    names = [t["name"] for t in tuned.report["tasks"]]
     capfd.readouterr()
+    empty = ms.database.MemoryDatabase()
+    ms.relax_integration.compile_relax(empty, mod, target, params=None, enable_warning=True)
+    warnings = capfd.readouterr().err
+    for name in names:  # proves the warnings are captured at all
+        assert f"Tuning record is not found for primfunc: {name}\n" in warnings
+    database = ms.database.JSONDatabase(work_dir=str(tuned.out))
     ms.relax_integration.compile_relax(database, mod, target, params=None, enable_warning=True)
     warnings = capfd.readouterr().err
-    tuned_names = [t["name"] for t in tuned.report["tasks"] if t["trials"]]
-    untuned_names = [t["name"] for t in tuned.report["tasks"] if not t["trials"]]
-    for name in tuned_names:
+    for name in names:  # tuned tasks and untuned ones: each has at least its default record
         assert f"Tuning record is not found for primfunc: {name}\n" not in warnings
-    for name in untuned_names:  # proves the warnings were captured at all
-        assert f"Tuning record is not found for primfunc: {name}" in warnings
 
 
 def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path, fast_config):
@@ -149,10 +189,10 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     )
     after = records(run)
     assert after[: len(before)] == before  # earlier records untouched
-    assert len(after) == 24
-    assert (
-        len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in after}) == 24
-    )  # no candidate twice
+    assert len(after) == 24 + defaults(run)
+    assert len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in after}) == len(
+        after
+    )  # no candidate twice, no default schedule twice
     kinds = [e["type"] for e in journal(run)]
     assert kinds.count("session") == 2 and kinds.count("untuned") == 1  # baselines are not redone
     report = json.loads((run / "report.json").read_text())
@@ -164,9 +204,26 @@ def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_conf
     run = tmp_path / "run"
     shutil.copytree(tuned.out, run)
     result = orchestrate(tuned.model, run, "16trials", fast_config)
-    assert len(records(run)) == 16
+    assert len(records(run)) == 16 + defaults(run)
     assert "stopped because     trial budget reached: 16 of 16" in result.stdout
     assert not any(e["type"] == "round" for e in journal(run)[len(journal(tuned.out)) :])
+
+
+def test_a_resume_records_again_the_default_schedules_a_crash_lost(tuned, tmp_path, fast_config):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    lines = records(run)
+    trials = [line for line in lines if len(json.loads(line)[1][0][0]) > 1]
+    assert len(lines) - len(trials) == defaults(run)  # a CPU default only looks up the root
+    (run / "database_tuning_record.json").write_text("".join(f"{t}\n" for t in trials))
+    before = journal(run)
+    orchestrate(tuned.model, run, "16trials", fast_config)
+    after = journal(run)[len(before) :]
+    assert sorted(records(run)) == sorted(lines)  # the same records again, no more
+    restated = [e for e in after if e["type"] == "baseline"]
+    assert len(restated) == defaults(run) and all(e["record_key"] for e in restated)
+    assert not any(e["type"] in ("round", "untuned") for e in after)  # nothing re-measured
+    assert json.loads((run / "report.json").read_text())["summary"]["trials"] == 16
 
 
 def test_the_real_report_validates_and_comes_in_every_form(tuned):
@@ -224,7 +281,7 @@ def test_pipelined_rounds_measure_every_candidate_once(tmp_path, fast_config):
     run = tmp_path / "run"
     orchestrate(model, run, "24trials", config)
     lines = records(run)
-    assert len(lines) == 24
-    assert len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in lines}) == 24
+    assert len(lines) == 24 + defaults(run)
+    assert len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in lines}) == len(lines)
     rounds = [e for e in journal(run) if e["type"] == "round"]
     assert sum(e["measured"] + e["failed"] for e in rounds) == 24

@@ -1,0 +1,123 @@
+"""Timing compiled models: repeats scaled to the model's latency, models timed in turn, and a
+change claimed only beyond the spread."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import tvm
+
+from orchestrator.config import Settings
+from orchestrator.errors import InputError
+from orchestrator.timing import Latency, Timing, change, time_models
+
+
+class FakeVM:
+    """A model whose inference sleeps `seconds`; it notes each run in `log`."""
+
+    def __init__(self, name: str, seconds: float, log: list[str]) -> None:
+        self.name, self.seconds, self.log = name, seconds, log
+
+    def __getitem__(self, function: str):
+        assert function == "main"
+
+        def main(*args):
+            self.log.append(self.name)
+            time.sleep(self.seconds)
+
+        return main
+
+    def time_evaluator(self, function, dev, number=1, repeat=1, min_repeat_ms=0):
+        """TVM's timer: one warm-up run, then `repeat` timings of `number` runs (more runs
+        until a timing lasts `min_repeat_ms`)."""
+        main = self[function]
+
+        def evaluate(*args):
+            main()
+            results = []
+            for _ in range(repeat):
+                n = number
+                while True:
+                    start = time.perf_counter()
+                    for _ in range(n):
+                        main()
+                    took = time.perf_counter() - start
+                    if took * 1e3 >= min_repeat_ms:
+                        break
+                    n *= 2
+                results.append(took / n)
+            return type("Result", (), {"results": results, "mean": sum(results) / repeat})()
+
+        return evaluate
+
+
+INPUTS = [np.zeros((2, 2), dtype="float32")]
+
+
+def test_a_slow_model_gets_the_minimum_timings_and_no_warm_up_run_per_timing():
+    log: list[str] = []
+    timing = Timing(repeat=10, min_repeat=3, max_s=0.2, min_repeat_ms=50)
+    started = time.monotonic()
+    (latency,) = time_models([(FakeVM("slow", 0.15, log), tvm.cpu())], INPUTS, timing)
+    took = time.monotonic() - started
+    assert len(latency.samples) == 3 and latency.runs_per_timing == 1
+    assert len(log) == 4  # one run to size the timings, then one per timing
+    assert all(0.14 < s < 0.5 for s in latency.samples)
+    assert took < 1.5
+
+
+def test_a_fast_model_gets_every_timing_each_running_it_for_min_repeat_ms():
+    log: list[str] = []
+    timing = Timing(repeat=5, min_repeat=3, max_s=60.0, min_repeat_ms=20)
+    (latency,) = time_models([(FakeVM("fast", 0.002, log), tvm.cpu())], INPUTS, timing)
+    assert len(latency.samples) == 5
+    assert 5 <= latency.runs_per_timing <= 10  # 20 ms / 2 ms, less sleep overshoot
+    assert all(0.0015 < s < 0.01 for s in latency.samples)
+
+
+def test_models_are_timed_in_turn_as_often_as_the_slowest_allows():
+    log: list[str] = []
+    timing = Timing(repeat=6, min_repeat=2, max_s=0.25, min_repeat_ms=50)
+    a, b = FakeVM("a", 0.06, log), FakeVM("b", 0.12, log)
+    untimed = len(log)
+    latencies = time_models([(a, tvm.cpu()), (b, tvm.cpu())], INPUTS, timing)
+    timed = log[untimed + 2 :]  # after one sizing run of each
+    assert [len(x.samples) for x in latencies] == [2, 2]  # 0.25 s fits two timings of b
+    assert timed == ["a", "b", "b", "a"]
+
+
+def test_repeats_stay_within_the_bounds():
+    timing = Timing(repeat=10, min_repeat=3, max_s=20.0)
+    assert timing.repeats(0.001) == 10
+    assert timing.repeats(4.0) == 5
+    assert timing.repeats(60.0) == 3
+    assert Timing(repeat=4, min_repeat=4, max_s=float("inf")).repeats(1.0) == 4
+
+
+@pytest.mark.parametrize(
+    "untuned, tuned, expected",
+    [
+        ((10, 11, 12), (5, 6, 7), "faster"),
+        ((10, 11, 12), (13, 14, 15), "slower"),
+        ((10, 11, 30), (5, 6, 10.5), "no change"),  # one untuned outlier is no speedup
+        ((7.17, 7.2), (4.5, 7.18), "no change"),
+    ],
+)
+def test_a_change_is_claimed_only_when_every_timing_beats_every_other(untuned, tuned, expected):
+    assert change(Latency(untuned), Latency(tuned)) == expected
+
+
+def test_the_check_settings_bound_the_repeats(tmp_path):
+    timing = Timing.from_settings(Settings.load().check)
+    assert (timing.repeat, timing.min_repeat, timing.max_s, timing.min_repeat_ms) == (
+        10,
+        3,
+        20.0,
+        50,
+    )
+    path = tmp_path / "bad.toml"
+    path.write_text("[check]\nlatency_repeat = 2\nlatency_min_repeat = 3\n")
+    with pytest.raises(InputError, match="1 <= latency_min_repeat <= latency_repeat"):
+        Settings.load(path)
