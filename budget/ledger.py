@@ -68,6 +68,8 @@ class Spend:
     # Work done in the background while the loop waited on something else (measurement),
     # by phase; it is not in `phases`, which split the wall time.
     overlapped: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # The longest single block of work the run could not stop inside: (phase, seconds).
+    longest_step: tuple[str, float] | None = None
 
     def spent(self, kind: str) -> float | None:
         return _spent(self, kind)
@@ -87,6 +89,9 @@ class Spend:
                 [round(c.fixed_s, 3), round(c.per_candidate_s, 4), c.candidates]
                 for c in self.round_costs
             ],
+            "longest_step": None
+            if self.longest_step is None
+            else {"phase": self.longest_step[0], "seconds": round(self.longest_step[1], 3)},
         }
 
     @classmethod
@@ -104,7 +109,12 @@ class Spend:
             round_costs=tuple(
                 RoundCost(float(f), float(p), int(n)) for f, p, n in data.get("round_costs", ())
             ),
+            longest_step=_longest(data.get("longest_step")),
         )
+
+
+def _longest(data: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    return None if not data else (str(data["phase"]), float(data["seconds"]))
 
 
 def _spent(spend: Spend | Point, kind: str) -> float | None:
@@ -155,6 +165,12 @@ class Ledger:
         self.usd_per_hour = usd_per_hour
         # Seconds the run keeps back for its final phase (compile, check, report).
         self.reserved_s = 0.0
+        # Seconds of work already started and not yet charged (a round being measured while
+        # the next is prepared): what is left of the budget is that much smaller.
+        self.committed_s = 0.0
+        # What a round costs before this run has timed one (from the task's size and target).
+        self.prior_round: RoundCost | None = None
+        self._longest = self._carried.longest_step
         # The convergence curve, one point per round (earlier sessions' points included).
         self.history: list[Point] = []
 
@@ -223,6 +239,13 @@ class Ledger:
         phases = self._overlapped if overlapped else self._phases
         with self._lock:
             phases[name] = phases.get(name, 0.0) + seconds
+            if self._longest is None or seconds > self._longest[1]:
+                self._longest = (name, seconds)
+
+    @property
+    def longest_step(self) -> tuple[str, float] | None:
+        """The longest block charged to one phase: the most a stop can have to wait."""
+        return self._longest
 
     def charge_round(self, *, trials: int, seconds: float, fixed_s: float | None = None) -> None:
         """Count a round; `fixed_s` is the part of `seconds` that does not scale with trials."""
@@ -246,8 +269,9 @@ class Ledger:
 
     def forecast_round(self, candidates: int) -> float | None:
         """Seconds a round of `candidates` may take: the largest fixed and per-candidate costs
-        of recent rounds, plus a margin. None before the first round."""
-        recent = self._round_costs[-3:]
+        of recent rounds (before the first: `prior_round`), plus a margin. None when neither
+        is known."""
+        recent = self._round_costs[-3:] or ([self.prior_round] if self.prior_round else [])
         if not recent:
             return None
         fixed = max(c.fixed_s for c in recent)
@@ -273,4 +297,5 @@ class Ledger:
             phases=self.phases,
             round_costs=tuple(self._round_costs),
             overlapped=self.overlapped,
+            longest_step=self._longest,
         )

@@ -9,7 +9,7 @@ from typing import Any
 from .base import GO, Decision, StoppingRule, TaskProgress
 from .grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL, Budget, Limit
 from .ledger import Ledger, Spend
-from .units import fmt_amount, fmt_duration
+from .units import fmt_amount, fmt_budget_up, fmt_duration
 
 
 def check_applicable(
@@ -82,7 +82,7 @@ class BudgetLimits(StoppingRule):
             return max(0, min(wanted, int(left)))
         per_second = _units_per_second(ledger, limit.kind)
         left_s = left / per_second if per_second else (math.inf if left > 0 else 0.0)
-        left_s -= ledger.reserved_s
+        left_s -= ledger.reserved_s + ledger.committed_s
         if left_s <= 0:
             return 0
         full = ledger.forecast_round(wanted)
@@ -119,6 +119,21 @@ def _units_per_second(ledger: Ledger, kind: str) -> float | None:
     if kind == DOLLARS:
         return (ledger.usd_per_hour or 0.0) / 3600.0
     return ledger.joules_per_second()  # energy: the session's mean power, once known
+
+
+def seconds_short(budget: Budget, ledger: Ledger, needed_s: float) -> tuple[Limit, str] | None:
+    """The first limit metered by the clock (wall, GPU-hours, dollars) that cannot pay for
+    `needed_s` more seconds, with the smallest budget in its unit that would; None if all can."""
+    for limit in budget.limits:
+        if limit.kind not in (WALL, DEVICE_HOURS, DOLLARS):
+            continue
+        per_second = _units_per_second(ledger, limit.kind)
+        if not per_second:
+            continue
+        total = (ledger.spent(limit.kind) or 0.0) + needed_s * per_second
+        if total > limit.amount:
+            return limit, fmt_budget_up(limit.kind, total)
+    return None
 
 
 def budget_status(budget: Budget, spend: Spend) -> list[dict[str, Any]]:

@@ -219,6 +219,16 @@ def _telemetry(t: Mapping[str, Any]) -> list[str]:
     return ["GPU telemetry: " + ", ".join(facts)]
 
 
+def _budget_title(budget: Mapping[str, Any]) -> str:
+    step = budget.get("longest_step")
+    if not step:
+        return "Budget"
+    return (
+        f"Budget (longest step the run could not stop inside: {step['phase']}, "
+        f"{fmt_duration(step['seconds'])})"
+    )
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     budget_rows = [
         [
@@ -261,7 +271,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         if search.get("searches")
     ]
     tables = [
-        ("Budget", ["limit", "spent", "left", "overshoot"], budget_rows),
+        (_budget_title(report["budget"]), ["limit", "spent", "left", "overshoot"], budget_rows),
         (
             "Tasks",
             [

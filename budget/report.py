@@ -31,6 +31,7 @@ PHASES = (
     "ahead",  # waiting for a round prepared in the background to be ready
     "compile",
     "check",
+    "report",  # rendering and writing the report
 )
 
 
@@ -121,7 +122,11 @@ def make_report(
         "version": VERSION,
         "model": dict(model),
         "target": dict(target),
-        "budget": {"text": str(budget), "limits": budget_status(budget, spend)},
+        "budget": {
+            "text": str(budget),
+            "limits": budget_status(budget, spend),
+            "longest_step": _longest_step(spend),
+        },
         "price": dict(price) if price else None,
         "build_only": build_only,
         # Timings from a simulated GPU (--simulate): None for a run on a real device.
@@ -205,6 +210,14 @@ def _forecast(budget: Budget, spend: Spend, curve: Sequence[Point]) -> dict[str,
             "rms_log_error": fitted.rms_log_error,
         },
     }
+
+
+def _longest_step(spend: Spend) -> dict[str, Any] | None:
+    """The longest block the run could not stop inside: how far past a limit a stop can land."""
+    if spend.longest_step is None:
+        return None
+    phase, seconds = spend.longest_step
+    return {"phase": phase, "seconds": seconds}
 
 
 def _median(section: Mapping[str, Any] | None) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL
 
 
@@ -41,3 +43,16 @@ def fmt_latency(seconds: float | None) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3g} ms"
     return f"{seconds * 1e6:.3g} us"
+
+
+def fmt_budget_up(kind: str, value: float) -> str:
+    """A budget string of at least `value`, rounded up as a person would give it: 4min, 2h,
+    0.05gpu-h, $0.13."""
+    if kind == WALL:
+        minutes = max(1, math.ceil(value / 60.0))
+        return f"{math.ceil(minutes / 60)}h" if minutes >= 120 else f"{minutes}min"
+    if kind == DEVICE_HOURS:
+        return f"{math.ceil(value * 100) / 100:g}gpu-h"
+    if kind == DOLLARS:
+        return f"${math.ceil(value * 100) / 100:.2f}"
+    return f"{math.ceil(value)}"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,7 @@ def tune(
     mlflow: bool | str = False,
     mlflow_experiment: str = "tune-orchestrator",
     env: Mapping[str, str] | None = None,
+    started: float | None = None,
 ) -> Result:
     """Tune `model` (an ONNX file) within `budget` and compile it; see `orchestrate --help`.
 
@@ -175,8 +178,15 @@ def tune(
     `simulate` tunes for a CUDA target (default nvidia/nvidia-h100) with real search and builds
     and timings from a simulated GPU; everything it writes says SIMULATED.
 
+    The budget counts from the call, or from `started` (a `time.monotonic()` reading; the CLI
+    gives its process's start, so that interpreter start and imports count too).
+
     Raises InputError for bad input; nothing in an existing run directory is touched then.
+    Raises BudgetTooSmall, before any work, when the budget cannot cover the untuned baseline
+    and compiling and checking the model; its message names the budget that would.
     """
+    # Spend counts from here: importing, checking and reading the model are part of it.
+    called = time.monotonic() if started is None else started
     from budget import AnyOf, BudgetError, BudgetLimits, check_applicable, parse_budget
     from budget.diminishing import DiminishingReturns
     from budget.limits import primary_limit
@@ -196,7 +206,6 @@ def tune(
     from .targets import host_cores
     from .tasks import extract_tasks
 
-    called = time.monotonic()  # spend counts from here: checking and importing are part of it
     overrides = {
         "tune.budget": None if budget is None else str(budget),
         "tune.target": target,
@@ -291,6 +300,7 @@ def tune(
     out_dir = Path(out) if out is not None else default_out(onnx_model.name)
     # 2. Run on the directory we own.
     emit = Emitter(on_event, mlflow_logger)
+    fresh = not out_dir.exists()
     with (
         RunDir.open(
             out_dir,
@@ -298,6 +308,7 @@ def tune(
             simulated=resolved.simulated,
         ) as run,
         on_signals(interrupt, handle_signals),
+        _removed_if_refused(out_dir, fresh),
     ):
         f = settings.filter
         predictor = (
@@ -345,6 +356,19 @@ def tune(
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))
     return result
+
+
+@contextlib.contextmanager
+def _removed_if_refused(path: Path, fresh: bool) -> Iterator[None]:
+    """A run directory made for a budget refused up front is removed again: nothing ran."""
+    from .errors import BudgetTooSmall
+
+    try:
+        yield
+    except BudgetTooSmall:
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None:

@@ -14,7 +14,7 @@ import click
 from budget import BudgetError, parse_budget
 
 from . import exits
-from .errors import InputError
+from .errors import BudgetTooSmall, InputError
 
 
 class BudgetType(click.ParamType):
@@ -49,6 +49,8 @@ class DefaultGroup(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        # A real command line (args from sys.argv) is metered from its process's start.
+        extra.setdefault("obj", {"started": process_started() if args is None else None})
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else exits.OK
@@ -64,6 +66,9 @@ class DefaultGroup(click.Group):
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             code = exits.INPUT
+        except BudgetTooSmall as exc:
+            click.echo(f"error: {exc}", err=True)
+            code = exits.BUDGET_TOO_SMALL
         except (click.Abort, KeyboardInterrupt):
             click.echo("aborted; resume the run with the same --out", err=True)
             code = exits.INTERRUPTED
@@ -252,6 +257,7 @@ def tune_command(
         on_event=JsonLines(sys.stdout) if json_events else printer,
         mlflow=mlflow_uri or mlflow_on,
         mlflow_experiment=mlflow_experiment,
+        started=(click.get_current_context().obj or {}).get("started"),
     )
     if printer is not None:
         printer.summary(result)
@@ -362,6 +368,17 @@ def config_command(config_file: Path | None) -> int:
             click.echo(f"{key} = {_toml_value(value)}")
         click.echo()
     return exits.OK
+
+
+def process_started() -> float:
+    """When this process started, on the `time.monotonic()` clock: the budget covers the
+    command from start to exit, interpreter start and imports included."""
+    import time
+
+    import psutil
+
+    age = max(0.0, time.time() - psutil.Process().create_time())
+    return time.monotonic() - age
 
 
 def _toml_value(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""The one exception type for the user's mistakes."""
+"""The exception types for the user's mistakes."""
 
 
 class InputError(Exception):
@@ -7,3 +7,12 @@ class InputError(Exception):
     The CLI prints it as ``error: <message>`` and exits with code 2; nothing the user already
     had has been modified when it is raised.
     """
+
+
+class BudgetTooSmall(Exception):
+    """The budget cannot cover the run's fixed phases (untuned baseline, compiling, checking):
+    refused before any work. The CLI prints the message and exits with code 3."""
+
+    def __init__(self, message: str, *, minimum: str) -> None:
+        super().__init__(message)
+        self.minimum = minimum  # the smallest budget that would do, e.g. "4min"

@@ -201,8 +201,8 @@ class TuningLoop:
                 upcoming = None
                 if self.pipeline:
                     nxt = self._next_tasks({current.state.task.index}, 1 + self.ahead)
-                    if nxt:
-                        allowed = self.stopping.allowance(self.ledger, wanted)
+                    allowed = self._allowed_after(current, wanted)
+                    if nxt and allowed:  # no look-ahead the budget would throw away
                         upcoming = background.submit(self._prepare, nxt[0], allowed)
                         self.proposer.ahead(s.task for s in nxt[1:])
                 busy_before = self._device_busy()
@@ -216,6 +216,17 @@ class TuningLoop:
                         busy = self._device_busy() - busy_before
                         self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
+
+    def _allowed_after(self, current: Round, wanted: int) -> int:
+        """Candidates the round after `current` may have, once `current` is paid for; 0 when
+        the budget would stop before it."""
+        self.ledger.committed_s = self.ledger.forecast_round(len(current.chosen)) or 0.0
+        try:
+            if self.stopping.decide(self.ledger, self.progress()).stop:
+                return 0
+            return self.stopping.allowance(self.ledger, wanted)
+        finally:
+            self.ledger.committed_s = 0.0
 
     def progress(self) -> list[TaskProgress]:
         """What the stopping rules may judge the tasks by."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from budget.render import (
     describe_search,
     describe_simulated,
 )
-from budget.units import fmt_duration, fmt_latency
+from budget.units import fmt_amount, fmt_duration, fmt_latency
 
 from .api import Result
 
@@ -199,6 +200,7 @@ class Printer:
         lines += [
             f"  trials              {result.trials} in {result.rounds} rounds",
             f"  spent               {spent} ({phases})",
+            f"  budget              {describe_budget(result.report['budget'])}",
             f"  stopped because     {result.stop_reason}",
         ]
         searched = describe_search(result.report.get("search") or {})
@@ -211,6 +213,20 @@ class Printer:
             f"  tuned library       {result.paths['library']}",
         ]
         click.echo("\n".join(lines))
+
+
+def describe_budget(budget: Mapping[str, Any]) -> str:
+    """Each limit against what was spent, any overshoot, and the longest step."""
+    parts = []
+    for row in budget["limits"]:
+        text = f"{fmt_amount(row['kind'], row['spent'])} of {row['limit']}"
+        if row["overshoot"]:
+            text += f" (over by {fmt_amount(row['kind'], row['overshoot'])})"
+        parts.append(text)
+    step = budget.get("longest_step")
+    if step:
+        parts.append(f"longest step {step['phase']} {fmt_duration(step['seconds'])}")
+    return "; ".join(parts)
 
 
 def describe_schedules(result: Result) -> str:

@@ -11,18 +11,22 @@ from pathlib import Path
 from typing import Any
 
 from budget import Budget, Ledger, StoppingRule
-from budget.ledger import EnergyMeter
+from budget.ledger import EnergyMeter, RoundCost
+from budget.limits import seconds_short
 from budget.plateau import TaskPlateau
 from budget.prices import Price
 from budget.report import make_report, task_row
+from budget.units import fmt_duration
 from filters import Filter, Predictor
 from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
+from . import overheads
 from .builds import ModelBuilds
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from .durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
+from .errors import BudgetTooSmall
 from .interrupt import Interrupt
 from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
@@ -32,6 +36,7 @@ from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler, model_latency_s
 from .search import make_cost_model
+from .search.strategy import population_size
 from .simulate import WORD, VirtualClock
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
@@ -114,6 +119,15 @@ class Session:
             earlier_s=self.import_s,
         )
         ledger.charge_phase("import", self.import_s)
+        fixed = overheads.forecast_fixed(
+            self.tasks,
+            device_type=self.target.device_type,
+            device_present=self.target.device_present,
+            cores=host_cores(),
+            timing=self.builds.timing,
+        )
+        # The final compile, check and report are kept back from the start.
+        ledger.reserved_s = fixed.final_s
         database = self.run.database()
         cost_model = make_cost_model(self.settings, self.shared_predictor)
         with ledger.phase("restore"):
@@ -134,6 +148,8 @@ class Session:
         # has not counted: count them, so that the trial budget is never exceeded.
         ledger.trials = max(ledger.trials, restored.trials)
         ledger.history = list(restored.points)
+        if not self.build_only:  # a build-only run spends what compiling takes
+            self._refuse_too_small(ledger, fixed, restored)
         self._start(restored, ledger)
         for repair in repairs:
             self._warn(f"the run directory was mended after a crash: {repair}")
@@ -156,7 +172,11 @@ class Session:
             if comparison is not None:
                 self.run.append({"type": "compared", **comparison})
             report = self._report(restored, untuned, tuned, comparison, ledger, stop_reason)
-            write_report(self.run, report)
+            with ledger.phase("report"):
+                write_report(self.run, report)
+            # report.json counts its own writing; report.md and .html were written before.
+            report = self._report(restored, untuned, tuned, comparison, ledger, stop_reason)
+            self.run.write_json(RunDir.REPORT, report)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
 
@@ -193,11 +213,13 @@ class Session:
             untuned = restored.untuned or self._untuned_model(ledger)
             if not ledger.history:
                 self._point(ledger, model_latency_s(restored.states))
-            ledger.reserved_s = (
-                _RESERVE_FACTOR * untuned.get("compile_s", 0.0)
-                + 2 * untuned.get("check_s", 0.0)
-                + _RESERVE_MARGIN_S
-            )
+            if "compile_s" in untuned:  # measured now: a better forecast than the guess
+                ledger.reserved_s = (
+                    _RESERVE_FACTOR * untuned["compile_s"]
+                    + 2 * untuned.get("check_s", 0.0)
+                    + overheads.REPORT_S
+                    + _RESERVE_MARGIN_S
+                )
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))
             stop_reason = (
@@ -216,6 +238,26 @@ class Session:
             spend=spend_fields(ledger),
         )
         return untuned, stop_reason
+
+    def _refuse_too_small(
+        self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored
+    ) -> None:
+        """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases."""
+        needed = fixed.minimum_s(
+            baseline=any(s.task.index not in restored.baselines for s in restored.states),
+            untuned_model=restored.untuned is None,
+        )
+        short = seconds_short(self.budget, ledger, needed)
+        if short is None:
+            return
+        limit, total = short
+        raise BudgetTooSmall(
+            f"budget {limit.text} is too small for {self.model.name}: the untuned baseline, "
+            f"compiling and checking need about {fmt_duration(needed)} more"
+            + (f" after {fmt_duration(ledger.wall_s)} spent" if ledger.wall_s >= 1 else "")
+            + f"; give --budget {total} or more (nothing was tuned)",
+            minimum=total,
+        )
 
     def _measurement_stats(self, engine: Engine, ledger: Ledger) -> dict[str, Any]:
         stats = dict(engine.stats())
@@ -343,10 +385,29 @@ class Session:
             threads=host_cores(),
             pipeline=self._pipelined(engine),
         )
+        if ledger.prior_round is None:  # the first round, forecast before it is timed
+            ledger.prior_round = self._first_round_cost(loop.proposals, ledger)
         try:
             return loop.run()
         finally:
             self.search = loop.search_times.to_dict()
+
+    def _first_round_cost(self, proposals: int, ledger: Ledger) -> RoundCost:
+        """Search from the population and the cores; per candidate, what building and
+        measuring a default schedule took (the baseline), else the guess per task."""
+        measured = ledger.phases.get("untuned", 0.0)
+        # The baseline also paid the build workers' start: never more than the guess.
+        per_candidate = (
+            min(measured / len(self.tasks), overheads.UNTUNED_TASK_S)
+            if measured
+            else overheads.UNTUNED_TASK_S
+        )
+        search_s = overheads.search_s(
+            population=population_size(self.settings, proposals),
+            genetic_iters=self.settings.search.genetic_num_iters,
+            cores=host_cores(),
+        )
+        return RoundCost(search_s, per_candidate, 0)
 
     def _pipelined(self, engine: Engine) -> bool:
         mode = self.settings.measure.pipeline

@@ -21,7 +21,8 @@ from budget import (
 from budget.diminishing import DiminishingReturns
 from budget.forecast import fit_curve
 from budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
-from budget.limits import budget_status, primary_limit
+from budget.ledger import RoundCost
+from budget.limits import budget_status, primary_limit, seconds_short
 from budget.plateau import TaskPlateau
 from budget.prices import run_price
 
@@ -278,6 +279,64 @@ def test_the_stop_reason_gives_spend_limit_and_what_the_next_round_needs():
         "wall-clock time budget reached: 1m20s of 1m40s spent; a round of 16+ candidates needs "
         "~35.2s and 10.0s are kept for compiling and checking the model"
     )
+
+
+def test_the_first_round_is_forecast_before_any_round_was_timed():
+    ledger = Ledger(clock=FakeClock())
+    rule = BudgetLimits(parse_budget("100s"), round_size=64)
+    assert rule.allowance(ledger, 64) == 64  # nothing to forecast from: the round is whole
+    ledger.prior_round = RoundCost(fixed_s=20.0, per_candidate_s=2.0, candidates=0)
+    ledger.reserved_s = 10.0
+    # 90 s left; padded forecast 1.1 x (20 + 2 n) <= 90 gives n = 30
+    assert rule.allowance(ledger, 64) == 30
+    ledger.charge_round(trials=30, seconds=40.0, fixed_s=10.0)  # timed rounds replace it
+    assert ledger.forecast_round(0) == pytest.approx(11.0)
+
+
+def test_work_in_flight_is_paid_before_the_next_round_is_allowed():
+    clock = FakeClock()
+    ledger = Ledger(clock=clock)
+    rule = BudgetLimits(parse_budget("300s"), round_size=64)
+    clock.now += 100.0
+    ledger.charge_round(trials=64, seconds=100.0, fixed_s=36.0)  # 36 s + 1 s per candidate
+    assert rule.allowance(ledger, 64) == 64
+    ledger.committed_s = ledger.forecast_round(64)  # the round being measured: 110 s
+    # 90 s left once it is paid: 1.1 x (36 + n) <= 90 gives n = 45
+    assert rule.allowance(ledger, 64) == 45
+    ledger.committed_s = 180.0
+    assert rule.decide(ledger).stop
+
+
+def test_the_ledger_keeps_the_longest_step_across_sessions():
+    clock = FakeClock()
+    ledger = Ledger(clock=clock)
+    with ledger.phase("build"):
+        clock.now += 3.0
+    ledger.charge_phase("compile", 12.0)
+    ledger.charge_phase("search", 5.0, overlapped=True)
+    assert ledger.longest_step == ("compile", 12.0)
+    carried = Spend.from_dict(ledger.snapshot().to_dict())
+    assert Ledger(clock=clock, carried=carried).snapshot().longest_step == ("compile", 12.0)
+
+
+@pytest.mark.parametrize(
+    "text, setup, needed, expected",
+    [
+        ("1min", {}, 100.0, "2min"),
+        ("3min", {}, 100.0, None),
+        ("0.01gpu-h", {"devices": 2}, 100.0, "0.06gpu-h"),
+        ("$0.01", {"usd_per_hour": 3.6}, 100.0, "$0.11"),
+        ("100trials", {}, 1e6, None),  # trials are not spent by the clock
+    ],
+)
+def test_a_budget_short_of_the_fixed_phases_names_the_one_that_would_do(
+    text, setup, needed, expected
+):
+    clock = FakeClock()
+    ledger = Ledger(clock=clock, **setup)
+    clock.now += 5.0  # imports
+    short = seconds_short(parse_budget(text), ledger, needed)
+    assert (short[1] if short else None) == expected
 
 
 def test_any_of_stops_on_the_first_rule_and_allows_the_fewest_candidates():

@@ -138,17 +138,52 @@ def test_exit_2_for_bad_input_from_a_real_process(tmp_path):
     ]
 
 
-def test_exit_3_when_the_budget_is_too_small_to_tune_anything(tmp_path, fast_config):
+def test_exit_3_up_front_when_the_budget_cannot_cover_compiling_and_checking(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     result = CliRunner().invoke(
         main,
         tune_args(model, tmp_path / "run", fast_config, budget="2s"),
     )
     assert result.exit_code == 3, result.output
-    assert "budget too small to tune anything" in result.stderr
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["summary"]["budget_too_small"] is True and report["summary"]["trials"] == 0
-    assert report["untuned"]["latency"]["median_s"] > 0  # what was learnt is kept
+    (line,) = result.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("error: budget 2s is too small for tiny: the untuned baseline")
+    assert "give --budget 1min or more" in line
+    assert not (tmp_path / "run").exists()  # refused before any work: nothing left behind
+
+
+def test_build_only_needs_no_budget(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    result = CliRunner().invoke(
+        main,
+        tune_args(model, tmp_path / "run", fast_config, "--build-only", budget="1s"),
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "model.so").is_file()
+
+
+def test_a_wall_budget_ends_on_time_and_reports_its_longest_step(tmp_path, fast_config):
+    """The API meters from the call: measured around it, the run ends within max(5%, 10 s)."""
+    import time
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    started = time.monotonic()
+    result = tune(
+        model,
+        budget="60s",
+        target="llvm",
+        config=fast_config,
+        out=tmp_path / "run",
+        early_stop=False,
+        handle_signals=False,
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed <= 60.0 + 10.0, (elapsed, result.phases)
+    (limit,) = result.report["budget"]["limits"]
+    assert limit["spent"] == pytest.approx(result.wall_s)
+    assert limit["overshoot"] <= 10.0
+    step = result.report["budget"]["longest_step"]
+    assert step["seconds"] > 0 and step["phase"] in result.phases
+    assert result.phases["report"] > 0  # writing the report is inside the meter
 
 
 def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):

@@ -1,0 +1,102 @@
+"""What a run spends whatever its budget: the untuned baseline, compiling, checking and timing
+the model, the report; and what a first round costs before one has been timed.
+
+Forecast before any work from the tasks and the target, so that a budget which cannot cover
+the fixed phases is refused up front and the final phase is kept back from the start.
+`orchestrate estimate` and the tuning run use the same figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .tasks import Task
+from .timing import Timing
+
+# Measured on a loaded 2-core VM (llvm) and padded; a GPU builds the same way on the host.
+# Seconds to build and measure one task's default schedule (the untuned baseline; a round
+# pays about as much per candidate), and to compile the model, per call site plus a base.
+UNTUNED_TASK_S = 3.0
+COMPILE_BASE_S = 3.0
+COMPILE_CALL_S = 2.0
+# Untuned end-to-end throughput: FLOP/s per host core (llvm), per GPU (cuda). Low on
+# purpose: a slow guess refuses a budget that might have fitted, a fast one overshoots.
+UNTUNED_FLOPS = {"cpu": 0.25e9, "cuda": 20e9}
+# Rendering report.json, report.md, report.html and the plots, and writing them out.
+REPORT_S = 4.0
+# A round's search on 2 host cores at TVM's population of 512 and 3 genetic iterations, and
+# what every round pays whatever its population: setting the search up, learning after it.
+SEARCH_S_ON_2_CORES = 40.0
+ROUND_BASE_S = 15.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedCosts:
+    """Seconds of the phases every run pays (a resumed run skips those already done)."""
+
+    untuned_s: float  # every task's default schedule built and measured
+    compile_s: float  # one compile of the model
+    check_s: float  # one run of the model checked against onnxruntime
+    timing_s: float  # one model's end-to-end timing
+    report_s: float = REPORT_S
+
+    @property
+    def final_s(self) -> float:
+        """Compile and check the tuned model, time it against the untuned one, report."""
+        return self.compile_s + self.check_s + 2 * self.timing_s + self.report_s
+
+    def minimum_s(self, *, baseline: bool, untuned_model: bool) -> float:
+        """The fixed phases still to pay: the baseline and the untuned model unless an
+        earlier session measured them, and the final phase."""
+        start = self.compile_s + self.check_s + self.timing_s if untuned_model else 0.0
+        return (self.untuned_s if baseline else 0.0) + start + self.final_s
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "untuned_s": self.untuned_s,
+            "compile_s": self.compile_s,
+            "check_s": self.check_s,
+            "timing_s": self.timing_s,
+            "report_s": self.report_s,
+            "final_s": self.final_s,
+        }
+
+
+def untuned_latency_s(tasks: Sequence[Task], device_type: str, cores: int) -> float:
+    """A guess of the untuned model's seconds per inference from its FLOPs."""
+    rate = UNTUNED_FLOPS.get(device_type, UNTUNED_FLOPS["cpu"])
+    if device_type == "cpu":
+        rate *= max(1, cores)
+    return sum(t.weight * t.flops for t in tasks) / rate
+
+
+def timing_s(latency_s: float, timing: Timing) -> float:
+    """Seconds `time_models` spends on one model of `latency_s`: a first run to size the
+    timings, then as many timings as fit in `timing.max_s`."""
+    per_timing = max(latency_s, timing.min_repeat_ms / 1e3)
+    return latency_s + timing.repeats(per_timing) * per_timing
+
+
+def forecast_fixed(
+    tasks: Sequence[Task],
+    *,
+    device_type: str,
+    device_present: bool,
+    cores: int,
+    timing: Timing,
+) -> FixedCosts:
+    """The fixed phases of a run of `tasks` on this target, before any of them is timed."""
+    latency = untuned_latency_s(tasks, device_type, cores) if device_present else 0.0
+    return FixedCosts(
+        untuned_s=UNTUNED_TASK_S * len(tasks) if device_present else 0.0,
+        compile_s=COMPILE_BASE_S + COMPILE_CALL_S * sum(t.weight for t in tasks),
+        check_s=2 * latency,  # the model, and onnxruntime about as long
+        timing_s=timing_s(latency, timing) if device_present else 0.0,
+    )
+
+
+def search_s(*, population: int, genetic_iters: int, cores: int) -> float:
+    """A guess of one round's search and learning seconds, before any round was timed here."""
+    scale = (population / 512) * (max(1, genetic_iters) / 3)
+    return ROUND_BASE_S + SEARCH_S_ON_2_CORES * scale * 2 / max(1, cores)
