@@ -148,10 +148,15 @@ def tune_vanilla(model: str, target_json: str, seconds: float, seed: int, work: 
 def tune_ours(model: str, target: str, seconds: float, seed: int, work: str,
               simulate: bool) -> dict[str, Any]:  # fmt: skip
     from orchestrator import tune
+    from orchestrator.errors import BudgetTooSmall
 
     start = time.perf_counter()
-    result = tune(model, budget=f"{seconds:.0f}s", target=target, out=work, seed=seed,
-                  simulate=simulate, handle_signals=False)  # fmt: skip
+    try:
+        result = tune(model, budget=f"{seconds:.0f}s", target=target, out=work, seed=seed,
+                      simulate=simulate, handle_signals=False)  # fmt: skip
+    except BudgetTooSmall as exc:  # refused up front: the model ships untuned
+        return {"process_tune_s": time.perf_counter() - start, "gpu_s": 0.0, "trials": 0,
+                "refused": str(exc)}  # fmt: skip
     return {
         "process_tune_s": time.perf_counter() - start,
         "gpu_s": result.wall_s,
@@ -179,7 +184,7 @@ def simulated_latency(model: Path, target_json: str, seed: int,
     tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
     landscape = Landscape(seed=seed)
     db = None
-    if paths is not None:
+    if paths is not None and all(p.is_file() for p in paths):  # none: refused, nothing tuned
         db = ms.database.JSONDatabase(path_workload=str(paths[0]), path_tuning_record=str(paths[1]))
     total = 0.0
     for task in tasks:
