@@ -1,14 +1,16 @@
-"""Trimmer against vanilla: tune_relax, orchestrate --filter none, --filter xgb, and xgb
-warm-started from the other model's run (when both models run), on the bundled model and a
-larger one.
+"""Does the Trimmer filter pay? `--filter none` against `--filter xgb` on the bundled model and
+a larger one, in one run of this script.
 
-    python benchmarks/filter_benchmark.py [--trials 512,768] [--seed 0] [--repeats 15]
+    python benchmarks/filter_benchmark.py [--trials 320,384] [--seed 0] [--repeats 10]
+                                          [--label vm-2core]
 
-Same target, trial cap and seed for every configuration of a model; each tunes in a fresh
-process. Afterwards the database each had at every checkpoint (vanilla: every batch; ours:
-every round) is compiled with stock compile_relax and all of them are timed interleaved. Time
-to quality = the first checkpoint whose model is within 2% of vanilla's final latency.
-Raw figures go to benchmarks/results/filter-<models>-<host>-<date>.json.
+Same target, trial cap and seed for both configurations of a model; each tunes in a fresh
+process, one after the other. Afterwards the database each had at every round is compiled with
+stock compile_relax and all of a model's are timed interleaved. For each configuration it
+prints the final end-to-end latency, the wall time (from the start of its tuning call) at
+which it first came within 2% of `none`'s final latency, the filter's audited recall of each
+round's top 10%, and the filter's own time as a share of the wall time. Raw figures go to
+benchmarks/results/filter-<models>-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -21,43 +23,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    ROOT,
-    prefix_database,
-    run_child,
-    scratch,
-    time_databases,
-    tune_ours,
-    tune_vanilla,
-)
+from _common import ROOT, prefix_database, run_child, scratch, time_databases, tune_ours
 
-
-def child(args: argparse.Namespace) -> None:
-    if args.side == "vanilla":
-        figures = tune_vanilla(args.model, args.target_json, args.trials, args.seed, args.work)
-    else:
-        figures = tune_ours(
-            args.model, args.target_json, args.trials, args.seed, args.work, args.extra or ()
-        )
-    print(json.dumps(figures))
+CONFIGS = ("none", "xgb")
+TOLERANCE = 0.02  # "reached" = within 2% of none's final latency (DESIGN: time to quality)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", default="512,768", help="trial caps for smallcnn,resnetish")
+    parser.add_argument("--trials", default="320,384", help="trial caps for smallcnn,resnetish")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=15, help="latency samples per database")
+    parser.add_argument("--repeats", type=int, default=10, help="latency samples per database")
     parser.add_argument("--only", help="comma-separated models to run (smallcnn, resnetish)")
-    parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
+    parser.add_argument("--side", choices=CONFIGS, help=argparse.SUPPRESS)
     for hidden in ("--model", "--target-json", "--work"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
-    parser.add_argument("--extra", action="append", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.side:
-        args.trials = int(args.trials)
-        child(args)
+    if args.side:  # a child process: tune one configuration, print its figures as JSON
+        figures = tune_ours(
+            args.model, args.target_json, int(args.trials), args.seed, args.work,
+            [f"filter={args.side}"],
+        )  # fmt: skip
+        print(json.dumps(figures))
         return
 
+    import onnx
     from models import resnetish
 
     from orchestrator.targets import resolve_target
@@ -66,67 +57,49 @@ def main() -> None:
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / f"filter-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True)
-    larger = base / "resnetish.onnx"
-    import onnx
-
-    onnx.save(resnetish(), larger)
-    models = {"smallcnn": ROOT / "examples" / "smallcnn.onnx", "resnetish": larger}
+    onnx.save(resnetish(), base / "resnetish.onnx")
+    models = {"smallcnn": ROOT / "examples" / "smallcnn.onnx", "resnetish": base / "resnetish.onnx"}
     caps = dict(zip(models, (int(t) for t in args.trials.split(",")), strict=True))
     if args.only:
         models = {k: v for k, v in models.items() if k in args.only.split(",")}
     figures: dict[str, dict[str, Any]] = {m: {} for m in models}
-
-    def tune(model: str, config: str, extra: list[str]) -> None:
-        side = "vanilla" if config == "vanilla" else "ours"
-        print(f"{model}: tuning with {config} ...", flush=True)
-        cmd = [
-            "--side",
-            side,
-            "--model",
-            str(models[model]),
-            "--trials",
-            str(caps[model]),
-            "--seed",
-            str(args.seed),
-            "--target-json",
-            target_json,
-            "--work",
-            str(base / model / config),
-        ]
-        figures[model][config] = run_child(Path(__file__), cmd + [f"--extra={e}" for e in extra])
-
     for model in models:
-        for config, extra in (("vanilla", []), ("none", ["filter=none"]), ("xgb", ["filter=xgb"])):
-            tune(model, config, extra)
-    names = list(models)
-    for i, model in enumerate(names):  # warm start from the other model's filtered run
-        if len(names) > 1:
-            teacher = names[(i + 1) % len(names)]
-            tune(model, "warm", ["filter=xgb", f"warm_start={base / teacher / 'xgb'}"])
+        for config in CONFIGS:
+            print(f"{model}: tuning with --filter {config} ...", flush=True)
+            figures[model][config] = run_child(
+                Path(__file__),
+                ["--side", config, "--model", str(models[model]), "--trials", str(caps[model]),
+                 "--seed", str(args.seed), "--target-json", target_json,
+                 "--work", str(base / model / config)],
+            )  # fmt: skip
 
     rows = {}
     for model in models:
-        print(f"{model}: compiling and timing every checkpoint ...", flush=True)
-        databases = {}
-        for config in figures[model]:
-            for k, (_, records) in enumerate(figures[model][config]["checkpoints"]):
-                databases[f"{config}/{k}"] = prefix_database(
-                    base / model / config, records, scratch()
-                )
+        print(f"{model}: compiling and timing every round's database ...", flush=True)
+        databases = {
+            f"{config}/{k}": prefix_database(base / model / config, records, scratch())
+            for config in CONFIGS
+            for k, (_, records) in enumerate(figures[model][config]["checkpoints"])
+        }
         latency = time_databases(models[model], target_json, databases, args.repeats)
         rows[model] = summarize(figures[model], latency)
     machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
     print_table(rows, caps, args.seed, machine)
-    out = (
-        ROOT
-        / "benchmarks"
-        / "results"
-        / f"filter-{'-'.join(models)}-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
-    )
+    out = ROOT / "benchmarks" / "results" / (
+        f"filter-{'-'.join(models)}-{args.label}-{dt.date.today().isoformat()}.json"
+    )  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"machine": machine, "seed": args.seed, "caps": caps, "rows": rows, "figures": figures},
+            {
+                "machine": machine,
+                "seed": args.seed,
+                "caps": caps,
+                "repeats": args.repeats,
+                "tolerance": TOLERANCE,
+                "rows": rows,
+                "figures": figures,
+            },
             indent=2,
         )
     )
@@ -134,28 +107,36 @@ def main() -> None:
 
 
 def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per configuration: its curve (wall s, end-to-end latency s), when it reached none's
+    final latency, its filter's recall and own time."""
     curves = {
         config: [
             (s, latency[f"{config}/{k}"]["median_s"])
             for k, (s, _) in enumerate(figures[config]["checkpoints"])
         ]
-        for config in figures
+        for config in CONFIGS
     }
-    goal = curves["vanilla"][-1][1] * 1.02
+    goal = curves["none"][-1][1] * (1 + TOLERANCE)
     rows = {}
-    for config in figures:
-        reached = next((s for s, lat in curves[config] if lat <= goal), None)
+    for config in CONFIGS:
         f = figures[config]
-        total = f.get("filter", {}).get("total", {})
+        stats = f.get("filter", {})
+        total = stats.get("total", {})
+        wall = f["total_s"]
         rows[config] = {
-            "time_to_quality_s": reached,
+            "reached_none_final_s": next((s for s, lat in curves[config] if lat <= goal), None),
             "final_latency_s": curves[config][-1][1],
-            "tune_s": f["tune_s"],
-            "measured": f.get("trials", f["checkpoints"][-1][1]),
-            "built": f.get("built"),
+            "wall_s": wall,
+            "measured": f["trials"],
+            "rounds": len(f["checkpoints"]),
             "recall": total.get("recall"),
             "audited": total.get("audited"),
+            "kept": total.get("kept"),
+            "rejected": total.get("rejected"),
             "false_negatives": total.get("false_negatives"),
+            "filter_s": stats.get("seconds"),
+            "filter_share": stats["seconds"] / wall if "seconds" in stats else None,
+            "phases": f["phases"],
             "curve": curves[config],
         }
     return rows
@@ -164,29 +145,24 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
 def print_table(rows: dict[str, Any], caps: dict[str, int], seed: int, machine: str) -> None:
     print(f"\n{machine}, seed {seed}")
     for model, by_config in rows.items():
-        vanilla = by_config["vanilla"]
+        goal = by_config["none"]["final_latency_s"]
         print(
-            f"\n{model}, {caps[model]} trials; quality goal: within 2% of vanilla's final "
-            f"{vanilla['final_latency_s'] * 1e3:.3f} ms"
+            f"\n{model}, {caps[model]} trials; goal: within {TOLERANCE:.0%} of none's final "
+            f"{goal * 1e3:.3f} ms"
         )
         print(
-            f"  {'':<9}{'time to goal':>14}{'vs vanilla':>12}{'final':>11}{'vs vanilla':>12}"
-            f"{'built':>7}{'measured':>10}{'recall':>8}"
+            f"  {'':<6}{'final':>11}{'reached goal':>14}{'wall':>9}{'rounds':>8}"
+            f"{'recall':>8}{'kept':>10}{'filter':>9}"
         )
         for config, r in by_config.items():
-            ttq = r["time_to_quality_s"]
-            goal = f"{ttq:.0f} s" if ttq else "never"
-            speed = (
-                f"{vanilla['time_to_quality_s'] / ttq:.2f}x"
-                if ttq and vanilla["time_to_quality_s"]
-                else "n/a"
-            )
-            final = f"{r['final_latency_s'] * 1e3:.3f} ms"
-            ratio = f"{r['final_latency_s'] / vanilla['final_latency_s']:.3f}"
-            built = "-" if r["built"] is None else str(r["built"])
+            reached = r["reached_none_final_s"]
             recall = "-" if r["recall"] is None else f"{r['recall']:.0%}"
+            kept = "-" if r["kept"] is None else f"{r['kept']}/{r['kept'] + r['rejected']}"
+            share = "-" if r["filter_share"] is None else f"{r['filter_share']:.2%}"
             print(
-                f"  {config:<9}{goal:>14}{speed:>12}{final:>11}{ratio:>12}{built:>7}{r['measured']:>10}{recall:>8}"
+                f"  {config:<6}{r['final_latency_s'] * 1e3:>8.3f} ms"
+                f"{'never' if reached is None else f'{reached:.0f} s':>14}{r['wall_s']:>7.0f} s"
+                f"{r['rounds']:>8}{recall:>8}{kept:>10}{share:>9}"
             )
 
 

@@ -1,10 +1,13 @@
-"""Trimmer: keep the candidates the predictor expects near the task's best; audit the rest.
+"""Trimmer: measure the candidates the predictor ranks near the round's best; audit the rest.
 
-Each round, candidates predicted within `margin` of the task's best known latency are kept
-(at least `min_keep`, at most `max_keep`, best predicted first). A sample of the rejected ones,
-spread over the feature space with KMeans, is measured anyway. An audited candidate that beats
-the task's best is a false negative: the margin widens. Rounds whose audits find none narrow
-it. Recall of the round's top-10% candidates is estimated with inverse-sampling weights.
+Each round, the predictor scores every candidate offered; those predicted within a threshold
+of the round's predicted best are kept (at least `min_keep`, at most `max_keep`, best first).
+The threshold is not a fixed margin: it is calibrated on audits so that the filter keeps
+`recall_target` of each round's true top `top_share` (filters/_calibration.py). A stratified
+random sample of the rejected candidates is measured anyway; each audited candidate stands for
+its stratum, so recall is estimated with inverse-sampling weights. Until two rounds have been
+audited with a trained predictor, everything offered (up to `max_keep`) is kept: those rounds
+are the first evidence.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._calibration import Calibration, Sample, stratified_sample, top_weights
 from ._predictor import Predictor, pooled_features, warm_start
 from .base import Filter, Selection
 
@@ -30,36 +35,36 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrimmerConfig:
     min_samples: int = 64  # no filtering before this many measurements (unless warm-started)
-    margin: float = 0.5  # keep predicted latency <= best x (1 + margin)
-    min_margin: float = 0.05
-    max_margin: float = 4.0
-    widen: float = 1.5
-    narrow: float = 0.9
+    recall_target: float = 0.9  # of each round's true top `top_share`, kept
+    top_share: float = 0.1
+    evidence_rounds: int = 8  # audited rounds (all tasks) the threshold is calibrated on
     min_keep: int = 8
     max_keep: int = 64
-    audit_share: float = 0.1  # of the rejected candidates, at least one
+    audit_share: float = 0.1  # of the rejected candidates, at least `min_audit`
+    min_audit: int = 2
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 < self.min_margin <= self.margin <= self.max_margin:
-            raise ValueError(f"need 0 < min_margin <= margin <= max_margin, got {self}.")
-        if not (self.widen > 1 and 0 < self.narrow < 1):
-            raise ValueError(
-                f"widen must be > 1 and narrow in (0, 1), got {self.widen}, {self.narrow}."
-            )
+        if not 0 < self.recall_target <= 1:
+            raise ValueError(f"recall_target must be in (0, 1] but got {self.recall_target}.")
+        if not 0 < self.top_share < 1:
+            raise ValueError(f"top_share must be in (0, 1) but got {self.top_share}.")
+        if self.evidence_rounds < 2:
+            raise ValueError(f"evidence_rounds must be at least 2 but got {self.evidence_rounds}.")
         if not 1 <= self.min_keep <= self.max_keep:
             raise ValueError(
                 f"need 1 <= min_keep <= max_keep, got {self.min_keep}, {self.max_keep}."
             )
         if not 0 < self.audit_share <= 1:
             raise ValueError(f"audit_share must be in (0, 1] but got {self.audit_share}.")
+        if self.min_audit < 1:
+            raise ValueError(f"min_audit must be at least 1 but got {self.min_audit}.")
 
 
 @dataclasses.dataclass
 class Audit:
     """What the filter did to one task, and how good its judgement was when measured."""
 
-    margin: float
     proposed: int = 0
     kept: int = 0
     rejected: int = 0
@@ -75,58 +80,52 @@ class Audit:
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "recall": self.recall}
 
+    def add(self, other: Audit) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
     def judge(
         self,
         kept: Sequence[float],
-        audited: Sequence[float],
+        audited: Sequence[tuple[float, float]],
         *,
-        rejected: int,
         best_before: float,
-        config: TrimmerConfig,
+        share: float = 0.1,
     ) -> int:
-        """Book one round's measured latencies (inf: failed) of kept and audited candidates;
-        adapt the margin; return the number of false negatives found."""
+        """Book one round's measured latencies (inf: failed): kept ones, and audited ones with
+        the number of rejected candidates each stands for. Returns the false negatives found:
+        audited candidates faster than every kept one and than the task's best before."""
         if not audited:  # nothing rejected was measured: nothing to judge
             return 0
-        weight = rejected / len(audited)  # each audited candidate stands for this many
-        pool = [(lat, 1.0, True) for lat in kept] + [(lat, weight, False) for lat in audited]
-        best_kept = min(kept, default=math.inf)
-        missed = sum(1 for lat in audited if lat < min(best_kept, best_before))
+        missed = sum(1 for lat, _ in audited if lat < min(min(kept, default=math.inf), best_before))
         self.false_negatives += missed
-        finite = sorted((lat, w) for lat, w, _ in pool if math.isfinite(lat))
-        if finite:
-            total, running, cut = sum(w for _, w in finite), 0.0, finite[-1][0]
-            for lat, w in finite:  # the weighted 10% quantile of the round's latencies
-                running += w
-                if running >= 0.1 * total:
-                    cut = lat
-                    break
-            self.top_kept += sum(w for lat, w, was_kept in pool if was_kept and lat <= cut)
-            self.top_total += sum(w for lat, w, _ in pool if lat <= cut)
-        factor = config.widen if missed else config.narrow
-        self.margin = min(config.max_margin, max(config.min_margin, self.margin * factor))
+        tops = top_weights(
+            [(0.0, 1.0, lat) for lat in kept] + [(0.0, w, lat) for lat, w in audited], share
+        )
+        self.top_kept += sum(tops[: len(kept)])
+        self.top_total += sum(tops)
         return missed
 
 
-def choose(predicted: np.ndarray, *, margin: float, min_keep: int, max_keep: int) -> list[int]:
-    """Indices predicted within `margin` of the best (log ratio <= log(1 + margin)), best
-    first; at least `min_keep`, at most `max_keep`."""
-    order = [int(i) for i in np.argsort(predicted, kind="stable")]
-    keep = [i for i in order if predicted[i] <= math.log1p(margin)][:max_keep]
+def choose(gaps: np.ndarray, *, threshold: float, min_keep: int, max_keep: int) -> list[int]:
+    """Indices with a predicted gap of at most `threshold`, best first; at least `min_keep`,
+    at most `max_keep`."""
+    order = [int(i) for i in np.argsort(gaps, kind="stable")]
+    keep = [i for i in order if gaps[i] <= threshold][:max_keep]
     return keep if len(keep) >= min_keep else order[: min(len(order), min_keep)]
 
 
 @dataclasses.dataclass
 class _Pending:
     features: dict[int, np.ndarray]  # candidate key -> feature row
+    gaps: dict[int, float]  # candidate key -> predicted gap (empty: no trained predictor)
     kept: set[int]
-    audited: set[int]
-    rejected: int
+    audited: dict[int, float]  # candidate key -> rejected candidates it stands for
     best_before: float
 
 
 class TrimmerFilter(Filter):
-    """The XGBoost predictor filter (Trimmer), with audits."""
+    """The XGBoost predictor filter (Trimmer), with audits and a calibrated threshold."""
 
     name = "xgb"
 
@@ -141,13 +140,16 @@ class TrimmerFilter(Filter):
         """`predictor`: a model trained elsewhere (the search's cost model, which learns every
         round); without one the filter trains a predictor of its own on what it is told."""
         self.target = target
-        self.config = config or TrimmerConfig()
+        self.config = c = config or TrimmerConfig()
         self.state_dir = state_dir
         self.trains = predictor is None
-        self.predictor = predictor or Predictor(
-            seed=self.config.seed, min_samples=self.config.min_samples
+        self.predictor = predictor or Predictor(seed=c.seed, min_samples=c.min_samples)
+        self.calibration = Calibration(
+            target=c.recall_target, share=c.top_share, rounds=c.evidence_rounds
         )
         self.audits: dict[str, Audit] = {}
+        self.seconds = 0.0  # the filter's own time: prediction, sampling, bookkeeping
+        self._rng = np.random.default_rng(c.seed)
         self._contexts: dict[str, Any] = {}
         # Selections not yet learned from, oldest first: with pipelining, a task's next round
         # can be selected before its current round is measured.
@@ -159,35 +161,47 @@ class TrimmerFilter(Filter):
     # -- the seam -------------------------------------------------------------------------
 
     def select(self, task: Task, candidates: Sequence[Candidate]) -> Selection:
-        audit = self.audits.setdefault(task.key, Audit(margin=self.config.margin))
-        n = len(candidates)
+        start = time.perf_counter()
+        try:
+            return self._select(task, candidates)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _select(self, task: Task, candidates: Sequence[Candidate]) -> Selection:
+        c, n = self.config, len(candidates)
+        audit = self.audits.setdefault(task.key, Audit())
         if n == 0:
             return Selection(())
         features = self._features(task, candidates)
         audit.proposed += n
-        if not self._ready() or task.key not in self._best:
-            keep = list(range(min(n, self.config.max_keep)))
-            self._remember(task, candidates, features, keep, [], n - len(keep))
+        if not self._ready():  # no judgement yet: the search's order, as many as fit
+            keep = list(range(min(n, c.max_keep)))
+            self._remember(task, candidates, features, None, keep, {})
             audit.kept += len(keep)
             return Selection(tuple(keep))
+        predicted = self.predictor.predict(features)
+        gaps = predicted - predicted.min()
+        threshold = self.calibration.threshold()
         keep = choose(
-            self.predictor.predict(features),
-            margin=audit.margin,
-            min_keep=self.config.min_keep,
-            max_keep=self.config.max_keep,
+            gaps,
+            threshold=math.inf if threshold is None else threshold,
+            min_keep=c.min_keep,
+            max_keep=c.max_keep,
         )
         kept = set(keep)
-        rejected = [i for i in range(n) if i not in kept]
-        audited = self._audit_sample(rejected, features)
-        self._remember(task, candidates, features, keep, audited, len(rejected))
+        rejected = [i for i in np.argsort(gaps, kind="stable") if int(i) not in kept]
+        count = max(c.min_audit, math.ceil(c.audit_share * len(rejected)))
+        audited = dict(stratified_sample(rejected, count, self._rng))
+        self._remember(task, candidates, features, gaps, keep, audited)
         audit.kept += len(keep)
         audit.rejected += len(rejected)
         audit.audited += len(audited)
-        return Selection(tuple(keep + audited), audit=tuple(audited))
+        return Selection(tuple(keep + list(audited)), audit=tuple(audited))
 
     def learn(
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
     ) -> None:
+        start = time.perf_counter()
         pending = self._take_pending(task, candidates)
         latencies = [m.mean_s if m.ok else math.inf for m in measurements]
         if pending is not None:
@@ -198,34 +212,29 @@ class TrimmerFilter(Filter):
                 if pending is not None
                 else self._features(task, candidates)  # resumed records: no selection
             )
+            fitting = time.perf_counter()
             self.predictor.add(task.key, features, latencies)
             self.predictor.fit()
+            start += time.perf_counter() - fitting  # training is learning, not filtering
         finite = [x for x in latencies if math.isfinite(x)]
         if finite:
             self._best[task.key] = min(self._best.get(task.key, math.inf), min(finite))
         if self.state_dir is not None:
             self._save_state(self.state_dir)
+        self.seconds += time.perf_counter() - start
 
     def stats(self) -> dict[str, Any]:
-        total = Audit(margin=float("nan"))
+        total = Audit()
         for audit in self.audits.values():
-            for field in (
-                "proposed",
-                "kept",
-                "rejected",
-                "audited",
-                "false_negatives",
-                "top_kept",
-                "top_total",
-            ):
-                setattr(total, field, getattr(total, field) + getattr(audit, field))
-        out = total.to_dict()
-        del out["margin"]
+            total.add(audit)
         return {
             "name": self.name,
             "warm_start": self.predictor.warm,
             "samples": self.predictor.samples,
-            "total": out,
+            "recall_target": self.config.recall_target,
+            "threshold": self.calibration.threshold(),
+            "seconds": round(self.seconds, 4),
+            "total": total.to_dict(),
             "tasks": {key: a.to_dict() for key, a in self.audits.items()},
         }
 
@@ -262,16 +271,18 @@ class TrimmerFilter(Filter):
         task: Task,
         candidates: Sequence[Candidate],
         features: np.ndarray,
+        gaps: np.ndarray | None,
         keep: Sequence[int],
-        audited: Sequence[int],
-        rejected: int,
+        audited: dict[int, float],
     ) -> None:
         self._pending.setdefault(task.key, []).append(
             _Pending(
                 features={c.key: features[i] for i, c in enumerate(candidates)},
+                gaps={}
+                if gaps is None
+                else {c.key: float(gaps[i]) for i, c in enumerate(candidates)},
                 kept={candidates[i].key for i in keep},
-                audited={candidates[i].key for i in audited},
-                rejected=rejected,
+                audited={candidates[i].key: w for i, w in audited.items()},
                 best_before=self._best.get(task.key, math.inf),
             )
         )
@@ -284,28 +295,6 @@ class TrimmerFilter(Filter):
                 return queue.pop(i)
         return None
 
-    def _audit_sample(self, rejected: list[int], features: np.ndarray) -> list[int]:
-        """A sample of the rejected candidates spread over the feature space (KMeans)."""
-        if not rejected:
-            return []
-        k = max(1, math.ceil(self.config.audit_share * len(rejected)))
-        if k >= len(rejected):
-            return list(rejected)
-        from sklearn.cluster import KMeans
-
-        points = features[rejected]
-        scale = points.std(axis=0)
-        points = (points - points.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
-        labels = KMeans(n_clusters=k, n_init=3, random_state=self.config.seed).fit_predict(points)
-        chosen = []
-        for cluster in range(k):
-            members = [i for i, label in enumerate(labels) if label == cluster]
-            centre = points[members].mean(axis=0)
-            chosen.append(
-                rejected[min(members, key=lambda i: float(((points[i] - centre) ** 2).sum()))]
-            )
-        return sorted(chosen)
-
     def _judge(
         self,
         task: Task,
@@ -316,11 +305,17 @@ class TrimmerFilter(Filter):
         measured = list(zip(candidates, latencies, strict=True))
         self.audits[task.key].judge(
             [lat for c, lat in measured if c.key in pending.kept],
-            [lat for c, lat in measured if c.key in pending.audited],
-            rejected=pending.rejected,
+            [(lat, pending.audited[c.key]) for c, lat in measured if c.key in pending.audited],
             best_before=pending.best_before,
-            config=self.config,
+            share=self.config.top_share,
         )
+        if pending.gaps:  # judged by a trained predictor: evidence for the threshold
+            samples: list[Sample] = [
+                (pending.gaps[c.key], pending.audited.get(c.key, 1.0), lat)
+                for c, lat in measured
+                if c.key in pending.kept or c.key in pending.audited
+            ]
+            self.calibration.add(samples)
 
     def _save_state(self, folder: Path) -> None:
         if self.trains:
@@ -329,6 +324,7 @@ class TrimmerFilter(Filter):
             "warm": self.predictor.warm,
             "best": self._best,
             "audits": {key: dataclasses.asdict(a) for key, a in self.audits.items()},
+            "calibration": self.calibration.to_dict(),
         }
         tmp = folder / f".filter.json.{os.getpid()}"
         tmp.write_text(json.dumps(state, indent=2))
@@ -341,4 +337,9 @@ class TrimmerFilter(Filter):
             state = json.loads((folder / "filter.json").read_text())
             self.predictor.warm = bool(state.get("warm"))
             self._best = {k: float(v) for k, v in state.get("best", {}).items()}
-            self.audits = {k: Audit(**v) for k, v in state.get("audits", {}).items()}
+            known = {f.name for f in dataclasses.fields(Audit)}
+            self.audits = {
+                k: Audit(**{f: x for f, x in v.items() if f in known})
+                for k, v in state.get("audits", {}).items()
+            }
+            self.calibration.restore(state.get("calibration", {}))

@@ -84,26 +84,24 @@ class SearchSettings:
 class FilterSettings:
     proposal_factor: int
     min_samples: int
-    margin: float
-    min_margin: float
-    max_margin: float
-    widen: float
-    narrow: float
+    recall_target: float
+    evidence_rounds: int
     min_keep: int
     audit_share: float
+    min_audit: int
 
     def __post_init__(self) -> None:
         _positive("filter", "proposal_factor", self.proposal_factor)
         _non_negative("filter", "min_samples", self.min_samples)
         _positive("filter", "min_keep", self.min_keep)
-        if not 0 < self.min_margin <= self.margin <= self.max_margin:
+        _positive("filter", "min_audit", self.min_audit)
+        if not 0 < self.recall_target <= 1:
             raise ValueError(
-                f"[filter] needs 0 < min_margin <= margin <= max_margin but got "
-                f"{self.min_margin}, {self.margin}, {self.max_margin}."
+                f"[filter] recall_target must be in (0, 1] but got {self.recall_target}."
             )
-        if not (self.widen > 1 and 0 < self.narrow < 1):
+        if self.evidence_rounds < 2:
             raise ValueError(
-                f"[filter] widen must be > 1 and narrow in (0, 1) but got {self.widen}, {self.narrow}."
+                f"[filter] evidence_rounds must be at least 2 but got {self.evidence_rounds}."
             )
         if not 0 < self.audit_share <= 1:
             raise ValueError(f"[filter] audit_share must be in (0, 1] but got {self.audit_share}.")

@@ -139,17 +139,18 @@ class TuningLoop:
         self.pipeline = pipeline
         # With pipelining, the next tasks' searches run ahead while the device measures.
         self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0
+        self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
         self.proposer = Proposer(
             make_search=self._new_search,
             cost_model=cost_model,
             measured=measured,
+            set_aside=self._rejected,
             proposals=self.proposals,
             ahead=self.ahead,
             charge=self._charge,
         )
         s = settings.stopping
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
-        self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
         self._main = threading.current_thread()
         self._last_round_end = 0.0
 

@@ -1,15 +1,18 @@
-"""Filters: the conformance suite every Filter runs, Trimmer's choice and audit on synthetic
-scores, the predictor's JSON round trip, and warm start."""
+"""Filters: the conformance suite every Filter runs, Trimmer's choice, audit and calibrated
+threshold on synthetic predictors of known error, the predictor's JSON round trip, and warm
+start."""
 
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
 from filters import NAMES, Filter, NoFilter, Selection, TrimmerConfig, TrimmerFilter, make_filter
+from filters._calibration import Calibration, stratified_sample
 from filters._predictor import Predictor
 from filters.xgb import Audit, choose
 from measure import Measurement
@@ -107,45 +110,124 @@ def test_a_round_cut_short_keeps_the_most_promising_and_its_share_of_audits():
 # -- Trimmer on synthetic scores -----------------------------------------------------------
 
 
-def test_choose_keeps_what_is_within_the_margin_best_first():
-    predicted = np.log([1.0, 3.0, 1.2, 1.6, 2.0])  # predicted latency / best
-    assert choose(predicted, margin=0.5, min_keep=1, max_keep=10) == [0, 2]
-    assert choose(predicted, margin=1.0, min_keep=1, max_keep=10) == [0, 2, 3, 4]
-    assert choose(predicted, margin=1.0, min_keep=1, max_keep=2) == [0, 2]  # at most
-    assert choose(predicted, margin=0.05, min_keep=3, max_keep=10) == [0, 2, 3]  # at least
+def test_choose_keeps_what_is_within_the_threshold_best_first():
+    gaps = np.log([1.0, 3.0, 1.2, 1.6, 2.0])  # predicted latency / the round's predicted best
+    assert choose(gaps, threshold=np.log(1.5), min_keep=1, max_keep=10) == [0, 2]
+    assert choose(gaps, threshold=np.log(2.0), min_keep=1, max_keep=10) == [0, 2, 3, 4]
+    assert choose(gaps, threshold=np.log(2.0), min_keep=1, max_keep=2) == [0, 2]  # at most
+    assert choose(gaps, threshold=0.0, min_keep=3, max_keep=10) == [0, 2, 3]  # at least
 
 
-def test_an_audit_that_finds_a_better_rejected_candidate_widens_the_margin():
-    config = TrimmerConfig(margin=0.5, widen=1.5, narrow=0.9)
-    audit = Audit(margin=0.5)
-    missed = audit.judge([2.0, 3.0], [1.5, 9.0], rejected=20, best_before=2.5, config=config)
+def test_an_audited_candidate_faster_than_every_kept_one_is_a_false_negative():
+    audit = Audit()
+    missed = audit.judge([2.0, 3.0], [(1.5, 10.0), (9.0, 10.0)], best_before=2.5)
     assert missed == 1 and audit.false_negatives == 1
-    assert audit.margin == pytest.approx(0.75)
-
-
-def test_audits_that_keep_confirming_narrow_it_down_to_the_floor():
-    config = TrimmerConfig(margin=0.5, min_margin=0.3, narrow=0.9)
-    audit = Audit(margin=0.5)
-    for _ in range(10):
-        assert audit.judge([1.0, 1.1], [5.0], rejected=10, best_before=1.0, config=config) == 0
-    assert audit.margin == pytest.approx(0.3)
-    assert (
-        audit.judge([1.0], [], rejected=0, best_before=1.0, config=config) == 0
-    )  # no audit: no change
-    assert audit.margin == pytest.approx(0.3)
+    assert audit.judge([1.0], [], best_before=1.0) == 0  # no audit: nothing to judge
+    assert audit.false_negatives == 1
 
 
 def test_recall_of_the_top_tenth_is_weighted_by_how_much_each_audit_stands_for():
-    audit = Audit(margin=0.5)
+    audit = Audit()
     # 9 kept at 1.0; 1 audited of 10 rejected (it stands for 10) at 0.5: the top 10% of the 19
     # candidates is the audited one's class, none of which was kept.
-    audit.judge([1.0] * 9, [0.5], rejected=10, best_before=0.9, config=TrimmerConfig())
+    audit.judge([1.0] * 9, [(0.5, 10.0)], best_before=0.9)
     assert audit.recall == pytest.approx(0.0)
-    clean = Audit(margin=0.5)
-    clean.judge(
-        [0.1, 1.0, 1.0], [2.0, math.inf], rejected=8, best_before=1.0, config=TrimmerConfig()
-    )
+    clean = Audit()
+    clean.judge([0.1, 1.0, 1.0], [(2.0, 4.0), (math.inf, 4.0)], best_before=1.0)
     assert clean.recall == pytest.approx(1.0)
+
+
+def test_a_stratified_audit_draws_one_per_run_and_its_weights_estimate_the_whole():
+    ranked = list(range(100, 150))  # 50 rejected, best predicted first
+    rng = np.random.default_rng(0)
+    sample = stratified_sample(ranked, 5, rng)
+    assert [w for _, w in sample] == [10.0] * 5 and sum(w for _, w in sample) == 50
+    assert [(i - 100) // 10 for i, _ in sample] == [0, 1, 2, 3, 4]  # one from each run
+    value = {i: (i - 100) ** 2 for i in ranked}  # any quantity: its weighted sum is unbiased
+    estimates = [
+        sum(w * value[i] for i, w in stratified_sample(ranked, 5, rng)) for _ in range(2000)
+    ]
+    assert np.mean(estimates) == pytest.approx(sum(value.values()), rel=0.02)
+    assert stratified_sample(ranked[:3], 5, rng) == [(100, 1.0), (101, 1.0), (102, 1.0)]
+
+
+def test_the_threshold_keeps_the_target_share_of_the_recent_top_candidates():
+    calibration = Calibration(target=0.9, share=0.1, rounds=3, min_rounds=2)
+    # 100 candidates a round, all measured (weight 1); the predicted gap of the 10 fastest is
+    # 0.0, 0.1, ..., 0.9.
+    samples = [(0.1 * i, 1.0, 1e-4 * (1 + i)) for i in range(10)]
+    samples += [(0.05 * i, 1.0, 1e-2) for i in range(90)]
+    calibration.add(samples)
+    assert calibration.threshold() is None  # one round is not evidence enough
+    calibration.add(samples)
+    assert calibration.threshold() == pytest.approx(0.8)  # keeps 9 of the 10
+    for _ in range(3):  # the same top, but judged perfectly: old rounds are forgotten
+        calibration.add([(0.0, 1.0, lat) for _, _, lat in samples])
+    assert calibration.threshold() == 0.0
+
+
+class RankingPredictor:
+    """A trained predictor whose predicted log latency is the true one plus Gaussian error of
+    a known size: the filter sees its candidates only through it."""
+
+    warm, booster, samples = True, object(), 10_000
+
+    def __init__(self, truth: dict[int, float], error: float, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.table = {k: v + error * rng.normal() for k, v in truth.items()}
+
+    def predict(self, features):
+        return np.asarray([self.table[int(row[0])] for row in features])
+
+
+def run_synthetic_rounds(error: float, rounds: int = 40, offered: int = 64, seed: int = 0):
+    """The filter on `rounds` rounds of one task; returns per round the true recall of the
+    round's top 10% (known here for every candidate, measured or not) and the share kept."""
+    rng = np.random.default_rng(seed)
+    truth = {k: float(rng.normal()) for k in range(rounds * offered)}  # log latency
+    task = types.SimpleNamespace(key="t", name="t", index=0)
+    flt = TrimmerFilter(
+        target=None,
+        config=TrimmerConfig(min_keep=4, max_keep=offered, seed=seed),
+        predictor=RankingPredictor(truth, error, seed + 1),  # type: ignore[arg-type]
+    )
+    true_recall, kept_share = [], []
+    for r in range(rounds):
+        keys = range(r * offered, (r + 1) * offered)
+        candidates = [types.SimpleNamespace(key=k, features=np.array([k])) for k in keys]
+        selection = flt.select(task, candidates)  # type: ignore[arg-type]
+        chosen = [candidates[i] for i in selection.keep]
+        flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
+        kept = {candidates[i].key for i in selection.keep if i not in selection.audit}
+        top = sorted(keys, key=truth.__getitem__)[: offered // 10]
+        true_recall.append(sum(k in kept for k in top) / len(top))
+        kept_share.append(len(kept) / offered)
+    return true_recall, kept_share, flt
+
+
+@pytest.mark.parametrize("error", [0.0, 0.3, 1.0])
+def test_the_calibrated_threshold_reaches_the_recall_target_whatever_the_ranking_error(error):
+    true_recall, kept_share, flt = run_synthetic_rounds(error)
+    later = slice(10, None)  # after the calibration rounds
+    assert np.mean(true_recall[later]) >= 0.85  # aimed at 0.9; a few rounds of noise
+    estimate = flt.stats()["total"]["recall"]
+    assert estimate == pytest.approx(np.mean(true_recall), abs=0.1)  # the audit is honest
+    if error == 0.0:  # a perfect ranking keeps little more than the top itself
+        assert np.mean(kept_share[later]) < 0.3
+    if error == 1.0:  # a poor one must keep most to find the top
+        assert np.mean(kept_share[later]) > 0.5
+
+
+def test_a_better_predictor_filters_more():
+    shares = [np.mean(run_synthetic_rounds(e)[1][10:]) for e in (0.1, 0.5, 1.0)]
+    assert shares[0] < shares[1] < shares[2]
+
+
+def test_the_filter_keeps_everything_until_its_threshold_is_calibrated():
+    _, kept_share, flt = run_synthetic_rounds(0.0, rounds=3)
+    assert kept_share[:2] == [1.0, 1.0]  # two rounds of evidence first
+    assert kept_share[2] < 0.5
+    assert flt.stats()["threshold"] is not None and flt.stats()["seconds"] > 0
 
 
 def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(proposals, tmp_path):
@@ -159,16 +241,6 @@ def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(p
     flt.learn(task, keep_second, [Measurement((lat,)) for lat in fake_latencies(keep_second)])
     assert flt.audits[task.key].kept == len(keep_first) + len(keep_second)
     assert flt._pending[task.key] == []
-
-
-def test_kmeans_audit_samples_spread_and_count(proposals, tmp_path):
-    target, _, _ = proposals
-    flt = TrimmerFilter(target=target, config=TrimmerConfig(audit_share=0.25), state_dir=tmp_path)
-    rng = np.random.default_rng(0)
-    features = np.vstack([rng.normal(loc, 0.01, size=(10, 4)) for loc in (0.0, 5.0, 10.0, 15.0)])
-    chosen = flt._audit_sample(list(range(40)), features)
-    assert len(chosen) == 10  # a quarter of the rejected
-    assert {i // 10 for i in chosen} == {0, 1, 2, 3}  # every cluster is sampled
 
 
 # -- the predictor: JSON round trip and warm start ------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from ..tasks import Candidate
 
@@ -65,6 +65,8 @@ class ProposalPool:
             for candidate in candidates:
                 waiting.pop(candidate.key, None)
 
-    def size(self, task: int) -> int:
+    def size(self, task: int, *, excluding: Collection[int] = ()) -> int:
+        """Candidates waiting for `task`, not counting the keys in `excluding`."""
         with self._lock:
-            return len(self._waiting[task])
+            waiting = self._waiting[task]
+            return len(waiting) - sum(1 for key in excluding if key in waiting)

@@ -35,7 +35,9 @@ class Proposer:
 
     `make_search(task)` creates a task's TaskSearch; `measured` maps a task index to the keys
     of candidates measured or being measured (the search knows only what it proposed in this
-    process, not the database's records); `charge(phase, seconds, overlapped)` books time.
+    process, not the database's records); `set_aside` to the keys the filter rejected, which
+    may wait but do not stand in for new proposals; `charge(phase, seconds, overlapped)` books
+    time.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class Proposer:
         make_search: Callable[[Task], TaskSearch],
         cost_model: Any,
         measured: dict[int, set[int]],
+        set_aside: dict[int, set[int]] | None = None,
         proposals: int,
         ahead: int,
         charge: Callable[[str, float, bool], None],
@@ -51,6 +54,7 @@ class Proposer:
         self.make_search = make_search
         self.cost_model = cost_model
         self.measured = measured
+        self.set_aside = {} if set_aside is None else set_aside
         self.proposals = proposals
         self.pool = ProposalPool(limit=_POOL_ROUNDS * proposals)
         self.times = SearchTimes()  # every search's, summed
@@ -93,9 +97,10 @@ class Proposer:
         return self.pool.waiting(task.index), topped
 
     def top_up(self, task: Task) -> TopUp:
-        """Search for more when fewer than a round's proposals wait."""
+        """Search for more when fewer than a round's proposals wait (not counting those the
+        filter set aside: a pool full of rejects must not stall the search)."""
         search = self.search(task)
-        if self.pool.size(task.index) >= self.proposals or search.exhausted:
+        if self._fresh(task) >= self.proposals or search.exhausted:
             return TopUp()
         start = time.monotonic()
         found = search.propose()
@@ -122,8 +127,11 @@ class Proposer:
         if self._background is None:
             return
         for task in tasks:
-            if task.index not in self._pending and self.pool.size(task.index) < self.proposals:
+            if task.index not in self._pending and self._fresh(task) < self.proposals:
                 self._pending[task.index] = self._background.submit(self.top_up, task)
+
+    def _fresh(self, task: Task) -> int:
+        return self.pool.size(task.index, excluding=self.set_aside.get(task.index, ()))
 
     def take(self, task: Task, candidates: Iterable[Candidate]) -> None:
         self.pool.take(task.index, list(candidates))

@@ -1,0 +1,100 @@
+"""How much to keep: a keep threshold calibrated on audits, and the audit sample itself.
+
+Each round's candidates are ranked by their predicted gap to the round's predicted best. The
+kept ones (gap <= threshold) are measured; a stratified random sample of the rejected ones is
+measured too, each standing for its stratum (inverse-sampling weight). From those
+measurements the round's true top share (weighted) is known together with the gaps the
+predictor gave it, so the threshold that would have kept `target` of it can be read off. The
+threshold used is the one that keeps `target` of the top candidates of the last rounds.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+# One measured candidate: (predicted gap to the round's predicted best, weight, latency s).
+Sample = tuple[float, float, float]
+
+
+def top_weights(samples: Sequence[Sample], share: float) -> list[float]:
+    """How much of each sample's weight lies in the round's fastest `share` (of the total
+    weight): all of it, none, or, for the one straddling the cut, the part that fits. Failed
+    candidates (inf) are never in it."""
+    order = sorted(range(len(samples)), key=lambda i: samples[i][2])
+    finite = [i for i in order if math.isfinite(samples[i][2])]
+    room = share * sum(samples[i][1] for i in finite)
+    out = [0.0] * len(samples)
+    for i in finite:
+        if room <= 0:
+            break
+        out[i] = min(samples[i][1], room)
+        room -= out[i]
+    return out
+
+
+def stratified_sample(
+    ranked: Sequence[int], count: int, rng: np.random.Generator
+) -> list[tuple[int, float]]:
+    """`count` of `ranked` (best predicted first), one drawn at random from each of `count`
+    equal runs of the ranking; each with its weight (its run's size). Every candidate has a
+    known chance of being drawn, so weighted sums over the sample estimate sums over all."""
+    if count >= len(ranked):
+        return [(i, 1.0) for i in ranked]
+    if count <= 0:
+        return []
+    return [
+        (int(run[rng.integers(len(run))]), float(len(run)))
+        for run in np.array_split(np.asarray(ranked), count)
+    ]
+
+
+class Calibration:
+    """The keep threshold on the predicted gap, from the top candidates of the last `rounds`
+    audited rounds of every task (gaps are relative to each round's predicted best, so rounds
+    of different tasks compare). None until `min_rounds` rounds are in."""
+
+    def __init__(
+        self, *, target: float, share: float, rounds: int = 8, min_rounds: int = 2
+    ) -> None:
+        if not 0 < target <= 1:
+            raise ValueError(f"target must be in (0, 1] but got {target}.")
+        if not 0 < share < 1:
+            raise ValueError(f"share must be in (0, 1) but got {share}.")
+        if not 1 <= min_rounds <= rounds:
+            raise ValueError(f"need 1 <= min_rounds <= rounds, got {min_rounds}, {rounds}.")
+        self.target = target
+        self.share = share
+        self.min_rounds = min_rounds
+        # Per round: (gap, weight) of each of its top candidates.
+        self.evidence: collections.deque[list[tuple[float, float]]] = collections.deque(
+            maxlen=rounds
+        )
+
+    def add(self, samples: Sequence[Sample]) -> None:
+        """One round's measured candidates (kept: weight 1; audited: their weight)."""
+        tops = top_weights(samples, self.share)
+        if any(tops):
+            self.evidence.append([(s[0], w) for s, w in zip(samples, tops, strict=True) if w])
+
+    def threshold(self) -> float | None:
+        """The smallest gap that keeps `target` of the recent top candidates' weight."""
+        if len(self.evidence) < self.min_rounds:
+            return None
+        tops = sorted(pair for round_ in self.evidence for pair in round_)
+        total, running = sum(w for _, w in tops), 0.0
+        for gap, w in tops:
+            running += w
+            if running >= self.target * total - 1e-9:
+                return gap
+        return tops[-1][0]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"evidence": [list(map(list, r)) for r in self.evidence]}
+
+    def restore(self, state: dict[str, object]) -> None:
+        for round_ in state.get("evidence", []):  # type: ignore[union-attr]
+            self.evidence.append([(float(g), float(w)) for g, w in round_])
