@@ -7,9 +7,14 @@ print(result.speedup, result.paths["library"])
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
+
+# When this package was first imported (time.monotonic()): the CLI's budget starts here or,
+# when the process itself started shortly before, there (orchestrator.cli.process_started).
+IMPORTED = time.monotonic()
 
 if TYPE_CHECKING:
     from .api import Result, TaskResult, tune

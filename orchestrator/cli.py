@@ -370,15 +370,24 @@ def config_command(config_file: Path | None) -> int:
     return exits.OK
 
 
+# An interpreter imports this package within a second or two of starting; a process that
+# started longer before was something else first (`bash -c 'pip install . && orchestrate'`
+# execs orchestrate in the shell's own process), and its age would bill the user's other work.
+_INTERPRETER_START_S = 5.0
+
+
 def process_started() -> float:
-    """When this process started, on the `time.monotonic()` clock: the budget covers the
+    """When this command started, on the `time.monotonic()` clock: the budget covers the
     command from start to exit, interpreter start and imports included."""
     import time
 
     import psutil
 
+    from . import IMPORTED
+
     age = max(0.0, time.time() - psutil.Process().create_time())
-    return time.monotonic() - age
+    created = time.monotonic() - age
+    return created if IMPORTED - created <= _INTERPRETER_START_S else IMPORTED
 
 
 def _toml_value(value: Any) -> str:

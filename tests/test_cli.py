@@ -189,3 +189,21 @@ def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config
         "sm_90"
     )
     assert "no device here to run it" in result.stdout
+
+
+def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it(monkeypatch):
+    import time
+
+    import psutil
+
+    import orchestrator
+    from orchestrator.cli import process_started
+
+    now = time.time()
+    monkeypatch.setattr(orchestrator, "IMPORTED", time.monotonic())
+    # Started 1 s before the import: the interpreter's start counts.
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: now - 1.0)
+    assert orchestrator.IMPORTED - process_started() == pytest.approx(1.0, abs=0.2)
+    # Started 150 s before (a shell ran `pip install` first, then exec'd us): from the import.
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: now - 150.0)
+    assert process_started() == orchestrator.IMPORTED
