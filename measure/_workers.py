@@ -9,8 +9,9 @@ a virtual clock. Both report the same `Outcome`, so the scheduler cannot tell th
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._timing import TimingPlan
@@ -73,6 +74,23 @@ class Outcome:
         if self.run_secs is None:
             return Measurement(None, self.error or "measurement failed", dop=dop)
         return Measurement(self.run_secs, finite=self.finite, dop=dop, raced=self.raced)
+
+
+def settle_finished(
+    running: dict[concurrent.futures.Future, Job],
+    pool_of: Callable[[Job], Any],
+    what: str,
+) -> list[tuple[Job, Outcome]]:
+    """Wait for at least one of the `running` futures of worker-pool jobs and settle each
+    that finished with its pool (a crash or timeout becomes a failed Outcome)."""
+    finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+    out = []
+    for future in finished:
+        job = running.pop(future)
+        value, error, fault = pool_of(job).settle(future, what)
+        outcome = Outcome.failed(error, fault or "error") if error else None
+        out.append((job, outcome or Outcome.from_worker(value)))
+    return out
 
 
 class Workers(abc.ABC):

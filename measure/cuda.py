@@ -20,7 +20,7 @@ from typing import Any
 from . import _cuda_worker
 from ._pool import WorkerPool
 from ._timing import TimingPlan
-from ._workers import Job, Outcome, Workers
+from ._workers import Job, Outcome, Workers, settle_finished
 from .dop import DopController
 from .parallel import ParallelEngine
 from .telemetry import GpuTelemetry, physical_gpu
@@ -93,16 +93,7 @@ class CudaWorkers(Workers):
         self._running[future] = job
 
     def wait(self) -> list[tuple[Job, Outcome]]:
-        finished, _ = concurrent.futures.wait(
-            self._running, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-        out = []
-        for future in finished:
-            job = self._running.pop(future)
-            value, error, fault = self._pools[job.lane].settle(future, "measurement")
-            outcome = Outcome.failed(error, fault or "error") if error else None
-            out.append((job, outcome or Outcome.from_worker(value)))
-        return out
+        return settle_finished(self._running, lambda job: self._pools[job.lane], "measurement")
 
     def begin(self) -> None:
         self._before = self.telemetry.sample()

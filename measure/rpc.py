@@ -19,7 +19,7 @@ from typing import Any
 from . import _rpc_worker
 from ._pool import WorkerPool
 from ._timing import TimingPlan
-from ._workers import Job, Outcome, Workers
+from ._workers import Job, Outcome, Workers, settle_finished
 from .base import MeasureInput
 from .local import TimerConfig
 from .parallel import ParallelEngine
@@ -153,16 +153,7 @@ class RpcWorkers(Workers):
         self._running[future] = job
 
     def wait(self) -> list[tuple[Job, Outcome]]:
-        finished, _ = concurrent.futures.wait(
-            self._running, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-        out = []
-        for future in finished:
-            job = self._running.pop(future)
-            value, error, fault = self._pool.settle(future, "RPC measurement")
-            outcome = Outcome.failed(error, fault or "error") if error else None
-            out.append((job, outcome or Outcome.from_worker(value)))
-        return out
+        return settle_finished(self._running, lambda job: self._pool, "RPC measurement")
 
     def stats(self) -> dict[str, Any]:
         return {
