@@ -51,10 +51,11 @@ def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
         return journals
     for path in sorted(runs_dir.iterdir()):
         if (path / RunDir.JOURNAL).is_file():
+            run = RunDir(path)
             try:
-                if RunDir(path).recorded_simulated():
+                if run.recorded_simulated():
                     continue  # a simulated GPU's timings say nothing about a real one
-                journals.append(RunDir(path).journal())
+                journals.append(run.journal())
             except InputError:
                 continue
     return journals
