@@ -1,6 +1,6 @@
 """Models for benchmarks, made here so nothing large is committed.
 
-    python benchmarks/models.py [--model resnetish|vggish|resnet50ish] [--out PATH]
+    python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish] [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
 global pooling, dense) on a 1x3x64x64 image: ~12 tuning tasks, ~0.2 GFLOP, several tasks
@@ -12,6 +12,8 @@ most of its weights and little of its time): ~15 GFLOP (7.6 G multiply-adds), fp
 `resnet50ish`: ResNet-50's layout (bottleneck blocks 3-4-6-3, 64 to 2048 channels) on a
 1x3x224x224 image, batch-normalised, 1000-way dense: ~8 GFLOP (4.1 G multiply-adds), fp32,
 batch 1; 28 tuning tasks.
+`mlpish`: three dense layers (768 -> 1024 -> 1024 -> 10, ReLU between) on a flattened
+1x3x16x16 image: ~3.9 MFLOP, dense tasks only.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -67,12 +69,14 @@ class _Graph:
         y = self.batch_norm(self.conv(x, cin, cout, k, stride), cout)
         return self.node("Relu", [y]) if relu else y
 
+    def dense(self, x: str, features: int, out: int) -> str:
+        w = self.param(self.rng.standard_normal((out, features)) * features**-0.5)
+        b = self.param(0.1 * self.rng.standard_normal(out))
+        return self.node("Gemm", [x, w, b], transB=1)
+
     def head(self, x: str, features: int, classes: int) -> str:
         pooled = self.node("GlobalAveragePool", [x])
-        flat = self.node("Flatten", [pooled], axis=1)
-        w = self.param(self.rng.standard_normal((classes, features)) * features**-0.5)
-        b = self.param(0.1 * self.rng.standard_normal(classes))
-        return self.node("Gemm", [flat, w, b], transB=1)
+        return self.dense(self.node("Flatten", [pooled], axis=1), features, classes)
 
     def model(self, name: str, image: str, size: int, logits: str, classes: int) -> onnx.ModelProto:
         self.nodes[-1].output[0] = "logits"
@@ -118,6 +122,15 @@ def vggish(seed: int = 0) -> onnx.ModelProto:
     return g.model("vggish", "image", 224, "logits", 1000)
 
 
+def mlpish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x = g.node("Flatten", ["image"], axis=1)
+    for features, out in [(768, 1024), (1024, 1024)]:
+        x = g.node("Relu", [g.dense(x, features, out)])
+    g.dense(x, 1024, 10)
+    return g.model("mlpish", "image", 16, "logits", 10)
+
+
 def resnet50ish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
 
@@ -144,6 +157,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnetish": resnetish,
     "vggish": vggish,
     "resnet50ish": resnet50ish,
+    "mlpish": mlpish,
 }
 
 

@@ -144,6 +144,31 @@ def fit_prior(observations: Sequence[tuple[float, float]], source: str) -> Tunin
     return TuningPrior(float(scale), float(power), source, len(data))
 
 
+class Allocation:
+    """Rounds given one at a time to the task whose next round adds the most gain (as the
+    scheduler does); `shares` are the tasks' shares of the attainable gain."""
+
+    def __init__(self, shares: Sequence[float], prior: TuningPrior) -> None:
+        total = sum(shares)
+        self.shares = [s / total for s in shares] if total > 0 else []
+        self.prior = prior
+        self.trials = [0] * len(self.shares)
+        self.reached = 0.0  # share of the attainable gain had so far
+
+    def add_round(self, size: int) -> float:
+        """Give a round of `size` candidates; the share of the gain it adds."""
+        if not self.shares or size <= 0:
+            return 0.0
+        f = self.prior.fraction
+        gains = [
+            share * (f(t + size) - f(t)) for share, t in zip(self.shares, self.trials, strict=True)
+        ]
+        best = max(range(len(gains)), key=gains.__getitem__)
+        self.trials[best] += size
+        self.reached += gains[best]
+        return gains[best]
+
+
 def plan(
     shares: Sequence[float],
     prior: TuningPrior,
@@ -153,28 +178,17 @@ def plan(
     targets: Sequence[float] = (0.9, 0.95, 0.99),
     max_rounds: int = 100_000,
 ) -> list[dict[str, float]]:
-    """Rounds, trials and seconds to reach each target share of the attainable gain.
-
-    `shares` are the tasks' shares of the attainable gain; rounds go greedily to the task whose
-    next round adds the most (as the scheduler does).
-    """
-    total = sum(shares)
-    if total <= 0:
+    """Rounds, trials and seconds to reach each target share of the attainable gain, rounds
+    given as `Allocation` gives them."""
+    allocation = Allocation(shares, prior)
+    if not allocation.shares:
         return []
-    shares = [s / total for s in shares]
-    trials = [0] * len(shares)
-    reached, out, rounds = 0.0, [], 0
+    out, rounds = [], 0
     pending = sorted(targets)
     while pending and rounds < max_rounds:
-        gains = [
-            share * (prior.fraction(t + round_size) - prior.fraction(t))
-            for share, t in zip(shares, trials, strict=True)
-        ]
-        best = max(range(len(shares)), key=gains.__getitem__)
-        trials[best] += round_size
+        allocation.add_round(round_size)
         rounds += 1
-        reached += gains[best]
-        while pending and reached >= pending[0]:
+        while pending and allocation.reached >= pending[0]:
             out.append(
                 {
                     "target": pending.pop(0),

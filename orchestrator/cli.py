@@ -309,6 +309,13 @@ def tune_command(
 @click.option(
     "--price", type=float, metavar="USD_PER_HOUR", help="Price of an hour, as for tuning."
 )
+@click.option(
+    "--budget",
+    "budgets",
+    type=BudgetType(),
+    multiple=True,
+    help="Forecast a run under this budget, phase by phase (repeatable; default 5min, 15min, 1h).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as one JSON object.")
 def estimate_command(
     model: Path,
@@ -317,11 +324,12 @@ def estimate_command(
     config_file: Path | None,
     runs_dir: Path,
     price: float | None,
+    budgets: tuple[str, ...],
     as_json: bool,
 ) -> int:
-    """Tasks, FLOPs, untuned latency, and the spend likely needed to reach 90/95/99% of the
-    attainable gain."""
-    from .estimate import estimate
+    """Tasks, FLOPs, untuned latency, the spend likely needed to reach 90/95/99% of the
+    attainable gain, and what a run would spend, phase by phase, and reach at a few budgets."""
+    from .estimate import DEFAULT_BUDGETS, estimate
     from .printer import print_estimate
 
     result = estimate(
@@ -331,6 +339,8 @@ def estimate_command(
         config=config_file,
         runs_dir=runs_dir,
         price=price,
+        budgets=budgets or DEFAULT_BUDGETS,
+        started=(click.get_current_context().obj or {}).get("started"),
     )
     if as_json:
         click.echo(json.dumps(result))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -11,20 +12,28 @@ from pathlib import Path
 from typing import Any
 
 from budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
+from budget.grammar import Budget, parse_budget
 from budget.ledger import Spend
 from measure import Measurement
 
+from . import overheads
 from .errors import InputError
+from .run_forecast import FixedPhases, RoundCosts, default_split, forecast_run, observed_split
 from .rundir import RunDir
+from .timing import Timing, time_models
 
-# Before any earlier run on this machine: search seconds per round on 2 cores (population
-# 512, as measured here), scaled by the host's cores.
-_SEARCH_S_ON_2_CORES = 40.0
+DEFAULT_BUDGETS = ("5min", "15min", "1h")
+# Before any run here has tuned: the share of a task's untuned latency tuning removes. CPU:
+# untuned kernels are naive loops (the README run: 12.9x on the example model). GPU: untuned
+# kernels use dlight's default schedules; tuning beats them by less.
+BUILTIN_ATTAINABLE = {"cpu": 0.9, "cuda": 0.4}
+_MOST_ATTAINABLE = 0.98
 
 
-def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """(trials, fraction of the task's final gain) after each round but the last of each task
-    with 2+ rounds (the last is 1 by construction and tells nothing)."""
+def _task_rounds(
+    entries: Sequence[Mapping[str, Any]],
+) -> tuple[dict[int, float | None], dict[int, list[tuple[int, float]]]]:
+    """Each task's untuned latency, and its (trials so far, best latency) after each round."""
     baselines = {e["task"]: e.get("latency_s") for e in entries if e.get("type") == "baseline"}
     rounds: dict[int, list[tuple[int, float]]] = {}
     for e in entries:
@@ -34,6 +43,13 @@ def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[flo
                 (done[-1][0] if done else 0) + int(e.get("measured", 0)) + int(e.get("failed", 0))
             )
             done.append((trials, float(e["best_s"])))
+    return baselines, rounds
+
+
+def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(trials, fraction of the task's final gain) after each round but the last of each task
+    with 2+ rounds (the last is 1 by construction and tells nothing)."""
+    baselines, rounds = _task_rounds(entries)
     observations = []
     for task, done in rounds.items():
         untuned = baselines.get(task)
@@ -42,6 +58,24 @@ def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[flo
             continue
         observations += [(t, (untuned - best) / (untuned - final)) for t, best in done[:-1]]
     return observations
+
+
+def attainable_share(
+    journals: Sequence[Sequence[Mapping[str, Any]]], prior: TuningPrior
+) -> float | None:
+    """The median share of a task's untuned latency that tuning removes in the end, from
+    earlier runs: each task's final cut, divided by the share of its gain the tuning curve
+    says its trials had bought."""
+    shares = []
+    for entries in journals:
+        baselines, rounds = _task_rounds(entries)
+        for task, done in rounds.items():
+            untuned = baselines.get(task)
+            trials, best = done[-1]
+            if untuned and untuned > 0 and prior.fraction(trials) > 0:
+                cut = max(0.0, (untuned - best) / untuned) / prior.fraction(trials)
+                shares.append(min(cut, _MOST_ATTAINABLE))
+    return statistics.median(shares) if shares else None
 
 
 def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
@@ -63,23 +97,25 @@ def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
 
 def prior_and_round_cost(
     journals: Sequence[Sequence[Mapping[str, Any]]], runs_dir: Path
-) -> tuple[TuningPrior, tuple[float, float] | None]:
-    """The tuning curve (fitted on earlier runs, else built in) and the (fixed, per candidate)
-    seconds of a round seen in earlier runs, if any."""
+) -> tuple[TuningPrior, tuple[float, float] | None, dict[str, float] | None]:
+    """The tuning curve (fitted on earlier runs, else built in), the (fixed, per candidate)
+    seconds of a round seen in earlier runs, and how their tuning time split into phases."""
     observations = [o for j in journals for o in journal_observations(j)]
     fitted = fit_prior(observations, f"fitted on {len(journals)} earlier run(s) in {runs_dir}")
-    costs = []
+    costs, phases = [], []
     for journal in journals:
         last = next((e["spend"] for e in reversed(journal) if "spend" in e), None)
         if last:
-            costs += Spend.from_dict(last).round_costs
+            spend = Spend.from_dict(last)
+            costs += spend.round_costs
+            phases.append(spend.phases)
     cost = None
     if costs:
         cost = (
             statistics.median(c.fixed_s for c in costs),
             statistics.median(c.per_candidate_s for c in costs),
         )
-    return fitted or BUILTIN_PRIOR, cost
+    return fitted or BUILTIN_PRIOR, cost, observed_split(phases)
 
 
 def estimate(
@@ -90,9 +126,18 @@ def estimate(
     config: str | Path | None = None,
     runs_dir: str | Path = "runs",
     price: float | None = None,
+    budgets: Sequence[str | Budget] = DEFAULT_BUDGETS,
+    started: float | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Import, measure untuned, forecast. Returns a JSON-able dict (see `orchestrate estimate`)."""
+    """Import, measure untuned, forecast. Returns a JSON-able dict (see `orchestrate estimate`).
+
+    `started` (time.monotonic()) is when the command started, to forecast a run's import
+    phase; the call, if not given. `budgets` are budget strings to forecast a run under.
+    """
+    started = time.monotonic() if started is None else started
+    parsed = [parse_budget(b) if isinstance(b, str) else b for b in budgets]
+
     from tvm.s_tir import meta_schedule as ms
 
     from budget.prices import run_price
@@ -102,6 +147,7 @@ def estimate(
     from .config import Settings
     from .measuring import make_builder, make_engine, measure_untuned_tasks
     from .model import fuse_for_tuning, import_to_relax, load_model
+    from .search.strategy import population_size
     from .targets import host_cores, resolve_target
     from .tasks import extract_tasks
 
@@ -110,51 +156,67 @@ def estimate(
     resolved = resolve_target(settings.tune.target, build_only=True)
     relax_mod = import_to_relax(onnx_model)
     tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
+    import_s = time.monotonic() - started
     emit = on_event or (lambda event: None)
     emit({"event": "tasks", "tasks": [t.describe() for t in tasks]})
 
+    timing = Timing.from_settings(settings.check)
+    guess = overheads.forecast_fixed(
+        tasks,
+        device_type=resolved.device_type,
+        device_present=resolved.device_present,
+        cores=host_cores(),
+        timing=timing,
+    )
+    fixed = FixedPhases(import_s, guess.untuned_s, guess.compile_s, guess.check_s, 0.0, None)
     untuned = [Measurement(None, "no device here to measure on")] * len(tasks)
-    per_candidate_now = None
     model_untuned: dict[str, Any] | None = None
     if resolved.device_present:
         with (
             make_builder(settings, None) as builder,
             make_engine(settings, resolved, None) as engine,
         ):
-            started = time.monotonic()
+            clock = time.monotonic()
             untuned = measure_untuned_tasks(tasks, resolved, builder, engine)
-            per_candidate_now = (time.monotonic() - started) / max(1, len(tasks))
+            untuned_s = time.monotonic() - clock
         with tempfile.TemporaryDirectory(prefix="orchestrate-estimate-") as tmp:
+            clock = time.monotonic()
             library = deploy.export_library(
                 deploy.compile_model(relax_mod, resolved.target, ms.database.MemoryDatabase()),
                 Path(tmp) / "untuned.so",
             )
+            compile_s = time.monotonic() - clock
             vm, dev = deploy.load_vm(library, resolved.device_type)
             checker = deploy.Checker(onnx_model, seed=settings.tune.seed, rtol=settings.check.rtol)
-            c = settings.check
-            model_untuned = {
-                "latency": deploy.time_model(
-                    vm,
-                    dev,
-                    checker.inputs,
-                    repeat=c.latency_repeat,
-                    min_repeat_ms=c.latency_min_repeat_ms,
-                ).to_dict(),
-                "check": checker.check(vm, dev).to_dict(),
-            }
+            clock = time.monotonic()
+            check = checker.check(vm, dev)
+            check_s = time.monotonic() - clock
+            (latency,) = time_models([(vm, dev)], checker.inputs, timing)
+            timing_s = time.monotonic() - clock - check_s
+        model_untuned = {"latency": latency.to_dict(), "check": check.to_dict()}
+        fixed = FixedPhases(import_s, untuned_s, compile_s, check_s, timing_s, latency.median_s)
 
     runs_path = Path(runs_dir)
     journals = earlier_runs(runs_path)
-    prior, seen_cost = prior_and_round_cost(journals, runs_path)
+    prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
     round_size = settings.tune.trials_per_round
     if seen_cost is not None:
         fixed_s, per_s = seen_cost
         cost_source = f"round costs from {len(journals)} earlier run(s)"
-    else:
-        fixed_s = _SEARCH_S_ON_2_CORES * 2 / host_cores()
-        per_s = per_candidate_now or 1.0
+    else:  # the guess the run itself makes for its first round (session.py)
+        fixed_s = overheads.search_s(
+            population=population_size(settings, round_size),
+            genetic_iters=settings.search.genetic_num_iters,
+            cores=host_cores(),
+        )
+        per_s = min(fixed.untuned_s / max(1, len(tasks)), overheads.UNTUNED_TASK_S) or (
+            overheads.UNTUNED_TASK_S
+        )
         cost_source = "build and measurement timed now; search time a guess for this core count"
-    round_s = fixed_s + per_s * round_size
+    costs = RoundCosts(
+        fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
+    )
+    round_s = costs.seconds(round_size)
     latencies = [m.mean_s if m.ok else None for m in untuned]
     shares = [t.weight * (lat or 0.0) for t, lat in zip(tasks, latencies, strict=True)]
     cost = run_price(
@@ -174,6 +236,28 @@ def estimate(
                 "usd": hours * cost.usd_per_hour if cost else None,
             }
         )
+    seen_attainable = attainable_share(journals, prior)
+    attainable = (
+        seen_attainable
+        if seen_attainable is not None
+        else BUILTIN_ATTAINABLE.get(resolved.device_type, BUILTIN_ATTAINABLE["cpu"])
+    )
+    minimum_s = import_s + guess.minimum_s(baseline=True, untuned_model=True)
+    runs = [
+        forecast_run(
+            b,
+            fixed=fixed,
+            minimum_s=minimum_s,
+            rounds=costs,
+            task_shares=shares,
+            prior=prior,
+            attainable=attainable,
+            timing=timing,
+            devices=resolved.devices,
+            usd_per_hour=cost.usd_per_hour if cost else None,
+        )
+        for b in parsed
+    ]
     return {
         "model": onnx_model.describe(),
         "target": {
@@ -186,11 +270,13 @@ def estimate(
             for t, lat, err in zip(tasks, latencies, [m.error for m in untuned], strict=True)
         ],
         "untuned": model_untuned,
+        "fixed": {**dataclasses.asdict(fixed), "measured": resolved.device_present},
         "round": {
             "candidates": round_size,
             "seconds": round_s,
             "fixed_s": fixed_s,
             "per_candidate_s": per_s,
+            "split": dict(costs.split),
             "source": cost_source,
         },
         "prior": {
@@ -199,16 +285,30 @@ def estimate(
             "source": prior.source,
             "points": prior.points,
         },
+        "attainable": {
+            "share": attainable,
+            "source": f"earlier runs in {runs_path}"
+            if seen_attainable is not None
+            else f"built-in guess for {resolved.device_type}",
+        },
         "price": None
         if cost is None
         else {"usd_per_hour": cost.usd_per_hour, "source": cost.source},
         "forecast": forecast,
-        "trust": _trust(prior, seen_cost is not None, any(lat is None for lat in latencies)),
+        "runs": runs,
+        "trust": _trust(
+            prior,
+            seen_cost is not None,
+            any(lat is None for lat in latencies),
+            seen_attainable is not None,
+        ),
     }
 
 
-def _trust(prior: TuningPrior, costs_seen: bool, missing: bool) -> str:
+def _trust(prior: TuningPrior, costs_seen: bool, missing: bool, cut_seen: bool) -> str:
     parts = ["rough: it assumes every task can be sped up by the same factor"]
+    if not cut_seen:
+        parts.append("that factor is a guess until a run here has tuned")
     parts.append(
         f"the tuning curve is the {prior.source}"
         + (f" ({prior.points} points)" if prior.points else "")

@@ -29,6 +29,15 @@ REPORT_S = 4.0
 # what every round pays whatever its population: setting the search up, learning after it.
 SEARCH_S_ON_2_CORES = 40.0
 ROUND_BASE_S = 15.0
+# How a round's time splits before any run here was timed: what every round pays goes to
+# search and learning, what each candidate pays to building and measuring (the README run on
+# the 2-core VM: search 46 s, learn 24 s; build 153 s, measure 39 s).
+ROUND_FIXED_SPLIT = {"search": 0.66, "learn": 0.34}
+ROUND_CANDIDATE_SPLIT = {"build": 0.8, "measure": 0.2}
+# Once the untuned model is compiled and checked, the run keeps back this multiple of its
+# compile time, plus its check and timing twice over (the tuned and the untuned model are
+# timed in turn), the report and a margin, for the final phase.
+RESERVE_FACTOR, RESERVE_MARGIN_S = 1.5, 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,3 +109,9 @@ def search_s(*, population: int, genetic_iters: int, cores: int) -> float:
     """A guess of one round's search and learning seconds, before any round was timed here."""
     scale = (population / 512) * (max(1, genetic_iters) / 3)
     return ROUND_BASE_S + SEARCH_S_ON_2_CORES * scale * 2 / max(1, cores)
+
+
+def reserve_s(compile_s: float, check_s: float) -> float:
+    """Seconds kept back for the final phase once the untuned model took `compile_s` to
+    compile and `check_s` to check and time."""
+    return RESERVE_FACTOR * compile_s + 2 * check_s + REPORT_S + RESERVE_MARGIN_S

@@ -280,4 +280,43 @@ def print_estimate(estimate: dict[str, Any]) -> None:
             f"  {row['target']:.0%} of the attainable gain: {row['rounds']} rounds, "
             f"{row['trials']} trials, ~{fmt_duration(row['seconds'])}{gpu}{money}"
         )
+    runs = estimate.get("runs") or []
+    if runs:
+        f = estimate["fixed"]
+        how = "measured now" if f["measured"] else "forecast (no device here)"
+        click.echo(
+            f"every run: import {fmt_duration(f['import_s'])}, untuned baseline "
+            f"{fmt_duration(f['untuned_s'])}, compile {fmt_duration(f['compile_s'])}, check "
+            f"{fmt_duration(f['check_s'] + f['timing_s'])} ({how})"
+        )
+    for run in runs:
+        click.echo(describe_run_forecast(run))
     click.echo(f"trust: {estimate['trust']}")
+
+
+_STOPS = {
+    "budget": "budget spent",
+    "trials": "trial cap reached",
+    "converged": "stops paying",
+    "rounds": "round limit",
+}
+
+
+def describe_run_forecast(run: dict[str, Any]) -> str:
+    """One line per budget: refused, or the spend by phase and the latency it would reach."""
+    if run["refused"]:
+        return (
+            f"  --budget {run['budget']}: refused up front; give --budget {run['minimum']} or more"
+        )
+    phases = ", ".join(
+        f"{name} {fmt_duration(seconds)}"
+        for name, seconds in run["phases"].items()
+        if seconds >= 0.5
+    )
+    reach = ""
+    if run["latency_s"] is not None:
+        reach = f" -> {fmt_latency(run['latency_s'])} ({run['speedup']:.2f}x)"
+    return (
+        f"  --budget {run['budget']}: ~{fmt_duration(run['total_s'])}, {run['trials']} trials in "
+        f"{run['rounds']} rounds ({_STOPS[run['stop']]}){reach}\n      {phases}"
+    )

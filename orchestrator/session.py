@@ -42,10 +42,6 @@ from .targets import ResolvedTarget, host_cores
 from .tasks import Task
 
 Emit = Callable[..., None]
-# The run keeps back this multiple of the untuned model's compile time, plus its check and
-# timing twice over (the tuned and the untuned model are timed in turn) and a margin, for
-# compiling, checking and timing the tuned model at the end.
-_RESERVE_FACTOR, _RESERVE_MARGIN_S = 1.5, 2.0
 
 
 class Session:
@@ -214,11 +210,8 @@ class Session:
             if not ledger.history:
                 self._point(ledger, model_latency_s(restored.states))
             if "compile_s" in untuned:  # measured now: a better forecast than the guess
-                ledger.reserved_s = (
-                    _RESERVE_FACTOR * untuned["compile_s"]
-                    + 2 * untuned.get("check_s", 0.0)
-                    + overheads.REPORT_S
-                    + _RESERVE_MARGIN_S
+                ledger.reserved_s = overheads.reserve_s(
+                    untuned["compile_s"], untuned.get("check_s", 0.0)
                 )
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))

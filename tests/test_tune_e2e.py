@@ -255,6 +255,10 @@ def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config):
         fast_config,
         "--runs-dir",
         tuned.out.parent,
+        "--budget",
+        "10s",
+        "--budget",
+        "10min",
     ]
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 0, result.output
@@ -269,6 +273,11 @@ def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config):
         "99% of the attainable gain",
     ]
     assert "trust: rough" in out
+    assert "every run: import" in out and "(measured now)" in out
+    assert "--budget 10s: refused up front; give --budget 1min or more" in out
+    (ten,) = [line for line in out.splitlines() if "--budget 10min: ~" in line]
+    assert " trials in " in ten and "x)" in ten  # trials, rounds, and the latency reached
+    assert "search" in out.split(ten)[1].splitlines()[1]  # its phases on the next line
 
 
 def test_pipelined_rounds_measure_every_candidate_once(tmp_path, fast_config):

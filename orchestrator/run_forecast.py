@@ -1,0 +1,199 @@
+"""What a run would spend, phase by phase, and the latency it would reach at a given budget:
+the model behind `orchestrate estimate` and `benchmarks/estimate_accuracy.py`.
+
+It follows the run's own rules (session.py, budget/limits.py): the budget covers the command
+from start to exit; a budget below the fixed phases forecast by overheads.py is refused up
+front; once the untuned model is compiled and checked, the final phase is kept back; rounds
+are shrunk to what is left and given to the task whose next round adds the most gain; tuning
+stops when the tuning curve says it has had nearly all it will get.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from budget.forecast import Allocation, TuningPrior
+from budget.grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL, Budget
+from budget.units import fmt_budget_up
+
+from . import overheads
+from .timing import Timing
+
+TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
+# Tuning stops paying once this share of the attainable gain is had: the diminishing-returns
+# rule stops when the last fifth of the spend cut the latency by less than 1%.
+CONVERGED = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedPhases:
+    """Seconds of the phases a run pays whatever its budget, as estimate just measured them
+    (or, with no device here, as overheads.py forecasts them)."""
+
+    import_s: float  # process start to the tasks extracted
+    untuned_s: float  # every task's default schedule built and measured
+    compile_s: float  # one compile of the model
+    check_s: float  # one check of the model against onnxruntime
+    timing_s: float  # one timing of the untuned model
+    latency_s: float | None  # the untuned model's seconds per inference, if it ran here
+
+    @property
+    def start_s(self) -> float:
+        """Before the first round: import, baseline, the untuned model compiled and checked."""
+        return self.import_s + self.untuned_s + self.compile_s + self.check_s + self.timing_s
+
+    @property
+    def reserve_s(self) -> float:
+        """What the run keeps back for its final phase."""
+        return overheads.reserve_s(self.compile_s, self.check_s + self.timing_s)
+
+    def final_s(self, tuned_latency_s: float | None, timing: Timing) -> float:
+        """Compile and check the tuned model, time both in turn, write the report."""
+        tuned_timing = (
+            overheads.timing_s(tuned_latency_s, timing) if tuned_latency_s is not None else 0.0
+        )
+        return self.compile_s + self.check_s + self.timing_s + tuned_timing + overheads.REPORT_S
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCosts:
+    """A round of `size` candidates costs `fixed_s + per_candidate_s * candidates`, split
+    into the tuning phases by `split`."""
+
+    fixed_s: float
+    per_candidate_s: float
+    size: int
+    split: Mapping[str, float]  # phase -> share of a round's time (sums to 1)
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"a round needs at least one candidate but got {self.size}.")
+        if self.fixed_s < 0 or self.per_candidate_s <= 0:
+            raise ValueError(
+                "round costs must be fixed_s >= 0 and per_candidate_s > 0 but got "
+                f"{self.fixed_s}, {self.per_candidate_s}."
+            )
+
+    def seconds(self, candidates: int) -> float:
+        return self.fixed_s + self.per_candidate_s * candidates
+
+    def candidates_within(self, seconds: float) -> int:
+        """The most candidates a round can take in `seconds`, at most `size`."""
+        return max(0, min(self.size, int((seconds - self.fixed_s) / self.per_candidate_s)))
+
+
+def default_split(fixed_s: float, per_candidate_s: float, size: int) -> dict[str, float]:
+    """A round's phases before any run here was timed (overheads.py)."""
+    total = fixed_s + per_candidate_s * size
+    split = {p: 0.0 for p in TUNING_PHASES}
+    for phase, share in overheads.ROUND_FIXED_SPLIT.items():
+        split[phase] += share * fixed_s / total
+    for phase, share in overheads.ROUND_CANDIDATE_SPLIT.items():
+        split[phase] += share * per_candidate_s * size / total
+    return split
+
+
+def observed_split(phases: Sequence[Mapping[str, float]]) -> dict[str, float] | None:
+    """The tuning phases' shares of the tuning time in earlier runs' spend, if they tuned."""
+    totals = {p: sum(float(ph.get(p, 0.0)) for ph in phases) for p in TUNING_PHASES}
+    whole = sum(totals.values())
+    return {p: s / whole for p, s in totals.items()} if whole > 0 else None
+
+
+def budget_seconds(
+    budget: Budget, *, devices: int, usd_per_hour: float | None
+) -> tuple[float | None, int | None]:
+    """(seconds of wall clock the budget's clock-metered limits allow, its trial cap).
+    Energy is left out: how fast a run spends joules is not known before it runs."""
+    seconds: list[float] = []
+    trials = None
+    for limit in budget.limits:
+        if limit.kind == WALL:
+            seconds.append(limit.amount)
+        elif limit.kind == DEVICE_HOURS and devices:
+            seconds.append(limit.amount * 3600.0 / devices)
+        elif limit.kind == DOLLARS and usd_per_hour:
+            seconds.append(limit.amount * 3600.0 / usd_per_hour)
+        elif limit.kind == TRIALS:
+            trials = int(limit.amount)
+    return (min(seconds) if seconds else None), trials
+
+
+def forecast_run(
+    budget: Budget,
+    *,
+    fixed: FixedPhases,
+    minimum_s: float,
+    rounds: RoundCosts,
+    task_shares: Sequence[float],
+    prior: TuningPrior,
+    attainable: float,
+    timing: Timing,
+    devices: int = 1,
+    usd_per_hour: float | None = None,
+    max_rounds: int = 10_000,
+) -> dict[str, Any]:
+    """What a run of this model would spend under `budget` and the latency it would reach.
+
+    `minimum_s` is the fixed spend the run forecasts before any work (import included): a
+    budget below it is refused up front. `task_shares` are the tasks' shares of the untuned
+    latency; `attainable` is the share of each task's latency tuning can remove.
+    """
+    if not 0 <= attainable < 1:
+        raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
+    seconds, trial_cap = budget_seconds(budget, devices=devices, usd_per_hour=usd_per_hour)
+    row: dict[str, Any] = {"budget": str(budget), "seconds": seconds, "trials_cap": trial_cap}
+    per_second = {WALL: 1.0, DEVICE_HOURS: devices / 3600.0, DOLLARS: (usd_per_hour or 0) / 3600}
+    for limit in budget.limits:
+        rate = per_second.get(limit.kind)
+        if rate and limit.amount < minimum_s * rate:
+            return {**row, "refused": True, "minimum": fmt_budget_up(limit.kind, minimum_s * rate)}
+
+    window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
+    allocation = Allocation(task_shares, prior)
+    tuning_s, trials, count, stop = 0.0, 0, 0, None
+    while stop is None:
+        size = rounds.size if trial_cap is None else min(rounds.size, trial_cap - trials)
+        if window is not None:
+            size = min(size, rounds.candidates_within(window - tuning_s))
+        if size <= 0:
+            stop = "budget" if trial_cap is None or trials < trial_cap else "trials"
+        elif allocation.reached >= CONVERGED or not allocation.shares:
+            stop = "converged"
+        elif count >= max_rounds:
+            stop = "rounds"
+        else:
+            allocation.add_round(size)
+            tuning_s += rounds.seconds(size)
+            trials += size
+            count += 1
+
+    latency = None
+    if fixed.latency_s is not None:
+        latency = fixed.latency_s * (1.0 - allocation.reached * attainable)
+    final_s = fixed.final_s(latency, timing)
+    phases = {
+        "import": fixed.import_s,
+        "untuned": fixed.untuned_s,
+        **{p: tuning_s * rounds.split.get(p, 0.0) for p in TUNING_PHASES},
+        "compile": 2 * fixed.compile_s,
+        "check": fixed.check_s + fixed.timing_s + final_s - fixed.compile_s - overheads.REPORT_S,
+        "report": overheads.REPORT_S,
+    }
+    total = sum(phases.values())
+    return {
+        **row,
+        "refused": False,
+        "stop": stop,
+        "rounds": count,
+        "trials": trials,
+        "gain_reached": allocation.reached,
+        "phases": phases,
+        "total_s": total,
+        "device_h": total * devices / 3600.0,
+        "usd": total * usd_per_hour / 3600.0 if usd_per_hour else None,
+        "latency_s": latency,
+        "speedup": fixed.latency_s / latency if latency else None,
+    }

@@ -1,0 +1,122 @@
+"""What `orchestrate estimate` says a run would spend and reach at a budget."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budget import parse_budget
+from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
+from orchestrator import overheads
+from orchestrator.run_forecast import (
+    TUNING_PHASES,
+    FixedPhases,
+    RoundCosts,
+    default_split,
+    forecast_run,
+    observed_split,
+)
+from orchestrator.timing import Timing
+
+FIXED = FixedPhases(
+    import_s=18.0, untuned_s=12.0, compile_s=6.0, check_s=1.0, timing_s=0.6, latency_s=9e-3
+)
+ROUNDS = RoundCosts(20.0, 1.0, 64, default_split(20.0, 1.0, 64))
+SHARES = [0.5, 0.3, 0.2]
+SLOW_PRIOR = TuningPrior(scale=200.0, power=1.0, source="slow")
+
+
+def run(budget: str, **kwargs):
+    args = {
+        "fixed": FIXED,
+        "minimum_s": 70.0,
+        "rounds": ROUNDS,
+        "task_shares": SHARES,
+        "prior": SLOW_PRIOR,
+        "attainable": 0.9,
+        "timing": Timing(),
+    }
+    return forecast_run(parse_budget(budget), **{**args, **kwargs})
+
+
+def test_a_budget_below_the_fixed_phases_is_refused_with_the_minimum_in_its_own_unit():
+    assert run("1min") == {
+        "budget": "1min",
+        "seconds": 60.0,
+        "trials_cap": None,
+        "refused": True,
+        "minimum": "2min",
+    }
+    gpu = run("0.01gpu-h", devices=1)  # 36 s of one GPU
+    assert gpu["refused"] and gpu["minimum"] == "0.02gpu-h"
+    assert not run("2min")["refused"]
+
+
+@settings(deadline=None, max_examples=60)
+@given(minutes=st.floats(2.0, 600.0))
+def test_a_run_is_forecast_to_end_within_its_budget_with_its_phases_adding_up(minutes):
+    row = run(f"{minutes}min")
+    assert row["total_s"] <= minutes * 60.0
+    assert row["total_s"] == pytest.approx(sum(row["phases"].values()))
+    assert row["trials"] <= 64 * row["rounds"]
+    assert row["stop"] in ("budget", "converged")
+
+
+def test_more_budget_buys_more_trials_and_never_a_slower_model():
+    rows = [run(b) for b in ("3min", "10min", "1h", "3h")]
+    assert [r["trials"] for r in rows] == sorted(r["trials"] for r in rows)
+    latencies = [r["latency_s"] for r in rows]
+    assert latencies == sorted(latencies, reverse=True)
+    assert rows[0]["latency_s"] < FIXED.latency_s  # even the smallest tuned something
+    assert rows[-1]["speedup"] < 1 / (1 - 0.9) + 1e-9  # never past what is attainable
+
+
+def test_the_last_round_shrinks_to_what_is_left_as_the_run_does():
+    row = run("3min")
+    window = 180.0 - FIXED.start_s - FIXED.reserve_s
+    full = int(window // ROUNDS.seconds(64))
+    left = window - full * ROUNDS.seconds(64)
+    assert row["rounds"] == full + 1 and row["stop"] == "budget"
+    assert row["trials"] == 64 * full + ROUNDS.candidates_within(left)
+
+
+def test_a_trial_cap_stops_the_forecast_run_at_exactly_the_cap():
+    row = run("100trials")
+    assert (row["trials"], row["rounds"], row["stop"]) == (100, 2, "trials")
+    assert row["seconds"] is None
+    both = run("2h,150trials")
+    assert both["trials"] == 150
+
+
+def test_a_model_that_stops_paying_ends_before_its_budget():
+    quick = TuningPrior(scale=0.8, power=1.0, source="quick")
+    row = run("10h", prior=quick)
+    assert row["stop"] == "converged" and row["total_s"] < 3600
+    assert row["gain_reached"] >= 0.99
+
+
+def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():
+    one = run("1gpu-h", devices=1)
+    two = run("2gpu-h", devices=2)
+    assert one["seconds"] == two["seconds"] == 3600.0
+    assert two["device_h"] == pytest.approx(2 * one["device_h"])
+    assert run("$1", usd_per_hour=4.0)["seconds"] == 900.0
+
+
+def test_the_split_of_a_round_sums_to_one_whether_guessed_or_seen():
+    guessed = default_split(20.0, 1.0, 64)
+    assert set(guessed) == set(TUNING_PHASES) and sum(guessed.values()) == pytest.approx(1.0)
+    assert guessed["search"] / guessed["learn"] == pytest.approx(
+        overheads.ROUND_FIXED_SPLIT["search"] / overheads.ROUND_FIXED_SPLIT["learn"]
+    )
+    seen = observed_split([{"search": 10, "build": 30, "import": 99}, {"measure": 10}])
+    assert seen == {"search": 0.2, "filter": 0.0, "build": 0.6, "measure": 0.2, "learn": 0.0}
+    assert observed_split([{"import": 5}]) is None
+
+
+def test_plan_gives_rounds_as_the_allocation_does():
+    rows = plan([0.7, 0.3], BUILTIN_PRIOR, round_size=64, round_s=10.0)
+    allocation = Allocation([0.7, 0.3], BUILTIN_PRIOR)
+    for row in rows:
+        while sum(allocation.trials) < row["trials"]:
+            allocation.add_round(64)
+        assert allocation.reached >= row["target"]
