@@ -22,7 +22,15 @@ import platform
 import time
 from pathlib import Path
 
-from _common import ROOT, run_child, time_databases, tune_ours, tune_vanilla
+from _common import (
+    ROOT,
+    prefix_database,
+    run_child,
+    scratch,
+    time_databases,
+    tune_ours,
+    tune_vanilla,
+)
 
 
 def main() -> None:
@@ -98,9 +106,18 @@ def main() -> None:
                 str(works[side]),
             ],
         )
-    latency = time_databases(
-        args.model, target_json, works, args.repeats, device_type=resolved.device_type
+    # Every checkpoint's database, both sides, timed with the finals in one interleaved pass.
+    prefixes = checkpoint_databases(works, figures)
+    timed = time_databases(
+        args.model,
+        target_json,
+        {**works, **{name: folder for name, (_, folder) in prefixes.items()}},
+        args.repeats,
+        device_type=resolved.device_type,
     )
+    latency = {side: timed[side] for side in works}
+    finals = {"vanilla": figures["vanilla"]["whole_s"], "ours": figures["ours"]["total_s"]}
+    quality = time_to_quality(prefixes, timed, finals)
 
     v, o = figures["vanilla"], figures["ours"]
     lv, lo = latency["vanilla"]["median_s"], latency["ours"]["median_s"]
@@ -120,6 +137,12 @@ def main() -> None:
             f"{v['process_s'] / o['process_s']:.2f}x",
         ),
         ("end-to-end latency", f"{lv * 1e3:.3f} ms", f"{lo * 1e3:.3f} ms", f"{lv / lo:.3f}"),
+        (
+            "time to quality",
+            fmt_s(quality["vanilla_s"]),
+            fmt_s(quality["ours_s"]),
+            f"{quality['ratio']:.2f}x" if quality["ratio"] else "not reached",
+        ),
         ("measured", str(v["checkpoints"][-1][1]), str(o["trials"]), ""),
         ("failed", str(v["failed"]), str(o["failed"]), ""),
     ]
@@ -154,11 +177,71 @@ def main() -> None:
                 "compared": "whole calls: vanilla import + tune_relax + compile_relax, ours tune()",
                 "tuning": figures,
                 "latency": latency,
+                "time_to_quality": quality,
             },
             indent=2,
         )
     )
+    print(
+        f"  (time to quality: until a checkpoint's database compiles to a model within "
+        f"{QUALITY_TOLERANCE:.0%} of vanilla's final latency, seconds since the call began)"
+    )
     print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
+
+
+# A checkpoint has reached vanilla's final quality when its model is at most this much slower.
+QUALITY_TOLERANCE = 0.02
+
+
+def checkpoint_databases(
+    works: dict[str, Path], figures: dict[str, dict]
+) -> dict[str, tuple[float, Path]]:
+    """name -> (seconds since the call began, a database of the records committed by then), for
+    every checkpoint of both sides but the last (the final database is timed as it is). Ours'
+    database begins with one default-schedule record per task, kept in every prefix."""
+    journal = [json.loads(line) for line in (works["ours"] / "journal.jsonl").open()]
+    defaults = len({e["task"] for e in journal if e["type"] == "baseline" and e["record_key"]})
+    out = {}
+    for side, skip in (("vanilla", 0), ("ours", defaults)):
+        for seconds, records in figures[side]["checkpoints"][:-1]:
+            name = f"{side}@{records}"
+            out[name] = (seconds, prefix_database(works[side], skip + records, scratch()))
+    return out
+
+
+def time_to_quality(
+    prefixes: dict[str, tuple[float, Path]], timed: dict[str, dict], finals: dict[str, float]
+) -> dict:
+    """Each side's first checkpoint whose model is within QUALITY_TOLERANCE of vanilla's final
+    latency, else its whole call if its final model is, and the ratio of the two times."""
+    target_s = timed["vanilla"]["median_s"]
+    limit = target_s * (1 + QUALITY_TOLERANCE)
+    reached = {}
+    for side, whole_s in finals.items():
+        points = sorted(
+            (s, timed[name]["median_s"])
+            for name, (s, _) in prefixes.items()
+            if name.startswith(side + "@")
+        )
+        points.append((whole_s, timed[side]["median_s"]))
+        reached[side] = next((s for s, latency in points if latency <= limit), None)
+    return {
+        "target_s": target_s,
+        "tolerance": QUALITY_TOLERANCE,
+        "checkpoints": {
+            name: {"seconds": s, "median_s": timed[name]["median_s"]}
+            for name, (s, _) in prefixes.items()
+        },
+        "vanilla_s": reached["vanilla"],
+        "ours_s": reached["ours"],
+        "ratio": reached["vanilla"] / reached["ours"]
+        if reached["vanilla"] and reached["ours"]
+        else None,
+    }
+
+
+def fmt_s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ the schedule the task gets without tuning (dlight's on GPUs, the plain lowering 
 that default schedule committed as a record of its own, with its measured time, stock
 `compile_relax` (ours, or a user's on our database) picks per task the faster of the two.
 
-The search must not see these records: MetaSchedule seeds its population from the database,
-cannot evolve a dlight trace, and replaying one through its postprocessors can abort it. The
-loop therefore reads and writes the database through `SearchView`, which hides them.
+The search must not see these records: TVM's own evolutionary search seeds its population with
+the database's best records, cannot evolve a dlight trace, and replaying one through its
+postprocessors can abort it. Our search (search/strategy.py) keeps its parents in memory, but
+the database it hands TVM at `pre_tuning` is still `SearchView`, which hides them, so that no
+TVM code path that reads the database meets one.
 """
 
 from __future__ import annotations

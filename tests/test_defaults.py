@@ -128,8 +128,9 @@ def test_the_faster_of_default_and_tuned_is_compiled(model, tmp_path, tuned_s, e
 
 
 def test_the_search_never_sees_a_default_record(model, tmp_path, fast_config):
-    """MetaSchedule seeds its population from the database; fed a dlight trace, the search
-    of a GPU reduction aborts. Through the view it proposes as if the record were not there."""
+    """TVM's evolutionary search seeds its population from the database; fed a dlight trace,
+    the search of a GPU reduction aborts. Through the view it proposes as if the record were
+    not there."""
     target, _, tasks, _ = model
     task = next(t for t in tasks if t.name == "mean")
     database = ms.database.JSONDatabase(work_dir=str(tmp_path))
