@@ -157,7 +157,9 @@ def forecast_run(
     while stop is None:
         size = rounds.size if trial_cap is None else min(rounds.size, trial_cap - trials)
         if window is not None:
-            size = min(size, rounds.candidates_within(window - tuning_s))
+            fits = rounds.candidates_within(window - tuning_s)
+            # A round too small to repay its search is not started (BudgetLimits.min_round).
+            size = min(size, fits if fits >= max(1, rounds.size // 4) else 0)
         if size <= 0:
             stop = "budget" if trial_cap is None or trials < trial_cap else "trials"
         elif allocation.reached >= CONVERGED or not allocation.shares:

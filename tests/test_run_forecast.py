@@ -70,13 +70,15 @@ def test_more_budget_buys_more_trials_and_never_a_slower_model():
     assert rows[-1]["speedup"] < 1 / (1 - 0.9) + 1e-9  # never past what is attainable
 
 
-def test_the_last_round_shrinks_to_what_is_left_as_the_run_does():
-    row = run("3min")
-    window = 180.0 - FIXED.start_s - FIXED.reserve_s
-    full = int(window // ROUNDS.seconds(64))
-    left = window - full * ROUNDS.seconds(64)
-    assert row["rounds"] == full + 1 and row["stop"] == "budget"
-    assert row["trials"] == 64 * full + ROUNDS.candidates_within(left)
+@pytest.mark.parametrize(("minutes", "trials"), [(2.9, 64), (3.4, 64 + 44)])
+def test_the_last_round_shrinks_to_what_is_left_as_the_run_does(minutes, trials):
+    """After one full round, 14 candidates fit in 2.9 min: under a quarter of a round, so, as
+    in the run (BudgetLimits.min_round), none is started; in 3.4 min a round of 44 is."""
+    row = run(f"{minutes}min")
+    window = minutes * 60 - FIXED.start_s - FIXED.reserve_s
+    last = ROUNDS.candidates_within(window - ROUNDS.seconds(64))
+    assert last == (14 if minutes < 3 else 44)
+    assert row["stop"] == "budget" and row["trials"] == trials
 
 
 def test_a_trial_cap_stops_the_forecast_run_at_exactly_the_cap():
