@@ -147,7 +147,6 @@ def estimate(
     from .config import Settings
     from .measuring import make_builder, make_engine, measure_untuned_tasks
     from .model import fuse_for_tuning, import_to_relax, load_model
-    from .search.strategy import population_size
     from .targets import host_cores, resolve_target
     from .tasks import extract_tasks
 
@@ -203,16 +202,11 @@ def estimate(
     if seen_cost is not None:
         fixed_s, per_s = seen_cost
         cost_source = f"round costs from {len(journals)} earlier run(s)"
-    else:  # the guess the run itself makes for its first round (session.py)
-        fixed_s = overheads.search_s(
-            population=population_size(settings, round_size),
-            genetic_iters=settings.search.genetic_num_iters,
-            cores=host_cores(),
-        )
-        per_s = min(fixed.untuned_s / max(1, len(tasks)), overheads.UNTUNED_TASK_S) or (
-            overheads.UNTUNED_TASK_S
-        )
-        cost_source = "build and measurement timed now; search time a guess for this core count"
+    else:  # typical rounds on this many cores, before any was timed here (overheads.py)
+        fixed_s = overheads.ROUND_S_ON_2_CORES * 2 / host_cores()
+        baseline = min(fixed.untuned_s / max(1, len(tasks)), overheads.UNTUNED_TASK_S)
+        per_s = overheads.CANDIDATE_VS_BASELINE * (baseline or overheads.UNTUNED_TASK_S)
+        cost_source = "scaled from the baseline timed now; no earlier run here to time a round by"
     costs = RoundCosts(
         fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
     )
@@ -314,7 +308,7 @@ def _trust(prior: TuningPrior, costs_seen: bool, missing: bool, cut_seen: bool) 
         + (f" ({prior.points} points)" if prior.points else "")
     )
     if not costs_seen:
-        parts.append("no earlier run here to time a round by, so the search time is a guess")
+        parts.append("no earlier run here to time a round by: its cost is scaled from the baseline")
     if missing:
         parts.append("tasks without an untuned latency are left out")
     parts.append("expect a factor of 2 either way")
