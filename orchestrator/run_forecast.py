@@ -25,6 +25,9 @@ TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
 # Tuning stops paying once this share of the attainable gain is had: the diminishing-returns
 # rule stops when the last fifth of the spend cut the latency by less than 1%.
 CONVERGED = 0.99
+# ... and only once the rule may judge (DiminishingReturns): 4 rounds, and 2 rounds for every
+# task holding 5% of the latency.
+MIN_ROUNDS, MIN_TASK_ROUNDS, MIN_SHARE = 4, 2, 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,14 @@ def observed_split(phases: Sequence[Mapping[str, float]]) -> dict[str, float] | 
     return {p: s / whole for p, s in totals.items()} if whole > 0 else None
 
 
+def _every_task_had_its_chance(allocation: Allocation, size: int) -> bool:
+    return all(
+        trials >= MIN_TASK_ROUNDS * size
+        for share, trials in zip(allocation.shares, allocation.trials, strict=True)
+        if share >= MIN_SHARE
+    )
+
+
 def budget_seconds(
     budget: Budget, *, devices: int, usd_per_hour: float | None
 ) -> tuple[float | None, int | None]:
@@ -162,7 +173,11 @@ def forecast_run(
             size = min(size, fits if fits >= max(1, rounds.size // 4) else 0)
         if size <= 0:
             stop = "budget" if trial_cap is None or trials < trial_cap else "trials"
-        elif allocation.reached >= CONVERGED or not allocation.shares:
+        elif not allocation.shares or (
+            allocation.reached >= CONVERGED
+            and count >= MIN_ROUNDS
+            and _every_task_had_its_chance(allocation, rounds.size)
+        ):
             stop = "converged"
         elif count >= max_rounds:
             stop = "rounds"
