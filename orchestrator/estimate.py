@@ -18,7 +18,14 @@ from measure import Measurement
 
 from . import overheads
 from .errors import InputError
-from .run_forecast import FixedPhases, RoundCosts, default_split, forecast_run, observed_split
+from .run_forecast import (
+    EarlyStop,
+    FixedPhases,
+    RoundCosts,
+    default_split,
+    forecast_run,
+    observed_split,
+)
 from .rundir import RunDir
 from .timing import Timing, time_models
 
@@ -247,6 +254,7 @@ def estimate(
             prior=prior,
             attainable=attainable,
             timing=timing,
+            early_stop=EarlyStop.from_settings(settings.stopping),
             devices=resolved.devices,
             usd_per_hour=cost.usd_per_hour if cost else None,
         )

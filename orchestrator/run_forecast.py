@@ -5,7 +5,8 @@ It follows the run's own rules (session.py, budget/limits.py): the budget covers
 from start to exit; a budget below the fixed phases forecast by overheads.py is refused up
 front; once the untuned model is compiled and checked, the final phase is kept back; rounds
 are shrunk to what is left and given to the task whose next round adds the most gain; tuning
-stops when the tuning curve says it has had nearly all it will get.
+stops early when the tuning curve says it has had nearly all it will get and the run's
+stopping rule may judge.
 """
 
 from __future__ import annotations
@@ -16,18 +17,49 @@ from typing import Any
 
 from budget.forecast import Allocation, TuningPrior
 from budget.grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL, Budget
+from budget.limits import BudgetLimits
 from budget.units import fmt_budget_up
 
 from . import overheads
 from .timing import Timing
 
 TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
-# Tuning stops paying once this share of the attainable gain is had: the diminishing-returns
-# rule stops when the last fifth of the spend cut the latency by less than 1%.
-CONVERGED = 0.99
-# ... and only once the rule may judge (DiminishingReturns): 4 rounds, and 2 rounds for every
-# task holding 5% of the latency.
-MIN_ROUNDS, MIN_TASK_ROUNDS, MIN_SHARE = 4, 2, 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStop:
+    """When the run's diminishing-returns rule stops it ([stopping] in the config): once all
+    but `min_gain` of the attainable gain is had, and only once the rule may judge: after
+    `min_rounds` rounds, and `task_rounds` rounds for every task holding `task_share` of the
+    latency."""
+
+    min_gain: float
+    min_rounds: int
+    task_rounds: int
+    task_share: float
+
+    @classmethod
+    def from_settings(cls, stopping: Any) -> EarlyStop | None:
+        """None when early stopping is off."""
+        if not stopping.early_stop:
+            return None
+        return cls(
+            min_gain=stopping.min_gain,
+            min_rounds=stopping.min_rounds,
+            task_rounds=stopping.evidence_rounds,
+            task_share=stopping.evidence_share,
+        )
+
+    def stops(self, allocation: Allocation, rounds: int, size: int) -> bool:
+        return (
+            allocation.reached >= 1.0 - self.min_gain
+            and rounds >= self.min_rounds
+            and all(
+                trials >= self.task_rounds * size
+                for share, trials in zip(allocation.shares, allocation.trials, strict=True)
+                if share >= self.task_share
+            )
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,31 +137,20 @@ def observed_split(phases: Sequence[Mapping[str, float]]) -> dict[str, float] | 
     return {p: s / whole for p, s in totals.items()} if whole > 0 else None
 
 
-def _every_task_had_its_chance(allocation: Allocation, size: int) -> bool:
-    return all(
-        trials >= MIN_TASK_ROUNDS * size
-        for share, trials in zip(allocation.shares, allocation.trials, strict=True)
-        if share >= MIN_SHARE
-    )
+def _units_per_second(devices: int, usd_per_hour: float | None) -> dict[str, float]:
+    """How fast the clock-metered limits are spent (energy is left out: how fast a run spends
+    joules is not known before it runs); a rate of 0 is not metered."""
+    return {WALL: 1.0, DEVICE_HOURS: devices / 3600.0, DOLLARS: (usd_per_hour or 0.0) / 3600.0}
 
 
 def budget_seconds(
     budget: Budget, *, devices: int, usd_per_hour: float | None
 ) -> tuple[float | None, int | None]:
-    """(seconds of wall clock the budget's clock-metered limits allow, its trial cap).
-    Energy is left out: how fast a run spends joules is not known before it runs."""
-    seconds: list[float] = []
-    trials = None
-    for limit in budget.limits:
-        if limit.kind == WALL:
-            seconds.append(limit.amount)
-        elif limit.kind == DEVICE_HOURS and devices:
-            seconds.append(limit.amount * 3600.0 / devices)
-        elif limit.kind == DOLLARS and usd_per_hour:
-            seconds.append(limit.amount * 3600.0 / usd_per_hour)
-        elif limit.kind == TRIALS:
-            trials = int(limit.amount)
-    return (min(seconds) if seconds else None), trials
+    """(seconds of wall clock the budget's clock-metered limits allow, its trial cap)."""
+    rates = _units_per_second(devices, usd_per_hour)
+    seconds = [lim.amount / rates[lim.kind] for lim in budget.limits if rates.get(lim.kind)]
+    trials = budget.get(TRIALS)
+    return (min(seconds) if seconds else None), (None if trials is None else int(trials))
 
 
 def forecast_run(
@@ -142,6 +163,7 @@ def forecast_run(
     prior: TuningPrior,
     attainable: float,
     timing: Timing,
+    early_stop: EarlyStop | None,
     devices: int = 1,
     usd_per_hour: float | None = None,
     max_rounds: int = 10_000,
@@ -156,27 +178,26 @@ def forecast_run(
         raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
     seconds, trial_cap = budget_seconds(budget, devices=devices, usd_per_hour=usd_per_hour)
     row: dict[str, Any] = {"budget": str(budget), "seconds": seconds, "trials_cap": trial_cap}
-    per_second = {WALL: 1.0, DEVICE_HOURS: devices / 3600.0, DOLLARS: (usd_per_hour or 0) / 3600}
+    rates = _units_per_second(devices, usd_per_hour)
     for limit in budget.limits:
-        rate = per_second.get(limit.kind)
+        rate = rates.get(limit.kind)
         if rate and limit.amount < minimum_s * rate:
             return {**row, "refused": True, "minimum": fmt_budget_up(limit.kind, minimum_s * rate)}
 
     window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
+    smallest = BudgetLimits(budget, round_size=rounds.size).min_round
     allocation = Allocation(task_shares, prior)
     tuning_s, trials, count, stop = 0.0, 0, 0, None
     while stop is None:
         size = rounds.size if trial_cap is None else min(rounds.size, trial_cap - trials)
         if window is not None:
             fits = rounds.candidates_within(window - tuning_s)
-            # A round too small to repay its search is not started (BudgetLimits.min_round).
-            size = min(size, fits if fits >= max(1, rounds.size // 4) else 0)
+            # A round too small to repay its search is not started, as in the run.
+            size = min(size, fits if fits >= smallest else 0)
         if size <= 0:
             stop = "budget" if trial_cap is None or trials < trial_cap else "trials"
         elif not allocation.shares or (
-            allocation.reached >= CONVERGED
-            and count >= MIN_ROUNDS
-            and _every_task_had_its_chance(allocation, rounds.size)
+            early_stop is not None and early_stop.stops(allocation, count, rounds.size)
         ):
             stop = "converged"
         elif count >= max_rounds:

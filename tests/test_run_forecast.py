@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 from budget import parse_budget
 from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
 from orchestrator import overheads
+from orchestrator.config import Settings
 from orchestrator.run_forecast import (
     TUNING_PHASES,
+    EarlyStop,
     FixedPhases,
     RoundCosts,
     default_split,
@@ -34,6 +36,7 @@ def run(budget: str, **kwargs):
         "prior": SLOW_PRIOR,
         "attainable": 0.9,
         "timing": Timing(),
+        "early_stop": EarlyStop.from_settings(Settings.load(None).stopping),
     }
     return forecast_run(parse_budget(budget), **{**args, **kwargs})
 
@@ -95,6 +98,7 @@ def test_a_model_that_stops_paying_ends_before_its_budget():
     assert row["stop"] == "converged" and row["total_s"] < 3600
     assert row["gain_reached"] >= 0.99
     assert row["rounds"] >= 2 * len(SHARES)  # not before every task had two rounds, as the rule
+    assert run("10h", prior=quick, early_stop=None)["stop"] == "budget"  # early stop off
 
 
 def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():
