@@ -211,8 +211,9 @@ def estimate(
         cost_source = f"round costs from {len(journals)} earlier run(s)"
     else:  # typical rounds on this many cores, before any was timed here (overheads.py)
         fixed_s = overheads.ROUND_S_ON_2_CORES * 2 / host_cores()
-        baseline = min(fixed.untuned_s / max(1, len(tasks)), overheads.UNTUNED_TASK_S)
-        per_s = overheads.CANDIDATE_VS_BASELINE * (baseline or overheads.UNTUNED_TASK_S)
+        per_s = overheads.CANDIDATE_VS_BASELINE * overheads.baseline_task_s(
+            fixed.untuned_s, len(tasks)
+        )
         cost_source = "scaled from the baseline timed now; no earlier run here to time a round by"
     costs = RoundCosts(
         fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)

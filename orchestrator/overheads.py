@@ -116,6 +116,15 @@ def search_s(*, population: int, genetic_iters: int, cores: int) -> float:
     return ROUND_BASE_S + SEARCH_S_ON_2_CORES * scale * 2 / max(1, cores)
 
 
+def baseline_task_s(untuned_s: float, tasks: int) -> float:
+    """Seconds one task's default schedule took to build and measure in a baseline that took
+    `untuned_s` (0: not measured); the baseline also pays the build workers' start, so never
+    more than the guess."""
+    if not untuned_s or tasks < 1:
+        return UNTUNED_TASK_S
+    return min(untuned_s / tasks, UNTUNED_TASK_S)
+
+
 def reserve_s(compile_s: float, check_s: float) -> float:
     """Seconds kept back for the final phase once the untuned model took `compile_s` to
     compile and `check_s` to check and time."""

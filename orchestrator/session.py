@@ -388,12 +388,8 @@ class Session:
     def _first_round_cost(self, proposals: int, ledger: Ledger) -> RoundCost:
         """Search from the population and the cores; per candidate, what building and
         measuring a default schedule took (the baseline), else the guess per task."""
-        measured = ledger.phases.get("untuned", 0.0)
-        # The baseline also paid the build workers' start: never more than the guess.
-        per_candidate = (
-            min(measured / len(self.tasks), overheads.UNTUNED_TASK_S)
-            if measured
-            else overheads.UNTUNED_TASK_S
+        per_candidate = overheads.baseline_task_s(
+            ledger.phases.get("untuned", 0.0), len(self.tasks)
         )
         search_s = overheads.search_s(
             population=population_size(self.settings, proposals),
