@@ -145,15 +145,25 @@ def fit_prior(observations: Sequence[tuple[float, float]], source: str) -> Tunin
 
 
 class Allocation:
-    """Rounds given one at a time to the task whose next round adds the most gain (as the
-    scheduler does); `shares` are the tasks' shares of the attainable gain."""
+    """Rounds given one at a time as the scheduler gives them: first to the tasks still short
+    of their floor of trials, then to the task whose next round adds the most gain; `shares`
+    are the tasks' shares of the attainable gain."""
 
-    def __init__(self, shares: Sequence[float], prior: TuningPrior) -> None:
+    def __init__(
+        self, shares: Sequence[float], prior: TuningPrior, floors: Sequence[int] = ()
+    ) -> None:
         total = sum(shares)
         self.shares = [s / total for s in shares] if total > 0 else []
         self.prior = prior
         self.trials = [0] * len(self.shares)
+        self.floors = list(floors) or [0] * len(self.shares)
+        if len(self.floors) != len(self.shares):
+            raise ValueError(f"{len(self.floors)} floors for {len(self.shares)} tasks")
         self.reached = 0.0  # share of the attainable gain had so far
+
+    @property
+    def floors_met(self) -> bool:
+        return all(t >= f for t, f in zip(self.trials, self.floors, strict=True))
 
     def add_round(self, size: int) -> float:
         """Give a round of `size` candidates; the share of the gain it adds."""
@@ -163,7 +173,8 @@ class Allocation:
         gains = [
             share * (f(t + size) - f(t)) for share, t in zip(self.shares, self.trials, strict=True)
         ]
-        best = max(range(len(gains)), key=gains.__getitem__)
+        short = [i for i, t in enumerate(self.trials) if t < self.floors[i]]
+        best = max(short or range(len(gains)), key=gains.__getitem__)
         self.trials[best] += size
         self.reached += gains[best]
         return gains[best]

@@ -27,6 +27,7 @@ from .run_forecast import (
     observed_split,
 )
 from .rundir import RunDir
+from .scheduler import heavy_floors
 from .timing import Timing, time_models
 
 DEFAULT_BUDGETS = ("5min", "15min", "1h")
@@ -220,7 +221,12 @@ def estimate(
     )
     round_s = costs.seconds(round_size)
     latencies = [m.mean_s if m.ok else None for m in untuned]
-    shares = [t.weight * (lat or 0.0) for t, lat in zip(tasks, latencies, strict=True)]
+    weights = [
+        None if lat is None else t.weight * lat for t, lat in zip(tasks, latencies, strict=True)
+    ]
+    shares = [w or 0.0 for w in weights]
+    s_stop = settings.stopping
+    floors = heavy_floors(weights, share=s_stop.heavy_share, trials=s_stop.heavy_trials)
     cost = run_price(
         device_type=resolved.device_type,
         device_name=resolved.device_name,
@@ -252,10 +258,11 @@ def estimate(
             minimum_s=minimum_s,
             rounds=costs,
             task_shares=shares,
+            floors=floors,
             prior=prior,
             attainable=attainable,
             timing=timing,
-            early_stop=EarlyStop.from_settings(settings.stopping),
+            early_stop=EarlyStop.from_settings(s_stop),
             devices=resolved.devices,
             usd_per_hour=cost.usd_per_hour if cost else None,
         )

@@ -30,8 +30,8 @@ TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
 class EarlyStop:
     """When the run's diminishing-returns rule stops it ([stopping] in the config): once all
     but `min_gain` of the attainable gain is had, and only once the rule may judge: after
-    `min_rounds` rounds, and `task_rounds` rounds for every task holding `task_share` of the
-    latency."""
+    `min_rounds` rounds, `task_rounds` rounds for every task holding `task_share` of the
+    latency, and every task's floor of trials (the allocation's floors)."""
 
     min_gain: float
     min_rounds: int
@@ -54,6 +54,7 @@ class EarlyStop:
         return (
             allocation.reached >= 1.0 - self.min_gain
             and rounds >= self.min_rounds
+            and allocation.floors_met
             and all(
                 trials >= self.task_rounds * size
                 for share, trials in zip(allocation.shares, allocation.trials, strict=True)
@@ -160,6 +161,7 @@ def forecast_run(
     minimum_s: float,
     rounds: RoundCosts,
     task_shares: Sequence[float],
+    floors: Sequence[int] = (),
     prior: TuningPrior,
     attainable: float,
     timing: Timing,
@@ -172,7 +174,9 @@ def forecast_run(
 
     `minimum_s` is the fixed spend the run forecasts before any work (import included): a
     budget below it is refused up front. `task_shares` are the tasks' shares of the untuned
-    latency; `attainable` is the share of each task's latency tuning can remove.
+    latency, `floors` their floors of trials (scheduler.heavy_floors: the run gives them first
+    and may not stop early before they are met); `attainable` is the share of each task's
+    latency tuning can remove.
     """
     if not 0 <= attainable < 1:
         raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
@@ -186,7 +190,7 @@ def forecast_run(
 
     window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
     smallest = BudgetLimits(budget, round_size=rounds.size).min_round
-    allocation = Allocation(task_shares, prior)
+    allocation = Allocation(task_shares, prior, floors)
     tuning_s, trials, count, stop = 0.0, 0, 0, None
     while stop is None:
         size = rounds.size if trial_cap is None else min(rounds.size, trial_cap - trials)

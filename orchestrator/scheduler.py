@@ -64,18 +64,34 @@ def model_latency_s(states: Sequence[TaskState]) -> float | None:
     return total
 
 
-def assign_floors(states: Sequence[TaskState], *, share: float, trials: int) -> None:
-    """Set each task's share of the untuned latency; the tasks that together hold `share` of
-    it (heaviest first) get a floor of `trials` trials before a stopping rule may end the run."""
-    weights = {id(s): s.task.weight * s.baseline_s for s in states if s.baseline_s is not None}
-    total = sum(weights.values())
+def heavy_floors(weights: Sequence[float | None], *, share: float, trials: int) -> list[int]:
+    """Each task's floor of trials: `trials` for the tasks that together hold `share` of the
+    untuned latency (heaviest first; `weights` are weight x untuned seconds, None when
+    unknown), 0 for the rest. The run and its forecast (run_forecast.py) both read it."""
+    known = [i for i, w in enumerate(weights) if w is not None]
+    total = sum(weights[i] for i in known)
+    floors = [0] * len(weights)
+    if total <= 0:
+        return floors
     held = 0.0
-    for state in sorted(states, key=lambda s: -weights.get(id(s), 0.0)):
-        if id(state) not in weights or total <= 0:
-            continue
-        state.share = weights[id(state)] / total
-        state.floor = trials if held < share else 0
-        held += state.share
+    for i in sorted(known, key=lambda i: -weights[i]):
+        floors[i] = trials if held < share else 0
+        held += weights[i] / total
+    return floors
+
+
+def assign_floors(states: Sequence[TaskState], *, share: float, trials: int) -> None:
+    """Set each task's share of the untuned latency and its floor of trials before a stopping
+    rule may end the run (`heavy_floors`)."""
+    weights = [None if s.baseline_s is None else s.task.weight * s.baseline_s for s in states]
+    total = sum(w for w in weights if w is not None)
+    if total <= 0:
+        return
+    floors = heavy_floors(weights, share=share, trials=trials)
+    for state, weight, floor in zip(states, weights, floors, strict=True):
+        if weight is not None:
+            state.share = weight / total
+            state.floor = floor
 
 
 class Scheduler(abc.ABC):

@@ -17,6 +17,7 @@ from orchestrator.run_forecast import (
     forecast_run,
     observed_split,
 )
+from orchestrator.scheduler import heavy_floors
 from orchestrator.timing import Timing
 
 FIXED = FixedPhases(
@@ -99,6 +100,27 @@ def test_a_model_that_stops_paying_ends_before_its_budget():
     assert row["gain_reached"] >= 0.99
     assert row["rounds"] >= 2 * len(SHARES)  # not before every task had two rounds, as the rule
     assert run("10h", prior=quick, early_stop=None)["stop"] == "budget"  # early stop off
+
+
+def test_heavy_tasks_get_their_floor_first_and_no_early_stop_comes_before_it():
+    # mlpish forecast "converged" at 256 trials where the run tuned to its budget (532): its
+    # two heavy tasks each had a floor of 256 trials that the forecast did not know.
+    quick = TuningPrior(scale=0.8, power=1.0, source="quick")
+    floors = heavy_floors([0.5, 0.3, 0.2], share=0.8, trials=256)
+    assert floors == [256, 256, 0]
+    row = run("10h", prior=quick, floors=floors)
+    assert row["stop"] == "converged" and row["trials"] >= 512
+    assert row["trials"] > run("10h", prior=quick)["trials"]
+    free, floored = Allocation([0.5, 0.3, 0.2], quick), Allocation([0.5, 0.3, 0.2], quick, floors)
+    for _ in range(3):
+        free.add_round(64)
+        floored.add_round(64)
+    assert free.trials == [64, 64, 64]  # by gain, the light task's first round comes third
+    assert floored.trials[2] == 0  # the heavy tasks short of their floor go first
+    allocation = floored
+    while not allocation.floors_met:
+        allocation.add_round(64)
+    assert allocation.trials[:2] == [256, 256]
 
 
 def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():
