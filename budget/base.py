@@ -46,6 +46,12 @@ class StoppingRule(abc.ABC):
         """The share of the budget used (the largest over its limits); None if not a budget."""
         return None
 
+    def seconds_left(self, ledger: Ledger) -> float | None:
+        """Seconds of tuning left under the limits the clock meters (wall, GPU-hours,
+        dollars, energy), the final phase's reserve and committed work taken off; None when
+        this rule sets no such limit."""
+        return None
+
 
 class AnyOf(StoppingRule):
     """Stops when any of its rules stops; a round gets the fewest candidates any allows."""
@@ -66,3 +72,7 @@ class AnyOf(StoppingRule):
     def progress(self, ledger: Ledger) -> float | None:
         shares = [p for p in (rule.progress(ledger) for rule in self.rules) if p is not None]
         return max(shares) if shares else None
+
+    def seconds_left(self, ledger: Ledger) -> float | None:
+        lefts = [s for s in (rule.seconds_left(ledger) for rule in self.rules) if s is not None]
+        return min(lefts) if lefts else None

@@ -75,14 +75,23 @@ class BudgetLimits(StoppingRule):
         # too small to repay its search.
         return 1 if limit.kind == TRIALS else self.min_round
 
-    def _allowance(self, ledger: Ledger, limit: Limit, wanted: int) -> int:
-        spent = ledger.spent(limit.kind) or 0.0
-        left = limit.amount - spent
-        if limit.kind == TRIALS:
-            return max(0, min(wanted, int(left)))
+    def seconds_left(self, ledger: Ledger) -> float | None:
+        lefts = [self._left_s(ledger, lim) for lim in self.budget.limits if lim.kind != TRIALS]
+        return min(lefts) if lefts else None
+
+    @staticmethod
+    def _left_s(ledger: Ledger, limit: Limit) -> float:
+        """Seconds `limit` leaves for tuning (inf for energy before the power is known)."""
+        left = limit.amount - (ledger.spent(limit.kind) or 0.0)
         per_second = _units_per_second(ledger, limit.kind)
         left_s = left / per_second if per_second else (math.inf if left > 0 else 0.0)
-        left_s -= ledger.reserved_s + ledger.committed_s
+        return left_s - ledger.reserved_s - ledger.committed_s
+
+    def _allowance(self, ledger: Ledger, limit: Limit, wanted: int) -> int:
+        if limit.kind == TRIALS:
+            left = limit.amount - (ledger.spent(limit.kind) or 0.0)
+            return max(0, min(wanted, int(left)))
+        left_s = self._left_s(ledger, limit)
         if left_s <= 0:
             return 0
         full = ledger.forecast_round(wanted)

@@ -79,7 +79,12 @@ class Builder(abc.ABC):
     """Compiles candidates; one Build per input, in order."""
 
     @abc.abstractmethod
-    def build(self, inputs: Sequence[BuildInput]) -> list[Build]: ...
+    def build(
+        self, inputs: Sequence[BuildInput], until: Callable[[], bool] | None = None
+    ) -> list[Build]:
+        """One Build per input, in order; once `until()` is true no more builds start (those
+        started finish) and only the Builds of the inputs before the first not started are
+        returned."""
 
     def release(self, builds: Sequence[Build]) -> None:
         """Called once the artifacts of `builds` have been measured and are not needed."""

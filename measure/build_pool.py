@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 
 from . import _worker
@@ -42,12 +43,18 @@ class BuildPool(Builder):
         # Start every worker now, so its start-up overlaps the caller's own work.
         self._started = [self._pool.submit(os.getpid) for _ in range(workers)]
 
-    def build(self, inputs: Sequence[BuildInput]) -> list[Build]:
+    def build(
+        self, inputs: Sequence[BuildInput], until: Callable[[], bool] | None = None
+    ) -> list[Build]:
         futures = [
             self._pool.submit(_worker.build, item.mod, item.target, self._dir) for item in inputs
         ]
+        if until is not None:
+            _stop_starting(futures, until)
         builds = []
         for future in futures:
+            if future.cancelled():  # never started: so were none after it
+                break
             value, error = self._pool.outcome(future, "build")
             builds.append(Build(None, error) if error else Build(value[0], None, value[1]))
         return builds
@@ -61,3 +68,19 @@ class BuildPool(Builder):
     def close(self) -> None:
         self._pool.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:
+    """Wait until every future is done or `until()` is true; then cancel those not started.
+    Workers take jobs in order, and cancelling from the last keeps the started ones a
+    prefix."""
+    pending = list(futures)
+    while pending and not until():
+        wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+        pending = [f for f in pending if not f.done()]
+    for future in reversed(pending):
+        future.cancel()
+
+
+# How often a build waiting on its deadline looks at the clock.
+_POLL_S = 0.1

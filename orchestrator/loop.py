@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import math
 import statistics
 import threading
 import time
@@ -325,9 +326,16 @@ class TuningLoop:
         self.proposer.take(task, chosen)
         if not chosen:
             return None
-        # 3. Build.
+        # 3. Build, no more than the budget has time left to measure.
         with self._phase("build", times):
-            builds = self.builder.build([BuildInput(c.mod, self.target) for c in chosen])
+            builds = self.builder.build(
+                [BuildInput(c.mod, self.target) for c in chosen], until=self._build_deadline()
+            )
+        if len(builds) < len(chosen):
+            self.proposer.put_back(task, chosen[len(builds) :])
+            chosen = chosen[: len(builds)]
+            if not chosen:
+                return None
         return Round(
             state=state,
             search=self.proposer.search(task),
@@ -343,6 +351,22 @@ class TuningLoop:
             searched=topped.searched,
             started=started,
         )
+
+    def _build_deadline(self) -> Callable[[], bool] | None:
+        """When a round's builds must stop starting: once the time they took, and the
+        measuring and learning they will need after them, would outrun what the budget leaves.
+        Forecasts can miss (a task's candidates may build several times slower than the last
+        task's); this keeps the round inside the budget whatever the forecast said. Measuring
+        and learning are reckoned at this run's ratio to building (one to one before any)."""
+        left = self.stopping.seconds_left(self.ledger)
+        if left is None or math.isinf(left):
+            return None
+        phases = self.ledger.phases
+        built = phases.get("build", 0.0)
+        after = (phases.get("measure", 0.0) + phases.get("learn", 0.0)) / built if built else 1.0
+        clock = self.ledger.clock
+        start = clock()
+        return lambda: (clock() - start) * (1.0 + after) >= left
 
     def _empty_search(self, state: TaskState, seconds: float) -> None:
         """Nothing to measure: retire the task if its search space is exhausted; otherwise

@@ -25,8 +25,34 @@ class KeyBuilder(Builder):
 
     workers = 2
 
-    def build(self, inputs):
+    def build(self, inputs, until=None):
         return [Build(f"sched-{structural_key(item.mod)}") for item in inputs]
+
+
+class Clock:
+    """A ledger's clock that moves only when a build says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class SlowBuilder(KeyBuilder):
+    """Each build takes `seconds` on `clock`; it starts no build once `until()` is true."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds = clock, seconds
+
+    def build(self, inputs, until=None):
+        out = []
+        for item in inputs:
+            if until is not None and until():
+                break
+            self.clock.now += self.seconds
+            out.append(Build(f"sched-{structural_key(item.mod)}"))
+        return out
 
 
 class HashDevice(Engine):
@@ -80,7 +106,18 @@ def tasks(tiny_model):
 import onnx_models  # noqa: E402  (after the fixtures' imports, as the other tests do)
 
 
-def make_loop(tasks, fast_config, *, budget, flt=None, pipeline=False, journal=None, **settings):
+def make_loop(
+    tasks,
+    fast_config,
+    *,
+    budget,
+    flt=None,
+    pipeline=False,
+    journal=None,
+    builder=None,
+    ledger=None,
+    **settings,
+):
     target, found = tasks
     states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:2]]
     engine = HashDevice()
@@ -90,13 +127,13 @@ def make_loop(tasks, fast_config, *, budget, flt=None, pipeline=False, journal=N
         settings=Settings.load(fast_config, settings),
         database=ms.database.MemoryDatabase(),
         cost_model=ms.cost_model.RandomModel(),
-        builder=KeyBuilder(),
+        builder=builder or KeyBuilder(),
         engine=engine,
         candidate_filter=flt or NoFilter(),
         scheduler=GainScheduler(),
         stopping=AnyOf([BudgetLimits(parse_budget(budget), round_size=8)]),
         plateau=None,
-        ledger=Ledger(),
+        ledger=ledger or Ledger(),
         journal=journal if journal is not None else (lambda entry: None),
         emit=lambda *a, **k: None,
         measured={},
@@ -123,6 +160,28 @@ def test_candidates_the_filter_sets_aside_are_measured_in_a_later_round(tasks, f
     rounds = [e for e in entries if e["type"] == "round"]
     assert all(e["waiting"] >= 0 for e in rounds) and any(e["waiting"] for e in rounds)
     assert sum(e["proposed"] for e in rounds) >= 48
+
+
+def test_builds_stop_starting_when_the_budget_could_not_measure_them(tasks, fast_config):
+    # Before any round there is no forecast: the first round gets all 8 candidates, which
+    # would build for 80 s of a 1-minute budget. Builds stop once what they took, and as much
+    # again for measuring and learning, fills what is left.
+    clock = Clock()
+    entries = []
+    loop, engine = make_loop(
+        tasks,
+        fast_config,
+        budget="1min",
+        builder=SlowBuilder(clock, 10.0),
+        ledger=Ledger(clock=clock),
+        journal=entries.append,
+    )
+    loop.run()
+    first = next(e for e in entries if e["type"] == "round")
+    assert first["measured"] == 3  # built at 0, 10 and 20 s; at 30 s, 30 + 30 >= 60
+    assert loop.ledger.wall_s <= 60.0
+    assert len(engine.measured) == loop.ledger.trials  # only what was built was measured
+    assert first["waiting"] >= 5  # the unbuilt wait for the task's next round
 
 
 def test_candidates_set_aside_do_not_stand_in_for_new_proposals(tasks, fast_config):

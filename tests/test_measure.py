@@ -127,6 +127,23 @@ def test_builders_return_one_build_per_input_in_order_with_errors_as_data(any_bu
     assert any_builder.build([]) == []
 
 
+def test_a_build_told_to_stop_starts_no_more_and_returns_the_ones_it_built(any_builder):
+    inputs = [BuildInput(module(add_one), LLVM)] * 8
+    calls = []
+
+    def until():  # true from the third look on: some builds have started, most have not
+        calls.append(1)
+        return len(calls) > 2
+
+    builds = any_builder.build(inputs, until=until)
+    assert 0 < len(builds) < len(inputs)  # a prefix: those started before the stop
+    assert all(b.ok and Path(b.artifact).is_file() for b in builds)
+    any_builder.release(builds)
+    again = any_builder.build(inputs[:2], until=lambda: False)  # the cancelled left no mark
+    assert [b.ok for b in again] == [True, True]
+    any_builder.release(again)
+
+
 def test_engines_keep_the_contract(any_builder, any_engine):
     built = any_builder.build([BuildInput(module(add_one), LLVM)] * 2)
     good = [MeasureInput(b.artifact, ARGS) for b in built]
