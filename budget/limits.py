@@ -120,14 +120,16 @@ class BudgetLimits(StoppingRule):
         )
 
 
+def clock_rates(devices: int, usd_per_hour: float | None) -> dict[str, float]:
+    """Units of each limit the clock meters spent per second of wall clock (wall, GPU-hours,
+    dollars); a rate of 0 is not metered. Energy is not here: its rate is the power drawn."""
+    return {WALL: 1.0, DEVICE_HOURS: devices / 3600.0, DOLLARS: (usd_per_hour or 0.0) / 3600.0}
+
+
 def _units_per_second(ledger: Ledger, kind: str) -> float | None:
-    if kind == WALL:
-        return 1.0
-    if kind == DEVICE_HOURS:
-        return ledger.devices / 3600.0
-    if kind == DOLLARS:
-        return (ledger.usd_per_hour or 0.0) / 3600.0
-    return ledger.joules_per_second()  # energy: the session's mean power, once known
+    rate = clock_rates(ledger.devices, ledger.usd_per_hour).get(kind)
+    # Energy: the session's mean power, once known.
+    return rate if rate is not None else ledger.joules_per_second()
 
 
 def seconds_short(budget: Budget, ledger: Ledger, needed_s: float) -> tuple[Limit, str] | None:

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budget.forecast import Allocation, TuningPrior
-from budget.grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL, Budget
-from budget.limits import BudgetLimits
+from budget.grammar import TRIALS, Budget
+from budget.limits import BudgetLimits, clock_rates
 from budget.units import fmt_budget_up
 
 from . import overheads
@@ -138,17 +138,11 @@ def observed_split(phases: Sequence[Mapping[str, float]]) -> dict[str, float] | 
     return {p: s / whole for p, s in totals.items()} if whole > 0 else None
 
 
-def _units_per_second(devices: int, usd_per_hour: float | None) -> dict[str, float]:
-    """How fast the clock-metered limits are spent (energy is left out: how fast a run spends
-    joules is not known before it runs); a rate of 0 is not metered."""
-    return {WALL: 1.0, DEVICE_HOURS: devices / 3600.0, DOLLARS: (usd_per_hour or 0.0) / 3600.0}
-
-
 def budget_seconds(
     budget: Budget, *, devices: int, usd_per_hour: float | None
 ) -> tuple[float | None, int | None]:
     """(seconds of wall clock the budget's clock-metered limits allow, its trial cap)."""
-    rates = _units_per_second(devices, usd_per_hour)
+    rates = clock_rates(devices, usd_per_hour)
     seconds = [lim.amount / rates[lim.kind] for lim in budget.limits if rates.get(lim.kind)]
     trials = budget.get(TRIALS)
     return (min(seconds) if seconds else None), (None if trials is None else int(trials))
@@ -182,7 +176,7 @@ def forecast_run(
         raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
     seconds, trial_cap = budget_seconds(budget, devices=devices, usd_per_hour=usd_per_hour)
     row: dict[str, Any] = {"budget": str(budget), "seconds": seconds, "trials_cap": trial_cap}
-    rates = _units_per_second(devices, usd_per_hour)
+    rates = clock_rates(devices, usd_per_hour)
     for limit in budget.limits:
         rate = rates.get(limit.kind)
         if rate and limit.amount < minimum_s * rate:
