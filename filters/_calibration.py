@@ -1,11 +1,20 @@
 """How much to keep: a keep threshold calibrated on audits, and the audit sample itself.
 
-Each round's candidates are ranked by their predicted gap to the round's predicted best. The
-kept ones (gap <= threshold) are measured; a stratified random sample of the rejected ones is
-measured too, each standing for its stratum (inverse-sampling weight). From those
-measurements the round's true top share (weighted) is known together with the gaps the
-predictor gave it, so the threshold that would have kept `target` of it can be read off. The
-threshold used is the one that keeps `target` of the top candidates of the last rounds.
+Each round's candidates are ranked by the predictor, and each gets its position in that
+ranking as a share of the round, (rank + 1) / n: 1/n for the predicted best, 1.0 for the
+predicted worst. The kept ones (position <= threshold) are measured; a stratified random sample
+of the rejected ones is measured too, each standing for its stratum (inverse-sampling weight).
+From those measurements the round's true top share (weighted) is known together with the
+positions the predictor gave it, so the threshold that would have kept `target` of it can be
+read off. The threshold used is the one that keeps `target` of the top candidates of the last
+rounds.
+
+Positions, not predicted gaps: the spread of a round's predictions changes from round to
+round and task to task (a round searched around one fast schedule is predicted within a few
+percent, a first round within a factor of ten), so a gap threshold pooled over rounds lands
+near the widest round's spread and keeps nearly everything everywhere else: live runs kept
+97-98% of what they were offered. `benchmarks/filter_replay.py` replays measured rounds
+through both.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# One measured candidate: (predicted gap to the round's predicted best, weight, latency s).
+# One measured candidate: (its position in the round's predicted ranking, weight, latency s).
 Sample = tuple[float, float, float]
 
 
@@ -53,9 +62,9 @@ def stratified_sample(
 
 
 class Calibration:
-    """The keep threshold on the predicted gap, from the top candidates of the last `rounds`
-    audited rounds of every task (gaps are relative to each round's predicted best, so rounds
-    of different tasks compare). None until `min_rounds` rounds are in."""
+    """The keep threshold on the predicted position, from the top candidates of the last
+    `rounds` audited rounds of every task (positions are shares of each round, so rounds of
+    different sizes and tasks compare). None until `min_rounds` rounds are in."""
 
     def __init__(
         self, *, target: float, share: float, rounds: int = 8, min_rounds: int = 2
@@ -69,7 +78,7 @@ class Calibration:
         self.target = target
         self.share = share
         self.min_rounds = min_rounds
-        # Per round: (gap, weight) of each of its top candidates.
+        # Per round: (position, weight) of each of its top candidates.
         self.evidence: collections.deque[list[tuple[float, float]]] = collections.deque(
             maxlen=rounds
         )
@@ -81,20 +90,22 @@ class Calibration:
             self.evidence.append([(s[0], w) for s, w in zip(samples, tops, strict=True) if w])
 
     def threshold(self) -> float | None:
-        """The smallest gap that keeps `target` of the recent top candidates' weight."""
+        """The smallest position that keeps `target` of the recent top candidates' weight."""
         if len(self.evidence) < self.min_rounds:
             return None
         tops = sorted(pair for round_ in self.evidence for pair in round_)
         total, running = sum(w for _, w in tops), 0.0
-        for gap, w in tops:
+        for position, w in tops:
             running += w
             if running >= self.target * total - 1e-9:
-                return gap
+                return position
         return tops[-1][0]
 
     def to_dict(self) -> dict[str, object]:
-        return {"evidence": [list(map(list, r)) for r in self.evidence]}
+        return {"on": "position", "evidence": [list(map(list, r)) for r in self.evidence]}
 
     def restore(self, state: dict[str, object]) -> None:
+        if state.get("on") != "position":  # an older run's evidence was on predicted gaps
+            return
         for round_ in state.get("evidence", []):  # type: ignore[union-attr]
             self.evidence.append([(float(g), float(w)) for g, w in round_])

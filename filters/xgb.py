@@ -1,9 +1,10 @@
 """Trimmer: measure the candidates the predictor ranks near the round's best; audit the rest.
 
-Each round, the predictor scores every candidate offered; those predicted within a threshold
-of the round's predicted best are kept (at least `min_keep`, at most `max_keep`, best first).
-The threshold is not a fixed margin: it is calibrated on audits so that the filter keeps
-`recall_target` of each round's true top `top_share` (filters/_calibration.py). A stratified
+Each round, the predictor ranks every candidate offered; the best-ranked share of the round is
+kept (at least `min_keep`, at most `max_keep`, best first). The share is not fixed: it is
+calibrated on audits so that the filter keeps `recall_target` of each round's true top
+`top_share` (filters/_calibration.py): a predictor that ranks well keeps little more than the
+top, a poor one keeps most of the round. A stratified
 random sample of the rejected candidates is measured anyway; each audited candidate stands for
 its stratum, so recall is estimated with inverse-sampling weights. Until two rounds have been
 audited with a trained predictor, everything offered (up to `max_keep`) is kept: those rounds
@@ -40,7 +41,7 @@ class TrimmerConfig:
     evidence_rounds: int = 8  # audited rounds (all tasks) the threshold is calibrated on
     min_keep: int = 8
     max_keep: int = 64
-    audit_share: float = 0.1  # of the rejected candidates, at least `min_audit`
+    audit_share: float = 0.2  # of the rejected candidates, at least `min_audit`
     min_audit: int = 2
     seed: int = 0
 
@@ -107,18 +108,27 @@ class Audit:
         return missed
 
 
-def choose(gaps: np.ndarray, *, threshold: float, min_keep: int, max_keep: int) -> list[int]:
-    """Indices with a predicted gap of at most `threshold`, best first; at least `min_keep`,
+def positions(predicted: np.ndarray) -> np.ndarray:
+    """Each candidate's place in the predicted ranking (lowest predicted first) as a share of
+    the round: 1/n for the predicted best, 1.0 for the predicted worst; ties keep their order."""
+    n = len(predicted)
+    out = np.empty(n)
+    out[np.argsort(predicted, kind="stable")] = np.arange(1, n + 1) / n
+    return out
+
+
+def choose(places: np.ndarray, *, threshold: float, min_keep: int, max_keep: int) -> list[int]:
+    """Indices placed at most `threshold` into the ranking, best first; at least `min_keep`,
     at most `max_keep`."""
-    order = [int(i) for i in np.argsort(gaps, kind="stable")]
-    keep = [i for i in order if gaps[i] <= threshold][:max_keep]
+    order = [int(i) for i in np.argsort(places, kind="stable")]
+    keep = [i for i in order if places[i] <= threshold + 1e-9][:max_keep]
     return keep if len(keep) >= min_keep else order[: min(len(order), min_keep)]
 
 
 @dataclasses.dataclass
 class _Pending:
     features: dict[int, np.ndarray]  # candidate key -> feature row
-    gaps: dict[int, float]  # candidate key -> predicted gap (empty: no trained predictor)
+    places: dict[int, float]  # candidate key -> predicted position (empty: no trained predictor)
     kept: set[int]
     audited: dict[int, float]  # candidate key -> rejected candidates it stands for
     best_before: float
@@ -179,20 +189,19 @@ class TrimmerFilter(Filter):
             self._remember(task, candidates, features, None, keep, {})
             audit.kept += len(keep)
             return Selection(tuple(keep))
-        predicted = self.predictor.predict(features)
-        gaps = predicted - predicted.min()
+        places = positions(self.predictor.predict(features))
         threshold = self.calibration.threshold()
         keep = choose(
-            gaps,
+            places,
             threshold=math.inf if threshold is None else threshold,
             min_keep=c.min_keep,
             max_keep=c.max_keep,
         )
         kept = set(keep)
-        rejected = [i for i in np.argsort(gaps, kind="stable") if int(i) not in kept]
+        rejected = [int(i) for i in np.argsort(places, kind="stable") if int(i) not in kept]
         count = max(c.min_audit, math.ceil(c.audit_share * len(rejected)))
         audited = dict(stratified_sample(rejected, count, self._rng))
-        self._remember(task, candidates, features, gaps, keep, audited)
+        self._remember(task, candidates, features, places, keep, audited)
         audit.kept += len(keep)
         audit.rejected += len(rejected)
         audit.audited += len(audited)
@@ -271,16 +280,16 @@ class TrimmerFilter(Filter):
         task: Task,
         candidates: Sequence[Candidate],
         features: np.ndarray,
-        gaps: np.ndarray | None,
+        places: np.ndarray | None,
         keep: Sequence[int],
         audited: dict[int, float],
     ) -> None:
         self._pending.setdefault(task.key, []).append(
             _Pending(
                 features={c.key: features[i] for i, c in enumerate(candidates)},
-                gaps={}
-                if gaps is None
-                else {c.key: float(gaps[i]) for i, c in enumerate(candidates)},
+                places={}
+                if places is None
+                else {c.key: float(places[i]) for i, c in enumerate(candidates)},
                 kept={candidates[i].key for i in keep},
                 audited={candidates[i].key: w for i, w in audited.items()},
                 best_before=self._best.get(task.key, math.inf),
@@ -309,9 +318,9 @@ class TrimmerFilter(Filter):
             best_before=pending.best_before,
             share=self.config.top_share,
         )
-        if pending.gaps:  # judged by a trained predictor: evidence for the threshold
+        if pending.places:  # judged by a trained predictor: evidence for the threshold
             samples: list[Sample] = [
-                (pending.gaps[c.key], pending.audited.get(c.key, 1.0), lat)
+                (pending.places[c.key], pending.audited.get(c.key, 1.0), lat)
                 for c, lat in measured
                 if c.key in pending.kept or c.key in pending.audited
             ]
