@@ -117,6 +117,25 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     )
 
 
+def describe_filter(stats: Mapping[str, Any]) -> str | None:
+    """What the candidate filter kept and how good its judgement was, in one line."""
+    total = stats.get("total")
+    if not total or not total.get("proposed"):
+        return None
+    kept, offered = total["kept"], total["kept"] + total["rejected"]
+    line = f"{stats['name']} kept {kept} of {offered} offered ({kept / offered:.0%})"
+    if stats.get("threshold") is None:
+        return f"{line}; not calibrated yet, so everything offered was kept"
+    line += f", the best-ranked {stats['threshold']:.0%} of a round at the end"
+    if total.get("recall") is None:
+        return f"{line}; no audit judged yet"
+    return (
+        f"{line}; audits ({total['audited']} of {total['rejected']} rejected measured) put its "
+        f"recall of each round's top 10% at {total['recall']:.0%}, with "
+        f"{total['false_negatives']} false negatives; own time {fmt_duration(stats['seconds'])}"
+    )
+
+
 def describe_measurement(m: Mapping[str, Any]) -> list[str]:
     """How candidates were measured, in a few plain lines (summary and report): where and how,
     throughput and how busy the GPUs' timed windows were, where a candidate's time went, the
@@ -311,6 +330,9 @@ def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path
     measured = describe_measurement(report.get("measurement") or {})
     if measured:
         out += ["## Measurement", "", *(f"- {line}" for line in measured), ""]
+    filtered = describe_filter(report.get("filter") or {})
+    if filtered:
+        out += ["## Filter", "", filtered, ""]
     for title, header, rows in _tables(report):
         out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         out += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
@@ -352,6 +374,9 @@ def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path)
         parts.append(
             "<h2>Measurement</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in measured) + "</ul>"
         )
+    filtered = describe_filter(report.get("filter") or {})
+    if filtered:
+        parts.append(f"<h2>Filter</h2><p>{esc(filtered)}</p>")
     for name, path in plots.items():
         parts.append(
             f'<h2>{esc(name.capitalize())}</h2><img src="{esc(path.relative_to(run_dir).as_posix())}" alt="{esc(name)}">'

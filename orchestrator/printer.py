@@ -10,6 +10,7 @@ import click
 
 from budget.render import (
     describe_change,
+    describe_filter,
     describe_kernels,
     describe_measurement,
     describe_search,
@@ -206,6 +207,9 @@ class Printer:
         searched = describe_search(result.report.get("search") or {})
         if searched:
             lines.append(f"  {'search':<20}{searched}")
+        filtered = describe_filter(result.report.get("filter") or {})
+        if filtered:
+            lines.append(f"  {'filter':<20}{filtered}")
         measured = describe_measurement(result.report.get("measurement") or {})
         lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
         lines += [

@@ -140,6 +140,25 @@ def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bo
         curve=ledger.history,
         stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
         paths=paths,
+        candidate_filter={
+            "name": "xgb",
+            "warm_start": False,
+            "samples": 454,
+            "recall_target": 0.9,
+            "threshold": 0.828125,
+            "seconds": 0.09,
+            "total": {
+                "proposed": 535,
+                "kept": 480,
+                "rejected": 55,
+                "audited": 13,
+                "false_negatives": 0,
+                "top_kept": 29.2,
+                "top_total": 29.2,
+                "recall": 1.0,
+            },
+            "tasks": {},
+        },
     )
 
 
@@ -159,6 +178,12 @@ def test_a_report_validates_and_renders_to_markdown_html_and_plots(tmp_path):
     assert "| conv | 2 | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x | tuned |" in md
     assert "(**3.15x faster**)" in md and "$2.49" in md
     assert "10 timings each: untuned 4 ms-4.3 ms, tuned 1.2 ms-1.4 ms" in md
+    assert (
+        "xgb kept 480 of 535 offered (90%), the best-ranked 83% of a round at the end; audits "
+        "(13 of 55 rejected measured) put its recall of each round's top 10% at 100%, with 0 "
+        "false negatives" in md
+    )
+    assert "<h2>Filter</h2>" in html_text
     images = ImageCollector.collect(html_text)
     assert set(images) == {"plots/convergence.png", "plots/phases.png", "plots/tasks.png"}
     for image in images:
@@ -191,6 +216,17 @@ class ImageCollector(HTMLParser):
         parser.close()
         assert not parser.open, parser.open
         return parser.images
+
+
+def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
+    from budget.render import describe_filter
+
+    total = {"proposed": 64, "kept": 64, "rejected": 0, "audited": 0, "false_negatives": 0}
+    stats = {"name": "xgb", "threshold": None, "seconds": 0.01, "total": total}
+    assert describe_filter(stats) == (
+        "xgb kept 64 of 64 offered (100%); not calibrated yet, so everything offered was kept"
+    )
+    assert describe_filter({"name": "none"}) is None
 
 
 def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
