@@ -3,15 +3,24 @@ candidate measured) through the filter's own predictor and calibration, round by
 
     python benchmarks/filter_replay.py RUN_DIR [RUN_DIR ...] [--label vm-2core]
 
-A round is a run of consecutive records of one task in commit order. Before each round the
-predictor is trained on every earlier record of the run (as the live filter is after each
-round) and ranks the round's candidates. Two calibrations set the keep threshold from the true
+The rounds are the journal's, their records the next ones of their task in commit order.
+Before each round the predictor is trained on every earlier record of the run (as the live
+filter is after each round) and ranks the round's candidates. Two calibrations set the keep threshold from the true
 top 10% of the last rounds: on predicted positions (the share of the round ranked ahead,
 what the filter keeps by) and on predicted gaps to the round's predicted best (what it kept by
 before). For each, over the rounds it filtered: the share kept, the true recall of each
 round's top 10% (every candidate was measured, so no audit is needed), and the round's best
 kept over its best. Also the predictor's rank correlation with the measured latency within
-rounds. Raw figures go to benchmarks/results/filter_replay-<label>-<date>.json.
+rounds.
+
+Paired, the same proposals with and without the filter, so the search's run-to-run variance
+(two live runs diverge before the filter first acts) does not blur the comparison: each
+filtered round is charged the build and measure time of only what the filter keeps and audits
+(the run's own per-round build and measure seconds, pro rata), and wherever every filtered
+round kept its best candidate, the run's tuning curve is the same, so `none`'s final latency
+is reached that much sooner. What it leaves out: that the search would then learn from fewer
+measurements (and see the rejected candidates offered again). Raw figures go to
+benchmarks/results/filter_replay-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ def main() -> None:
     rows = {}
     for run in args.runs:
         print(f"{run}: extracting features ...", flush=True)
-        rows[str(run)] = replay(*load_run(run))
+        rows[str(run)] = replay(*load_run(run), journal_rounds(run))
     print_table(rows)
     out = ROOT / "benchmarks" / "results" / f"filter_replay-{args.label}-{dt.date.today()}.json"
     out.write_text(json.dumps({"machine": args.label, "rows": rows}, indent=2))
@@ -85,17 +94,40 @@ def load_run(run: Path) -> tuple[np.ndarray, list[str], np.ndarray]:
     )
 
 
-def rounds_of(tasks: list[str]) -> list[tuple[int, int]]:
-    """(start, end) of each run of consecutive records of one task."""
-    bounds, start = [], 0
-    for i in range(1, len(tasks) + 1):
-        if i == len(tasks) or tasks[i] != tasks[start]:
-            bounds.append((start, i))
-            start = i
-    return bounds
+def journal_rounds(run: Path) -> list[dict[str, Any]]:
+    """The run's round events, each with its own build and measure seconds."""
+    events = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    rounds, before = [], {}
+    for event in events:
+        if event["type"] == "round":
+            phases = event["spend"]["phases"]
+            event["work_s"] = sum(phases.get(p, 0.0) - before.get(p, 0.0) for p in _WORK)
+            before = phases
+            rounds.append(event)
+    return rounds
 
 
-def replay(features: np.ndarray, tasks: list[str], latencies: np.ndarray) -> dict[str, Any]:
+_WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
+
+
+def rounds_of(tasks: list[str], rounds: list[dict[str, Any]]) -> list[tuple[int, list[int]]]:
+    """Each journal round's index and its records: the next `measured` records of its task,
+    after those committed before the first round (the tasks' default schedules, timed with the
+    untuned model)."""
+    first = len(tasks) - sum(event["measured"] for event in rounds)
+    out, taken = [], set(range(first))
+    for index, event in enumerate(rounds):
+        mine = [i for i, t in enumerate(tasks) if t == event["task_key"] and i not in taken][
+            : event["measured"]
+        ]
+        taken.update(mine)
+        out.append((index, mine))
+    return out
+
+
+def replay(
+    features: np.ndarray, tasks: list[str], latencies: np.ndarray, rounds: list[dict[str, Any]]
+) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
     from filters import TrimmerConfig
@@ -111,17 +143,19 @@ def replay(features: np.ndarray, tasks: list[str], latencies: np.ndarray) -> dic
         for key in ("position", "gap")
     }
     judged: dict[str, list[dict[str, float]]] = {key: [] for key in calibrations}
+    saved: dict[str, list[float]] = {key: [0.0] * len(rounds) for key in calibrations}
     correlations = []
-    for start, end in rounds_of(tasks):
-        if end - start < MIN_ROUND or start < config.min_samples:
+    for index, members in rounds_of(tasks, rounds):
+        start = min(members, default=0)
+        if len(members) < MIN_ROUND or start < config.min_samples:
             continue
         predictor = Predictor(seed=config.seed, min_samples=config.min_samples)
         for task in dict.fromkeys(tasks[:start]):
             mine = [i for i in range(start) if tasks[i] == task]
             predictor.add(task, features[mine], latencies[mine])
         predictor.fit()
-        predicted = predictor.predict(features[start:end])
-        measured = latencies[start:end]
+        predicted = predictor.predict(features[members])
+        measured = latencies[members]
         finite = np.isfinite(measured)
         if finite.sum() >= 3:
             correlations.append(float(spearmanr(predicted[finite], measured[finite]).correlation))
@@ -140,8 +174,16 @@ def replay(features: np.ndarray, tasks: list[str], latencies: np.ndarray) -> dic
                     max_keep=len(measured),
                 )
                 kept_best = min(measured[keep]) if len(keep) else math.inf
+                rejected = len(measured) - len(keep)
+                audits = min(
+                    rejected, max(config.min_audit, math.ceil(config.audit_share * rejected))
+                )
+                share = (len(keep) + audits) / len(measured)
+                saved[key][index] = (1 - share) * rounds[index]["work_s"]
                 judged[key].append(
                     {
+                        "round": index + 1,
+                        "measured": share,
                         "kept": len(keep) / len(measured),
                         "top": sum(tops),
                         "top_kept": sum(tops[i] for i in keep),
@@ -149,36 +191,66 @@ def replay(features: np.ndarray, tasks: list[str], latencies: np.ndarray) -> dic
                     }
                 )
             calibration.add(samples)
+    # When the run first came within 2% of its final latency, and when it would have with the
+    # filter's savings (the curve unchanged while every filtered round kept its best).
+    curve = [(e["spend"]["wall_s"], e["model_latency_s"]) for e in rounds]
+    goal = curve[-1][1] * 1.02 if curve else math.inf
+    reached = next((i for i, (_, lat) in enumerate(curve) if lat <= goal), None)
     result: dict[str, Any] = {
         "records": len(tasks),
-        "rounds": len(rounds_of(tasks)),
+        "rounds": len(rounds),
         "rank_correlation": float(np.mean(correlations)) if correlations else None,
+        "final_latency_s": curve[-1][1] if curve else None,
+        "reached_final_s": None if reached is None else curve[reached][0],
+        "wall_s": curve[-1][0] if curve else None,
     }
-    for key, rounds in judged.items():
-        top = sum(r["top"] for r in rounds)
+    for key, judgements in judged.items():
+        top = sum(r["top"] for r in judgements)
+        upto = [] if reached is None else [r for r in judgements if r["round"] <= reached + 1]
         result[key] = {
-            "filtered_rounds": len(rounds),
-            "kept_share": float(np.mean([r["kept"] for r in rounds])) if rounds else None,
-            "recall": sum(r["top_kept"] for r in rounds) / top if top else None,
-            "worst_best_ratio": max((r["best_ratio"] for r in rounds), default=None),
+            "filtered_rounds": len(judgements),
+            "kept_share": float(np.mean([r["kept"] for r in judgements])) if judgements else None,
+            "measured_share": (
+                float(np.mean([r["measured"] for r in judgements])) if judgements else None
+            ),
+            "recall": sum(r["top_kept"] for r in judgements) / top if top else None,
+            "worst_best_ratio": max((r["best_ratio"] for r in judgements), default=None),
+            "saved_s": sum(saved[key]),
+            # None where a filtered round before it lost its best: the curve would differ.
+            "reached_final_s": (
+                None
+                if reached is None or any(r["best_ratio"] > 1.0 for r in upto)
+                else curve[reached][0] - sum(saved[key][: reached + 1])
+            ),
+            "rounds": judgements,
         }
     return result
 
 
 def print_table(rows: dict[str, Any]) -> None:
-    print(f"\n{'run':<48}{'rho':>6}  {'by':<9}{'rounds':>7}{'kept':>7}{'recall':>8}{'best':>8}")
     for run, r in rows.items():
         rho = "-" if r["rank_correlation"] is None else f"{r['rank_correlation']:.2f}"
+        reached = r["reached_final_s"]
+        print(
+            f"\n{run}: {r['rounds']} rounds, {r['records']} records, rank correlation within "
+            f"rounds {rho}; final {r['final_latency_s'] * 1e3:.3f} ms, reached (within 2%) at "
+            f"{'-' if reached is None else f'{reached:.0f} s'} of {r['wall_s']:.0f} s"
+        )
+        print(
+            f"  {'by':<9}{'rounds':>7}{'kept':>7}{'built':>7}{'recall':>8}{'best':>7}"
+            f"{'saved':>8}{'reached':>9}"
+        )
         for key in ("position", "gap"):
             j = r[key]
             if not j["filtered_rounds"]:
-                print(f"{run[-48:]:<48}{rho:>6}  {key:<9}{0:>7}")
+                print(f"  {key:<9}{0:>7}")
                 continue
+            then = j["reached_final_s"]
             print(
-                f"{run[-48:]:<48}{rho:>6}  {key:<9}{j['filtered_rounds']:>7}"
-                f"{j['kept_share']:>7.0%}{j['recall']:>8.0%}{j['worst_best_ratio']:>8.3f}"
+                f"  {key:<9}{j['filtered_rounds']:>7}{j['kept_share']:>7.0%}"
+                f"{j['measured_share']:>7.0%}{j['recall']:>8.0%}{j['worst_best_ratio']:>7.3f}"
+                f"{j['saved_s']:>6.0f} s{'-' if then is None else f'{then:.0f} s':>9}"
             )
-            run, rho = "", ""
 
 
 if __name__ == "__main__":

@@ -169,10 +169,19 @@ def test_the_threshold_keeps_the_target_share_of_the_recent_top_candidates():
     calibration.add(samples)
     assert calibration.threshold() is None  # one round is not evidence enough
     calibration.add(samples)
-    assert calibration.threshold() == pytest.approx(0.8)  # keeps 9 of the 10
+    # 20 tops in, at 0.0, 0.0, 0.1, 0.1, ...: keeping 90% of them and of a 21st like them
+    # takes 19 of the 20 (a plain 90% quantile, 18 of 20, would stop at 0.8).
+    assert calibration.threshold() == pytest.approx(0.9)
     for _ in range(3):  # the same top, but judged perfectly: old rounds are forgotten
         calibration.add([(0.0, 1.0, lat) for _, _, lat in samples])
     assert calibration.threshold() == 0.0
+
+
+def test_too_little_evidence_for_the_target_keeps_the_whole_round():
+    calibration = Calibration(target=0.95, share=0.1, rounds=8, min_rounds=1)
+    fast = [(0.1 * i, 1.0, 1e-4 * (1 + i)) for i in range(10)]
+    calibration.add(fast + [(0.01 * i, 1.0, 1e-2) for i in range(90)])
+    assert calibration.threshold() == 1.0  # 95% of 11 tops is more than the 10 seen
 
 
 def test_calibration_resumes_from_its_state_but_not_from_an_older_runs_gap_evidence():
@@ -182,7 +191,7 @@ def test_calibration_resumes_from_its_state_but_not_from_an_older_runs_gap_evide
         calibration.add(fast + [(0.01 * i, 1.0, 1e-2) for i in range(90)])
     resumed = Calibration(target=0.9, share=0.1)
     resumed.restore(json.loads(json.dumps(calibration.to_dict())))
-    assert resumed.threshold() == calibration.threshold() == pytest.approx(0.8)
+    assert resumed.threshold() == calibration.threshold() == pytest.approx(0.9)
     older = Calibration(target=0.9, share=0.1)  # state written before positions: gaps
     older.restore({"evidence": [[[2.5, 1.0]], [[3.0, 1.0]]]})
     assert older.threshold() is None  # gathers its evidence again
