@@ -8,7 +8,7 @@ Before each round the predictor is trained on every earlier record of the run (a
 filter is after each round) and ranks the round's candidates. Two calibrations set the keep threshold from the true
 top 10% of the last rounds: on predicted positions (the share of the round ranked ahead,
 what the filter keeps by) and on predicted gaps to the round's predicted best (what it kept by
-before). For each, over the rounds it filtered: the share kept, the true recall of each
+before), both with the current quantile. For each, over the rounds it filtered: the share kept, the true recall of each
 round's top 10% (every candidate was measured, so no audit is needed), and the round's best
 kept over its best. Also the predictor's rank correlation with the measured latency within
 rounds.
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 from _common import ROOT
 
-MIN_ROUND = 8  # smaller runs of records (default schedules, resumed leftovers) are not rounds
+MIN_ROUND = 8  # rounds with fewer records are not judged (a deadline can cut a round short)
+_WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
 
 
 def main() -> None:
@@ -105,9 +106,6 @@ def journal_rounds(run: Path) -> list[dict[str, Any]]:
             before = phases
             rounds.append(event)
     return rounds
-
-
-_WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
 
 
 def rounds_of(tasks: list[str], rounds: list[dict[str, Any]]) -> list[tuple[int, list[int]]]:

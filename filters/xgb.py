@@ -1,14 +1,13 @@
-"""Trimmer: measure the candidates the predictor ranks near the round's best; audit the rest.
+"""Trimmer: measure the candidates the predictor ranks best in the round; audit the rest.
 
 Each round, the predictor ranks every candidate offered; the best-ranked share of the round is
 kept (at least `min_keep`, at most `max_keep`, best first). The share is not fixed: it is
 calibrated on audits so that the filter keeps `recall_target` of each round's true top
 `top_share` (filters/_calibration.py): a predictor that ranks well keeps little more than the
-top, a poor one keeps most of the round. A stratified
-random sample of the rejected candidates is measured anyway; each audited candidate stands for
-its stratum, so recall is estimated with inverse-sampling weights. Until two rounds have been
-audited with a trained predictor, everything offered (up to `max_keep`) is kept: those rounds
-are the first evidence.
+top, a poor one keeps most of the round. A stratified random sample of the rejected candidates
+is measured anyway; each audited candidate stands for its stratum, so recall is estimated with
+inverse-sampling weights. Until two rounds have been audited with a trained predictor,
+everything offered (up to `max_keep`) is kept: those rounds are the first evidence.
 """
 
 from __future__ import annotations
