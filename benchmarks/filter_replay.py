@@ -5,13 +5,13 @@ candidate measured) through the filter's own predictor and calibration, round by
 
 The rounds are the journal's, their records the next ones of their task in commit order.
 Before each round the predictor is trained on every earlier record of the run (as the live
-filter is after each round) and ranks the round's candidates. Two calibrations set the keep threshold from the true
-top 10% of the last rounds: on predicted positions (the share of the round ranked ahead,
-what the filter keeps by) and on predicted gaps to the round's predicted best (what it kept by
-before), both with the current quantile. For each, over the rounds it filtered: the share kept, the true recall of each
-round's top 10% (every candidate was measured, so no audit is needed), and the round's best
-kept over its best. Also the predictor's rank correlation with the measured latency within
-rounds.
+filter is after each round) and ranks the round's candidates. Two calibrations set the keep
+threshold from the true top 10% of the last rounds: on predicted positions (the share of the
+round ranked ahead, what the filter keeps by) and on predicted gaps to the round's predicted
+best (what it kept by before), both with the current quantile. For each, over the rounds it
+filtered: the share kept, the true recall of each round's top 10% (every candidate was
+measured, so no audit is needed), and the round's best kept over its best. Also the
+predictor's rank correlation with the measured latency within rounds.
 
 Paired, the same proposals with and without the filter, so the search's run-to-run variance
 (two live runs diverge before the filter first acts) does not blur the comparison: each
