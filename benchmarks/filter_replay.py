@@ -59,40 +59,21 @@ def load_run(run: Path) -> tuple[np.ndarray, list[str], np.ndarray]:
     """Feature rows, task keys and latencies (inf: failed) of a run's records, in commit order
     (the database file's line order; TVM's own reader sorts them)."""
     import tvm_ffi
-    from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from filters._predictor import pooled_features
-    from orchestrator.search.cost_model import workload_key
+    from filters._predictor import record_features
 
     def lines(name: str) -> list[Any]:
         text = (run / name).read_text().splitlines()
         return [json.loads(line) for line in text if line.strip()]
 
     workloads = [Workload.from_json(tvm_ffi.convert(w)) for w in lines("database_workload.json")]
-    by_task: dict[str, tuple[Any, Any, list[tuple[int, Any, float]]]] = {}
-    for order, (index, raw) in enumerate(lines("database_tuning_record.json")):
-        record = TuningRecord.from_json(tvm_ffi.convert(raw), workloads[index])
-        secs = [float(s) for s in record.run_secs]
-        latency = sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf
-        key = workload_key(record.workload.mod)
-        entry = by_task.setdefault(key, (record.workload.mod, record.target, []))
-        entry[2].append((order, record.as_measure_candidate(), latency))
-    orders, rows, tasks, latencies = [], [], [], []
-    for key, (mod, target, items) in by_task.items():
-        context = TuneContext(mod=mod, target=target, task_name=key)
-        features = pooled_features(context, [candidate for _, candidate, _ in items])
-        for (order, _, latency), row in zip(items, features, strict=True):
-            orders.append(order)
-            rows.append(row)
-            tasks.append(key)
-            latencies.append(latency)
-    by_order = np.argsort(orders)
-    return (
-        np.vstack(rows)[by_order],
-        [tasks[i] for i in by_order],
-        np.asarray(latencies)[by_order],
-    )
+    records = [
+        TuningRecord.from_json(tvm_ffi.convert(raw), workloads[index])
+        for index, raw in lines("database_tuning_record.json")
+    ]
+    tasks, features, latencies = record_features(records)
+    return features, tasks, latencies
 
 
 def journal_rounds(run: Path) -> list[dict[str, Any]]:

@@ -133,6 +133,35 @@ class Predictor:
         self.booster = booster
 
 
+def record_features(
+    records: Sequence[Any], target: Any | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Workload key, pooled feature row and mean latency (inf: failed) of each tuning record,
+    in the order given; features are extracted a workload at a time, for `target` (each
+    record's own when None)."""
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    keys, latencies, by_workload = [], [], {}
+    for i, record in enumerate(records):
+        key = f"{tvm_ffi.structural_hash(record.workload.mod) & (2**64 - 1):016x}"
+        secs = [float(s) for s in record.run_secs]
+        keys.append(key)
+        latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
+        by_workload.setdefault(key, []).append(i)
+    rows: list[np.ndarray | None] = [None] * len(keys)
+    for key, members in by_workload.items():
+        first = records[members[0]]
+        context = TuneContext(
+            mod=first.workload.mod, target=target or first.target, task_name=f"records-{key}"
+        )
+        features = pooled_features(context, [records[i].as_measure_candidate() for i in members])
+        for i, row in zip(members, features, strict=True):
+            rows[i] = row
+    matrix = np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+    return keys, matrix, np.asarray(latencies)
+
+
 def warm_start(predictor: Predictor, source: Path, target: Any) -> str:
     """Train `predictor` on an earlier run directory's records (any model: the target is
     relative to each workload's best) or load a saved one; returns what was used."""
@@ -140,21 +169,14 @@ def warm_start(predictor: Predictor, source: Path, target: Any) -> str:
         predictor.load(source)
         predictor.warm = True
         return f"predictor {source}"
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    by_workload: dict[str, tuple[Any, list[Any], list[float]]] = {}
-    for record in JSONDatabase(work_dir=str(source)).get_all_tuning_records():
-        key = f"{tvm_ffi.structural_hash(record.workload.mod) & (2**64 - 1):016x}"
-        mod, cands, lats = by_workload.setdefault(key, (record.workload.mod, [], []))
-        secs = [float(s) for s in record.run_secs]
-        cands.append(record.as_measure_candidate())
-        lats.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
-    for key, (mod, cands, lats) in by_workload.items():
-        context = TuneContext(mod=mod, target=target, task_name=f"warm-{key}")
-        predictor.add(f"warm:{key}", pooled_features(context, cands), lats)
+    records = JSONDatabase(work_dir=str(source)).get_all_tuning_records()
+    keys, features, latencies = record_features(records, target)
+    workloads = dict.fromkeys(keys)
+    for key in workloads:
+        mine = [i for i, k in enumerate(keys) if k == key]
+        predictor.add(f"warm:{key}", features[mine], latencies[mine])
     predictor.fit()
     predictor.warm = predictor.booster is not None
-    records = sum(len(c) for _, c, _ in by_workload.values())
-    return f"{records} records of {len(by_workload)} workloads in {source}"
+    return f"{len(keys)} records of {len(workloads)} workloads in {source}"
