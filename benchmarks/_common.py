@@ -89,9 +89,16 @@ def tune_vanilla(
 
 
 def tune_ours(
-    model_path: str, target_json: str, trials: int, seed: int, work: str, extra: Sequence[str] = ()
+    model_path: str,
+    target_json: str,
+    trials: int,
+    seed: int,
+    work: str,
+    extra: Sequence[str] = (),
+    simulate: bool = False,
 ) -> dict[str, Any]:
-    """`orchestrate` through its API; checkpoints from the journal (spend at each round end)."""
+    """`orchestrate` through its API; checkpoints from the journal (spend at each round end).
+    `simulate`: the simulated GPU times the candidates (a CUDA target, no GPU needed)."""
     from orchestrator import tune
 
     options: dict[str, Any] = {}
@@ -106,6 +113,7 @@ def tune_ours(
         out=work,
         seed=seed,
         handle_signals=False,
+        simulate=simulate,
         **options,
     )
     total = time.perf_counter() - start
@@ -117,6 +125,7 @@ def tune_ours(
     report = result.report
     return {
         "total_s": total,  # the whole call: import, untuned, tuning, compile, check
+        "wall_s": result.wall_s,  # the run's own clock (a simulated device's time included)
         # Only the five tuning phases: not comparable with a whole vanilla call.
         "phases_s": sum(
             phases.get(p, 0.0) for p in ("search", "filter", "build", "measure", "learn")

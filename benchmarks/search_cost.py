@@ -2,7 +2,8 @@
 
     python benchmarks/search_cost.py [--model examples/smallcnn.onnx] [--trials 256]
                                      [--seeds 0,1] [--presets tvm-default,sized]
-                                     [--filter none|xgb] [--target llvm]
+                                     [--filter none|xgb] [--target llvm] [--simulate]
+                                     [--label vm-2core]
 
 Each preset x seed tunes the same model with `orchestrate` (through its API, each in a fresh
 process, same target, trial cap and filter). Presets:
@@ -12,10 +13,16 @@ process, same target, trial cap and filter). Presets:
   - `sized-tvm-xgb`: the sized search with MetaSchedule's XGBModel (isolates the cost model);
   - `sized-1x2`, `sized-2x3`: population 1x / 2x the round's proposals, 2 / 3 iterations.
 Then every run's final database is compiled with stock `compile_relax` and all are timed
-interleaved. Prints per run: wall time of the whole call, search time and its share, search
-time per search, its breakdown (sampling, mutation, prediction, features), and the final
-latency; then per preset the medians and their ratios to the first preset. Raw figures go to
-benchmarks/results/search_cost-<model>-<trials>trials-<host>-<date>.json.
+interleaved. Prints per run: wall time of the whole call, search time and its share of the
+run's wall (the run's own clock, as its report gives it), search time per search, its
+breakdown (sampling, mutation, prediction, features), and the final latency; then per preset
+the medians and their ratios to the first preset.
+
+`--simulate` tunes for a CUDA target without a GPU (`--target`, default nvidia/nvidia-h100):
+search and CUDA builds are real, the simulated GPU times the candidates (a random landscape,
+so search settings cannot differ in quality there, and no latency is timed): it gives the
+search's share of a CUDA run and where its time goes. Raw figures go to
+benchmarks/results/search_cost-<model>-<trials>trials[-simulated]-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--presets", default="tvm-default,sized")
     parser.add_argument("--filter", default="xgb")
-    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--target", default=None, help="llvm, or nvidia/nvidia-h100 simulated")
+    parser.add_argument("--simulate", action="store_true", help="the simulated GPU, no GPU")
+    parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     parser.add_argument("--repeats", type=int, default=20, help="latency samples per run")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -54,14 +63,16 @@ def main() -> None:
     if args.child:  # one run in a fresh process: print its figures as JSON
         target_json, seed, config, work = args.child
         extra = [f"filter={args.filter}", f"config={config}"]
-        print(
-            json.dumps(tune_ours(str(args.model), target_json, args.trials, int(seed), work, extra))
+        figures = tune_ours(
+            str(args.model), target_json, args.trials, int(seed), work, extra, args.simulate
         )
+        print(json.dumps(figures))
         return
 
     from orchestrator.targets import resolve_target
 
-    resolved = resolve_target(args.target)
+    spec = args.target or ("nvidia/nvidia-h100" if args.simulate else "llvm")
+    resolved = resolve_target(spec, simulate=args.simulate)
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / f"search-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True)
@@ -79,17 +90,22 @@ def main() -> None:
                 [
                     "--model", str(args.model), "--trials", str(args.trials),
                     "--filter", args.filter,
+                    *(["--simulate"] if args.simulate else []),
                     "--child", target_json, str(seed), str(config), str(base / name),
                 ],
             )  # fmt: skip
             runs[name]["preset"], runs[name]["seed"] = preset, seed
-    latency = time_databases(
-        args.model,
-        target_json,
-        {name: base / name for name in runs},
-        args.repeats,
-        device_type=resolved.device_type,
-    )
+    latency: dict[str, dict | None] = {name: None for name in runs}
+    if not args.simulate:
+        latency.update(
+            time_databases(
+                args.model,
+                target_json,
+                {name: base / name for name in runs},
+                args.repeats,
+                device_type=resolved.device_type,
+            )
+        )
 
     print(f"\n{args.model.name}, {args.trials} trials, filter {args.filter}, {resolved.describe()}")
     print(
@@ -100,11 +116,13 @@ def main() -> None:
         s = r["search"]
         searched = r["phases"].get("search", 0.0)
         r["latency"] = latency[name]
+        r["search_share"] = searched / r["wall_s"]
+        shown = f"{latency[name]['median_s'] * 1e6:>8.0f}us" if latency[name] else f"{'-':>10}"
         print(
-            f"  {name:<26}{r['total_s']:>7.0f}s{searched:>7.0f}s{searched / r['total_s']:>7.0%}"
+            f"  {name:<26}{r['total_s']:>7.0f}s{searched:>7.0f}s{r['search_share']:>7.0%}"
             f"{searched / max(1, s.get('searches', 0)):>10.1f}s{s.get('sampling', 0):>8.1f}s"
             f"{s.get('mutation', 0):>8.1f}s{s.get('prediction', 0):>7.1f}s"
-            f"{s.get('features', 0):>8.1f}s{latency[name]['median_s'] * 1e6:>8.0f}us"
+            f"{s.get('features', 0):>8.1f}s{shown}"
         )
     first = presets[0]
     summary = {}
@@ -113,22 +131,31 @@ def main() -> None:
         summary[preset] = {
             "wall_s": statistics.median(r["total_s"] for r in mine),
             "search_s": statistics.median(r["phases"].get("search", 0.0) for r in mine),
-            "latency_s": statistics.median(r["latency"]["median_s"] for r in mine),
+            "search_share": statistics.median(r["search_share"] for r in mine),
+            "latency_s": (
+                None if args.simulate else statistics.median(r["latency"]["median_s"] for r in mine)
+            ),
         }
     print(f"  medians over seeds {seeds}, as ratios to {first}:")
     for preset, m in summary.items():
         f = summary[first]
+        quality = (
+            f", latency {m['latency_s'] * 1e6:.0f}us ({m['latency_s'] / f['latency_s']:.3f})"
+            if m["latency_s"]
+            else ""
+        )
         print(
             f"  {preset:<26} wall {m['wall_s']:.0f}s ({m['wall_s'] / f['wall_s']:.2f}), search "
-            f"{m['search_s']:.0f}s ({m['search_s'] / max(f['search_s'], 1e-9):.2f}), latency "
-            f"{m['latency_s'] * 1e6:.0f}us ({m['latency_s'] / f['latency_s']:.3f})"
+            f"{m['search_s']:.0f}s ({m['search_s'] / max(f['search_s'], 1e-9):.2f}, "
+            f"{m['search_share']:.0%} of the run){quality}"
         )
     machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
+    kind = "-simulated" if args.simulate else ""
     out = (
         ROOT
         / "benchmarks"
         / "results"
-        / f"search_cost-{args.model.stem}-{args.trials}trials-{platform.node() or 'host'}-{dt.date.today().isoformat()}.json"
+        / f"search_cost-{args.model.stem}-{args.trials}trials{kind}-{args.label}-{dt.date.today()}.json"
     )
     out.write_text(
         json.dumps(
@@ -138,6 +165,8 @@ def main() -> None:
                 "filter": args.filter,
                 "seeds": seeds,
                 "machine": machine,
+                "label": args.label,
+                "simulated": args.simulate,
                 "presets": {p: PRESETS[p] for p in presets},
                 "runs": runs,
                 "summary": summary,
