@@ -131,6 +131,7 @@ def tune_ours(
             phases.get(p, 0.0) for p in ("search", "filter", "build", "measure", "learn")
         ),
         "phases": phases,
+        "overlapped": report.get("overlapped", {}),  # phases run in the background
         "trials": result.trials,
         "built": sum(t["built"] for t in report["tasks"]),
         "failed": sum(t["failures"] for t in report["tasks"]),
