@@ -248,6 +248,18 @@ def _budget_title(budget: Mapping[str, Any]) -> str:
     )
 
 
+def _phase_name(name: str, report: Mapping[str, Any]) -> str:
+    """A phase's name; `ahead`, the wait for a round prepared in the background, says what the
+    background was busy with (on a GPU run most of the search is there, not in `search`)."""
+    background = {k: v for k, v in (report.get("overlapped") or {}).items() if v >= 0.05}
+    if name != "ahead" or not background:
+        return name
+    busy = ", ".join(
+        f"{k} {fmt_duration(v)}" for k, v in sorted(background.items(), key=lambda kv: -kv[1])
+    )
+    return f"ahead (waiting for rounds prepared in the background, where the run spent {busy})"
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     budget_rows = [
         [
@@ -278,7 +290,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     ]
     wall = report["spend"]["wall_s"] or 1.0
     phase_rows = [
-        [name, fmt_duration(secs), f"{secs / wall:.1%}"]
+        [_phase_name(name, report), fmt_duration(secs), f"{secs / wall:.1%}"]
         for name, secs in sorted(report["phases"].items(), key=lambda kv: -kv[1])
         if secs > 0
     ]

@@ -218,6 +218,23 @@ class ImageCollector(HTMLParser):
         return parser.images
 
 
+def test_the_wait_for_background_rounds_says_what_the_background_spent(tmp_path):
+    """On a GPU run the next round is searched and built while one is measured: most search
+    time is then not in the `search` phase but behind `ahead`, and the report says so."""
+    from budget.render import markdown
+
+    report = synthetic_report(tmp_path)
+    report["phases"]["ahead"] = 300.0
+    report["overlapped"] = {"search": 480.0, "build": 260.0, "filter": 0.01}
+    md = markdown(report, {}, tmp_path)
+    assert (
+        "| ahead (waiting for rounds prepared in the background, where the run spent search "
+        "8m00s, build 4m20s) | 5m00s | 10.0% |" in md
+    )
+    report["overlapped"] = {}
+    assert "| ahead | 5m00s | 10.0% |" in markdown(report, {}, tmp_path)
+
+
 def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
     from budget.render import describe_filter
 
