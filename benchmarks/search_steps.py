@@ -12,7 +12,8 @@ where the time goes. Here the same steps run one at a time on one thread, for th
 tasks of each model: the milliseconds per schedule of the replay and of each postprocessor,
 which postprocessor rejects how many, and so the CPU time the search pays for each valid fresh
 sample and each valid mutation. The mutators are drawn with the probabilities the target's
-search uses. A CUDA target needs no GPU: nothing is built or run. Raw figures go to
+search uses. Models are benchmarks/models.py's names or .onnx paths. A CUDA target needs no
+GPU: nothing is built or run. Raw figures go to
 benchmarks/results/search_steps-<target>-<label>-<date>.json.
 """
 
@@ -25,6 +26,7 @@ import json
 import platform
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +37,7 @@ PARENTS = 5  # valid samples the mutations start from
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="vggish,resnetish")
+    parser.add_argument("--models", default="vggish,resnetish", help="names or .onnx paths")
     parser.add_argument("--target", default="nvidia/nvidia-h100", help="a TVM tag, llvm, ...")
     parser.add_argument("--tasks", type=int, default=3, help="the heaviest tasks of each model")
     parser.add_argument("--samples", type=int, default=200, help="fresh samples per task")
@@ -54,7 +56,9 @@ def main() -> None:
     _tvm.load_tensor_intrinsics()
     rows = []
     for name in args.models.split(","):
-        model = load_model(write(name, ROOT / "benchmarks" / "work"))
+        path = Path(name) if name.endswith(".onnx") else write(name, ROOT / "benchmarks" / "work")
+        model = load_model(path)
+        name = path.stem
         tasks = extract_tasks(fuse_for_tuning(import_to_relax(model), target), target)
         for task in tasks[: args.tasks]:
             row = profile(task, target, args.samples, args.mutations)
