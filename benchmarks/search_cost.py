@@ -186,9 +186,9 @@ def search_on_critical_path(run: dict) -> float:
     did not hide."""
     phases, overlapped = run["phases"], run.get("overlapped", {})
     background = sum(overlapped.values())
-    ahead = (
-        phases.get("ahead", 0.0) * overlapped.get("search", 0.0) / background if background else 0
-    )
+    # A background round's own `ahead` is its wait for a search running ahead: search too.
+    searching = overlapped.get("search", 0.0) + overlapped.get("ahead", 0.0)
+    ahead = phases.get("ahead", 0.0) * searching / background if background else 0.0
     return phases.get("search", 0.0) + ahead
 
 

@@ -225,7 +225,7 @@ def test_the_wait_for_background_rounds_says_what_the_background_spent(tmp_path)
 
     report = synthetic_report(tmp_path)
     report["phases"]["ahead"] = 300.0
-    report["overlapped"] = {"search": 480.0, "build": 260.0, "filter": 0.01}
+    report["overlapped"] = {"search": 470.0, "build": 260.0, "filter": 0.01, "ahead": 10.0}
     md = markdown(report, {}, tmp_path)
     assert (
         "| ahead (waiting for rounds prepared in the background, where the run spent search "
