@@ -39,6 +39,8 @@ from pathlib import Path
 
 from _common import ROOT, run_child, time_databases, tune_ours
 
+_PARTS = ("sampling", "mutation", "prediction", "features")  # of a search's time
+
 PRESETS = {
     "tvm-default": '[search]\npopulation = 512\ngenetic_num_iters = 4\ncost_model = "tvm-xgb"\n',
     "sized": "",
@@ -122,7 +124,8 @@ def main() -> None:
         shown = f"{latency[name]['median_s'] * 1e6:>8.0f}us" if latency[name] else f"{'-':>10}"
         print(
             f"  {name:<26}{r['total_s']:>7.0f}s{searched:>7.0f}s{r['search_share']:>7.0%}"
-            f"{searched / max(1, s.get('searches', 0)):>10.1f}s{s.get('sampling', 0):>8.1f}s"
+            f"{sum(s.get(p, 0.0) for p in _PARTS) / max(1, s.get('searches', 0)):>10.1f}s"
+            f"{s.get('sampling', 0):>8.1f}s"
             f"{s.get('mutation', 0):>8.1f}s{s.get('prediction', 0):>7.1f}s"
             f"{s.get('features', 0):>8.1f}s{shown}"
         )
@@ -181,9 +184,9 @@ def main() -> None:
 
 def search_on_critical_path(run: dict) -> float:
     """Seconds the run waited on search: the search phase (the main thread searching), plus
-    search's share of the `ahead` phase, the waits for a round prepared in the background
-    (searched, filtered and built while the last one was measured: GPU runs) that measuring
-    did not hide."""
+    search's share of the `ahead` phase, the waits that measuring did not hide for background
+    work: a search running ahead, or on GPU runs a whole round searched, filtered and built
+    while the last one was measured."""
     phases, overlapped = run["phases"], run.get("overlapped", {})
     background = sum(overlapped.values())
     # A background round's own `ahead` is its wait for a search running ahead: search too.
