@@ -116,6 +116,8 @@ def profile(task: Any, target: Any, samples: int, mutations: int) -> dict[str, A
     spaces = ctx.generate_design_space()
     postprocs = list(ctx.space_generator.postprocs)
     mutators = list(ctx.space_generator.mutator_probs.items())
+    # TVM 0.27's own hooks (the search calls them in C++): a mutator needs its context, and
+    # its FFI entry takes the random state that the Python `apply` does not.
     for mutator, _ in mutators:
         mutator._initialize_with_tune_context(ctx)
 
