@@ -133,18 +133,24 @@ class Predictor:
         self.booster = booster
 
 
+def workload_key(mod: Any) -> str:
+    """The task key of a workload (as orchestrator.tasks gives it)."""
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
+
+
 def record_features(
     records: Sequence[Any], target: Any | None = None
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Workload key, pooled feature row and mean latency (inf: failed) of each tuning record,
     in the order given; features are extracted a workload at a time, for `target` (each
     record's own when None)."""
-    import tvm_ffi
     from tvm.s_tir.meta_schedule import TuneContext
 
     keys, latencies, by_workload = [], [], {}
     for i, record in enumerate(records):
-        key = f"{tvm_ffi.structural_hash(record.workload.mod) & (2**64 - 1):016x}"
+        key = workload_key(record.workload.mod)
         secs = [float(s) for s in record.run_secs]
         keys.append(key)
         latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)

@@ -20,7 +20,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from filters._predictor import Predictor, pooled_features
+from filters._predictor import Predictor, pooled_features, workload_key
 
 # Schedules whose features stay cached (each entry holds its schedule alive, so a cached
 # handle can never be reused by another schedule).
@@ -34,13 +34,6 @@ def feature_rows(cost_model: Any, context: Any, candidates: Sequence[Any]) -> np
     if features is not None:
         return features(context, candidates)
     return pooled_features(context, list(candidates))
-
-
-def workload_key(mod: Any) -> str:
-    """The task key of a workload (as orchestrator.tasks gives it)."""
-    import tvm_ffi
-
-    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
 
 
 @derived_object
