@@ -187,11 +187,11 @@ def search_on_critical_path(run: dict) -> float:
     search's share of the `ahead` phase, the waits that measuring did not hide for background
     work: a search running ahead, or on GPU runs a whole round searched, filtered and built
     while the last one was measured."""
-    phases, overlapped = run["phases"], run.get("overlapped", {})
-    background = sum(overlapped.values())
-    # A background round's own `ahead` is its wait for a search running ahead: search too.
-    searching = overlapped.get("search", 0.0) + overlapped.get("ahead", 0.0)
-    ahead = phases.get("ahead", 0.0) * searching / background if background else 0.0
+    from budget.render import background_work
+
+    phases, work = run["phases"], background_work(run.get("overlapped", {}))
+    background = sum(work.values())
+    ahead = phases.get("ahead", 0.0) * work["search"] / background if background else 0.0
     return phases.get("search", 0.0) + ahead
 
 

@@ -248,13 +248,19 @@ def _budget_title(budget: Mapping[str, Any]) -> str:
     )
 
 
+def background_work(overlapped: Mapping[str, float]) -> dict[str, float]:
+    """Seconds of each phase run in the background (a report's `overlapped`). A background
+    round's own `ahead` is its wait for a search running ahead of it: search time too."""
+    work = dict(overlapped)
+    work["search"] = work.get("search", 0.0) + work.pop("ahead", 0.0)
+    return work
+
+
 def _phase_name(name: str, report: Mapping[str, Any]) -> str:
     """A phase's name; `ahead`, the wait for a round prepared in the background, says what the
     background was busy with (on a GPU run most of the search is there, not in `search`)."""
-    background = dict(report.get("overlapped") or {})
-    # A background round's own wait is for a search running ahead of it: search time too.
-    background["search"] = background.get("search", 0.0) + background.pop("ahead", 0.0)
-    background = {k: v for k, v in background.items() if v >= 0.05}
+    work = background_work(report.get("overlapped") or {})
+    background = {k: v for k, v in work.items() if v >= 0.05}
     if name != "ahead" or not background:
         return name
     busy = ", ".join(
