@@ -88,4 +88,28 @@ def _executor_class() -> type:
                     worker.kill()  # started afresh, with its initializer, by the next job
             return result
 
+        def shutdown(self, wait: bool = True) -> None:
+            # TVM's own shutdown fails on a worker caught between starting its process and
+            # opening its pipes (AttributeError, with its lock still held: the executor's
+            # __del__ then deadlocks the interpreter's exit), and a job thread may start a
+            # worker after it has passed. So: kill what runs, let the job threads finish,
+            # and kill again whatever they started meanwhile.
+            try:
+                self._kill_workers()
+                self._threadpool.shutdown(wait=wait)
+                self._kill_workers()
+            finally:
+                self._shutdown = True
+
+        def _kill_workers(self) -> None:
+            with self._lock:
+                workers = list(self._worker_map.values())
+            for worker in workers:
+                try:
+                    worker.kill()
+                except AttributeError:  # mid-start: its process is up, its pipes not yet
+                    worker._proc.kill()  # its thread's next send fails; the second pass reaps it
+                except ImportError:  # at interpreter exit
+                    pass
+
     return Executor

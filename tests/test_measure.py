@@ -2,6 +2,8 @@
 
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from measure import (
     SimulatedGpu,
     TimerConfig,
 )
+from measure._pool import WorkerPool
 from measure.base import short_error
 
 ARGS = (("float32", (16,)), ("float32", (16,)))
@@ -187,6 +190,22 @@ def test_a_kernel_writing_nan_is_timed_and_flagged(pool, engine):
     (m,) = engine.measure([MeasureInput(build.artifact, ARGS)])
     assert m.ok and m.finite is False
     pool.release([build])
+
+
+def test_a_pool_closed_while_a_worker_starts_kills_it_and_closes():
+    """A run that stops at once (its budget already spent on resume) closes its build pool
+    while the workers are still starting; a worker caught with its process up and its pipes
+    not yet open once made TVM's shutdown raise and the interpreter's exit hang."""
+    from tvm.support.popen_pool import PopenWorker
+
+    pool = WorkerPool(workers=1, timeout_s=10)
+    starting = PopenWorker()
+    starting._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    process = starting._proc
+    pool._executor._worker_map[0] = starting
+    pool.close()
+    assert process.wait(timeout=10) != 0  # killed, not left to sleep
+    assert pool._executor._shutdown  # its __del__ will not shut it down a second time
 
 
 def test_measurement_holds_either_times_or_an_error():
