@@ -5,13 +5,15 @@ candidate measured) through the filter's own predictor and calibration, round by
 
 The rounds are the journal's, their records the next ones of their task in commit order.
 Before each round the predictor is trained on every earlier record of the run (as the live
-filter is after each round) and ranks the round's candidates. Two calibrations set the keep
-threshold from the true top 10% of the last rounds: on predicted positions (the share of the
-round ranked ahead, what the filter keeps by) and on predicted gaps to the round's predicted
-best (what it kept by before), both with the current quantile. For each, over the rounds it
-filtered: the share kept, the true recall of each round's top 10% (every candidate was
-measured, so no audit is needed), and the round's best kept over its best. Also the
-predictor's rank correlation with the measured latency within rounds.
+filter is after each round) and ranks the round's candidates; once with each objective of
+filters/_predictor.py: `rank` (what the filter ranks with) and `regression` (what it ranked
+with before, and what the search's cost model still uses). Each keeps by predicted position
+(the share of the round ranked ahead) with its own calibration from the true top 10% of the
+last rounds. For each, over the rounds it filtered: the share kept, the true recall of each
+round's top 10% (every candidate was measured, so no audit is needed), the round's best kept
+over its best, and the share of the round that had to be kept, best-ranked first, to hold 90%
+of its top 10% (what a perfect calibration would keep). Also the rank correlation with the
+measured latency within rounds.
 
 Paired, the same proposals with and without the filter, so the search's run-to-run variance
 (two live runs diverge before the filter first acts) does not blur the comparison: each
@@ -38,6 +40,7 @@ from _common import ROOT
 
 MIN_ROUND = 8  # rounds with fewer records are not judged (a deadline can cut a round short)
 _WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
+OBJECTIVES = ("rank", "regression")  # the filter's, then the one it used before
 
 
 def main() -> None:
@@ -119,26 +122,31 @@ def replay(
         key: Calibration(
             target=config.recall_target, share=config.top_share, rounds=config.evidence_rounds
         )
-        for key in ("position", "gap")
+        for key in OBJECTIVES
     }
     judged: dict[str, list[dict[str, float]]] = {key: [] for key in calibrations}
     saved: dict[str, list[float]] = {key: [0.0] * len(rounds) for key in calibrations}
-    correlations = []
+    correlations: dict[str, list[float]] = {key: [] for key in calibrations}
+    needed: dict[str, list[float]] = {key: [] for key in calibrations}
     for index, members in rounds_of(tasks, rounds):
         start = min(members, default=0)
         if len(members) < MIN_ROUND or start < config.min_samples:
             continue
-        predictor = Predictor(seed=config.seed, min_samples=config.min_samples)
-        for task in dict.fromkeys(tasks[:start]):
-            mine = [i for i in range(start) if tasks[i] == task]
-            predictor.add(task, features[mine], latencies[mine])
-        predictor.fit()
-        predicted = predictor.predict(features[members])
         measured = latencies[members]
         finite = np.isfinite(measured)
-        if finite.sum() >= 3:
-            correlations.append(float(spearmanr(predicted[finite], measured[finite]).correlation))
-        scores = {"position": positions(predicted), "gap": predicted - predicted.min()}
+        scores = {}
+        for key in calibrations:
+            predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=key)
+            for task in dict.fromkeys(tasks[:start]):
+                mine = [i for i in range(start) if tasks[i] == task]
+                predictor.add(task, features[mine], latencies[mine])
+            predictor.fit()
+            predicted = predictor.predict(features[members])
+            scores[key] = positions(predicted)
+            if finite.sum() >= 3 and np.ptp(predicted[finite]) > 0:
+                rho = spearmanr(predicted[finite], measured[finite]).correlation
+                correlations[key].append(float(rho))
+            needed[key].append(share_needed(scores[key], measured, config))
         for key, calibration in calibrations.items():
             threshold = calibration.threshold()
             samples = [
@@ -178,7 +186,6 @@ def replay(
     result: dict[str, Any] = {
         "records": len(tasks),
         "rounds": len(rounds),
-        "rank_correlation": float(np.mean(correlations)) if correlations else None,
         "final_latency_s": curve[-1][1] if curve else None,
         "reached_final_s": None if reached is None else curve[reached][0],
         "wall_s": curve[-1][0] if curve else None,
@@ -187,6 +194,8 @@ def replay(
         top = sum(r["top"] for r in judgements)
         upto = [] if reached is None else [r for r in judgements if r["round"] <= reached + 1]
         result[key] = {
+            "rank_correlation": (float(np.mean(correlations[key])) if correlations[key] else None),
+            "share_needed": float(np.mean(needed[key])) if needed[key] else None,
             "filtered_rounds": len(judgements),
             "kept_share": float(np.mean([r["kept"] for r in judgements])) if judgements else None,
             "measured_share": (
@@ -206,27 +215,40 @@ def replay(
     return result
 
 
+def share_needed(places: np.ndarray, measured: np.ndarray, config: Any) -> float:
+    """The share of a round that must be kept, best-ranked first, to hold `recall_target` of
+    its true top `top_share`."""
+    top = set(np.argsort(measured)[: max(1, round(config.top_share * len(measured)))].tolist())
+    got = 0
+    for count, i in enumerate(np.argsort(places, kind="stable"), start=1):
+        got += int(i) in top
+        if got >= config.recall_target * len(top):
+            return count / len(measured)
+    return 1.0
+
+
 def print_table(rows: dict[str, Any]) -> None:
     for run, r in rows.items():
-        rho = "-" if r["rank_correlation"] is None else f"{r['rank_correlation']:.2f}"
         reached = r["reached_final_s"]
         print(
-            f"\n{run}: {r['rounds']} rounds, {r['records']} records, rank correlation within "
-            f"rounds {rho}; final {r['final_latency_s'] * 1e3:.3f} ms, reached (within 2%) at "
+            f"\n{run}: {r['rounds']} rounds, {r['records']} records; final "
+            f"{r['final_latency_s'] * 1e3:.3f} ms, reached (within 2%) at "
             f"{'-' if reached is None else f'{reached:.0f} s'} of {r['wall_s']:.0f} s"
         )
         print(
-            f"  {'by':<9}{'rounds':>7}{'kept':>7}{'built':>7}{'recall':>8}{'best':>7}"
-            f"{'saved':>8}{'reached':>9}"
+            f"  {'model':<11}{'rho':>5}{'needed':>7}{'rounds':>7}{'kept':>7}{'built':>7}"
+            f"{'recall':>8}{'best':>7}{'saved':>8}{'reached':>9}"
         )
-        for key in ("position", "gap"):
+        for key in OBJECTIVES:
             j = r[key]
+            rho = "-" if j["rank_correlation"] is None else f"{j['rank_correlation']:.2f}"
+            needed = "-" if j["share_needed"] is None else f"{j['share_needed']:.0%}"
             if not j["filtered_rounds"]:
-                print(f"  {key:<9}{0:>7}")
+                print(f"  {key:<11}{rho:>5}{needed:>7}{0:>7}")
                 continue
             then = j["reached_final_s"]
             print(
-                f"  {key:<9}{j['filtered_rounds']:>7}{j['kept_share']:>7.0%}"
+                f"  {key:<11}{rho:>5}{needed:>7}{j['filtered_rounds']:>7}{j['kept_share']:>7.0%}"
                 f"{j['measured_share']:>7.0%}{j['recall']:>8.0%}{j['worst_best_ratio']:>7.3f}"
                 f"{j['saved_s']:>6.0f} s{'-' if then is None else f'{then:.0f} s':>9}"
             )

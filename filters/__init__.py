@@ -19,14 +19,12 @@ def make_filter(
     target: Any = None,
     config: TrimmerConfig | None = None,
     state_dir: Path | None = None,
-    predictor: Predictor | None = None,
 ) -> Filter:
-    """A filter by its short name; ValueError listing the known names otherwise. `predictor`
-    is the shared model when the search's cost model trains it."""
+    """A filter by its short name; ValueError listing the known names otherwise."""
     if name == NoFilter.name:
         return NoFilter()
     if name == TrimmerFilter.name:
-        return TrimmerFilter(target=target, config=config, state_dir=state_dir, predictor=predictor)
+        return TrimmerFilter(target=target, config=config, state_dir=state_dir)
     raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(NAMES)}")
 
 

@@ -146,13 +146,15 @@ class TrimmerFilter(Filter):
         state_dir: Path | None = None,
         predictor: Predictor | None = None,
     ) -> None:
-        """`predictor`: a model trained elsewhere (the search's cost model, which learns every
-        round); without one the filter trains a predictor of its own on what it is told."""
+        """`predictor`: a model trained elsewhere to rank with; without one the filter trains
+        a ranker of its own (filters/_predictor.py, objective `rank`) on what it is told."""
         self.target = target
         self.config = c = config or TrimmerConfig()
         self.state_dir = state_dir
         self.trains = predictor is None
-        self.predictor = predictor or Predictor(seed=c.seed, min_samples=c.min_samples)
+        self.predictor = predictor or Predictor(
+            seed=c.seed, min_samples=c.min_samples, objective="rank"
+        )
         self.calibration = Calibration(
             target=c.recall_target, share=c.top_share, rounds=c.evidence_rounds
         )
@@ -220,10 +222,8 @@ class TrimmerFilter(Filter):
                 if pending is not None
                 else self._features(task, candidates)  # resumed records: no selection
             )
-            fitting = time.perf_counter()
             self.predictor.add(task.key, features, latencies)
-            self.predictor.fit()
-            start += time.perf_counter() - fitting  # training is learning, not filtering
+            self.predictor.fit()  # the filter's own model: its training is the filter's cost
         finite = [x for x in latencies if math.isfinite(x)]
         if finite:
             self._best[task.key] = min(self._best.get(task.key, math.inf), min(finite))

@@ -81,10 +81,12 @@ class Session:
         self.energy = energy
         self.interrupt = interrupt
         self.filter = candidate_filter
-        # The learned model: shared by search and filter unless [search] cost_model says
-        # "tvm-xgb", when the xgb filter keeps one of its own (warm start trains either).
-        self.shared_predictor = predictor
-        self.predictor = predictor or getattr(candidate_filter, "predictor", None)
+        # The learned models: the search's cost model (unless [search] cost_model says
+        # "tvm-xgb") and the xgb filter's ranker; a warm start trains both.
+        self.search_predictor = predictor
+        self.predictors = [
+            p for p in (predictor, getattr(candidate_filter, "predictor", None)) if p is not None
+        ]
         self.warm_start = warm_start
         self.fleet = fleet
         self.measurement: dict[str, Any] = {}
@@ -125,7 +127,7 @@ class Session:
         # The final compile, check and report are kept back from the start.
         ledger.reserved_s = fixed.final_s
         database = self.run.database()
-        cost_model = make_cost_model(self.settings, self.shared_predictor)
+        cost_model = make_cost_model(self.settings, self.search_predictor)
         with ledger.phase("restore"):
             restored = restore(
                 self.tasks,
@@ -135,8 +137,9 @@ class Session:
                 target=self.target.target,
                 candidate_filter=self.filter,
             )
-            if self.warm_start is not None and self.predictor is not None:
-                used = warm_start(self.predictor, self.warm_start, self.target.target)
+            if self.warm_start is not None and self.predictors:
+                for predictor in self.predictors:
+                    used = warm_start(predictor, self.warm_start, self.target.target)
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )

@@ -277,19 +277,39 @@ def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(p
 # -- the predictor: JSON round trip and warm start ------------------------------------------
 
 
-def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_path):
+@pytest.mark.parametrize("objective", ["regression", "rank"])
+def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_path, objective):
+    from scipy.stats import spearmanr
+
     rng = np.random.default_rng(1)
     x = rng.normal(size=(200, 12)).astype(np.float32)
     latency = np.exp(x[:, 0] * 0.5 + 0.1 * rng.normal(size=200)) * 1e-4
-    first = Predictor(min_samples=10)
-    first.add("w", x, latency)
+    first = Predictor(min_samples=10, objective=objective)
+    first.add("w", x[:100], latency[:100])  # two tasks: a ranker's two queries
+    first.add("v", x[100:], latency[100:] * 3)
     first.fit()
     first.save(tmp_path / "predictor.json")
     assert (tmp_path / "predictor.json").read_text().lstrip().startswith("{")  # JSON, not pickle
-    second = Predictor()
+    second = Predictor()  # told nothing: the file says what it learned
     second.load(tmp_path / "predictor.json")
+    assert second.objective == objective
     np.testing.assert_array_equal(first.predict(x), second.predict(x))
-    assert np.corrcoef(first.predict(x), np.log(latency / latency.min()))[0, 1] > 0.9
+    assert spearmanr(first.predict(x[:100]), latency[:100]).correlation > 0.8  # lower: faster
+
+
+def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tmp_path):
+    """--warm-start with a filter's predictor.json (a ranker) also starts the search's model;
+    TVM's evolution samples parents in proportion to scores, so they must stay in (0, 1]."""
+    from orchestrator.search.cost_model import throughput
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(120, 6)).astype(np.float32)
+    ranker = Predictor(objective="rank")
+    ranker.add("w", x, np.exp(x[:, 0]) * 1e-4)
+    ranker.fit()
+    scores = throughput(ranker, x)
+    assert scores.max() == pytest.approx(1.0) and (scores > 0).all()
+    assert int(np.argmax(scores)) == int(np.argmin(ranker.predict(x)))
 
 
 def test_the_filter_filters_from_the_first_round_when_warm_started(proposals, tmp_path):
@@ -321,3 +341,8 @@ def test_a_candidate_without_features_ranks_last_and_teaches_nothing():
     predicted = predictor.predict(np.vstack([rows[:3], unreadable]))
     assert predicted[-1] == pytest.approx(FAILED_TARGET)
     assert (predicted[:3] < FAILED_TARGET).all()
+    ranker = Predictor(min_samples=8, objective="rank")
+    ranker.add("w", rows, latencies)
+    ranker.fit()
+    ranked = ranker.predict(np.vstack([rows[:3], unreadable]))
+    assert ranked[-1] > ranked[:3].max()

@@ -1,10 +1,12 @@
-"""One learned model for search and filter: the Trimmer predictor as MetaSchedule's cost model.
+"""The search's learned model: the Trimmer predictor as MetaSchedule's cost model.
 
-TVM's XGBModel and the filter's predictor used to learn from the same measurements, each
-extracting its own features. Here the predictor (filters/_predictor.py: XGBoost on pooled
-per-store features, target log(latency / the task's best)) scores the evolution's schedules
-too; each schedule's features are extracted once (cached by schedule while it is held), the
-same rows go to the filter and to learning, and the model is trained once per round.
+TVM's XGBModel would extract features of its own and train on the same measurements as the
+filter. Here the predictor (filters/_predictor.py: XGBoost on pooled per-store features,
+target log(latency / the task's best)) scores the evolution's schedules; each schedule's
+features are extracted once (cached by schedule while it is held) and the same rows go to the
+filter and to learning. Search and filter fit one booster each per round on those rows: the
+search's regression, whose predicted throughput TVM's evolution samples parents by, and the
+filter's ranker, which orders a round's candidates better at the top (see _predictor).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class SharedCostModel(PyCostModel):
             return self._rng.uniform(size=len(candidates))
         rows = self.features(context, candidates)
         start = time.perf_counter()
-        scores = np.exp(-self.predictor.predict(rows))
+        scores = throughput(self.predictor, rows)
         self._charge("predict", time.perf_counter() - start)
         return np.asarray(scores, dtype="float64")
 
@@ -130,6 +132,17 @@ class SharedCostModel(PyCostModel):
         from pathlib import Path
 
         self.predictor.save(Path(path))
+
+
+def throughput(predictor: Predictor, rows: np.ndarray) -> np.ndarray:
+    """The search's scores: predicted throughput relative to the task's best, exp(-predicted
+    log ratio), in (0, 1]; TVM's evolution samples parents in proportion to them. A ranker's
+    scores (a filter's predictor.json, loaded by --warm-start) are no log ratios: the batch's
+    best is placed at 1."""
+    predicted = predictor.predict(rows)
+    if predictor.objective == "rank" and len(predicted):
+        predicted = predicted - np.min(predicted)
+    return np.exp(-predicted)
 
 
 def make_cost_model(settings: Any, predictor: Predictor | None) -> Any:
