@@ -8,7 +8,7 @@ objectives learn it. `regression` predicts the log ratio itself: the search's co
 samples parents by. `rank` (XGBoost's rank:ndcg, each task a query, the log ratio cut into
 relevance levels) learns only the order, weighted to the fastest: the filter's model, which
 keeps candidates by their place in a round's ranking. On measured rounds the ranker keeps 90%
-of a round's true top 10% within 57-67% of the round against 71-87% for the regression
+of a round's true top 10% within 57-67% of the round against 71-86% for the regression
 (benchmarks/filter_replay.py).
 """
 
