@@ -162,6 +162,36 @@ def test_candidates_the_filter_sets_aside_are_measured_in_a_later_round(tasks, f
     assert sum(e["proposed"] for e in rounds) >= 48
 
 
+class SlowLearningFilter(HalfFilter):
+    """Takes `seconds` on `clock` to learn from a round (a ranker's fit)."""
+
+    def __init__(self, clock, seconds):
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def learn(self, task, candidates, measurements):
+        super().learn(task, candidates, measurements)
+        self.clock.now += self.seconds
+
+
+def test_the_filters_learning_is_charged_to_the_filter_not_to_learn(tasks, fast_config):
+    # The report's filter phase is the filter's whole cost, its training included: a filter
+    # whose model is slow to train must show in the filter row, not hide in learn's.
+    clock = Clock()
+    loop, _ = make_loop(
+        tasks,
+        fast_config,
+        budget="32trials",
+        flt=SlowLearningFilter(clock, 7.0),
+        ledger=Ledger(clock=clock),
+    )
+    loop.run()
+    rounds = sum(1 for kind, _, _ in loop.filter.events if kind == "learn")
+    assert rounds >= 2
+    assert loop.ledger.phases["filter"] == pytest.approx(7.0 * rounds)
+    assert loop.ledger.phases.get("learn", 0.0) == 0.0  # nothing else moves this clock
+
+
 def test_builds_stop_starting_when_the_budget_could_not_measure_them(tasks, fast_config):
     # Before any round there is no forecast: the first round gets all 8 candidates, which
     # would build for 80 s of a 1-minute budget. Builds stop once what they took, and as much
