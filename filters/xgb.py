@@ -251,7 +251,7 @@ class TrimmerFilter(Filter):
     def warm_start(self, source: Path) -> str:
         """Start the predictor from an earlier run directory's records (any model) or a saved
         predictor; returns what was used."""
-        return warm_start(self.predictor, source, self.target)
+        return warm_start([self.predictor], source, self.target)
 
     # -- internals ------------------------------------------------------------------------
 

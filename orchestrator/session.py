@@ -138,8 +138,7 @@ class Session:
                 candidate_filter=self.filter,
             )
             if self.warm_start is not None and self.predictors:
-                for predictor in self.predictors:
-                    used = warm_start(predictor, self.warm_start, self.target.target)
+                used = warm_start(self.predictors, self.warm_start, self.target.target)
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )

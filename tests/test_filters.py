@@ -297,6 +297,21 @@ def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_pat
     assert spearmanr(first.predict(x[:100]), latency[:100]).correlation > 0.8  # lower: faster
 
 
+def test_the_ranker_learns_from_a_first_round_of_one_task():
+    """The filter starts judging after its first 64 measurements, often one round of one
+    task: its ranker must order them then, not score them all alike."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(64, 30)).astype(np.float32)
+    latency = 1e-4 * np.exp(0.5 * x[:, 0] + 0.1 * rng.normal(size=64))
+    ranker = Predictor(min_samples=64, objective="rank")
+    ranker.add("w", x, latency)
+    ranker.fit()
+    assert ranker.ready
+    assert spearmanr(ranker.predict(x), latency).correlation > 0.8
+
+
 def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tmp_path):
     """--warm-start with a filter's predictor.json (a ranker) also starts the search's model;
     TVM's evolution samples parents in proportion to scores, so they must stay in (0, 1]."""
@@ -310,6 +325,39 @@ def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tm
     scores = throughput(ranker, x)
     assert scores.max() == pytest.approx(1.0) and (scores > 0).all()
     assert int(np.argmax(scores)) == int(np.argmin(ranker.predict(x)))
+
+
+def test_warm_start_from_a_run_directory_trains_every_model_on_its_records(proposals, tmp_path):
+    """--warm-start runs/<earlier run>: the search's regression and the filter's ranker both
+    learn the earlier run's records (features extracted once), and rank its schedules as
+    they were measured."""
+    from scipy.stats import rankdata, spearmanr
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+    from filters._predictor import pooled_features, unreadable, warm_start
+
+    target, task, candidates = proposals
+    context = TuneContext(mod=task.workload, target=target, task_name="earlier")
+    rows = pooled_features(context, [c.measure_candidate for c in candidates])
+    readable = ~unreadable(rows)
+    # The earlier run's latencies follow the feature that varies most: something to learn.
+    column = max(range(rows.shape[1]), key=lambda j: len(set(rows[readable, j])))
+    latencies = 1e-4 * rankdata(np.nan_to_num(rows[:, column]))
+    database = JSONDatabase(work_dir=str(tmp_path))
+    workload = database.commit_workload(task.workload)
+    for c, latency in zip(candidates, latencies, strict=True):
+        mc = c.measure_candidate
+        database.commit_tuning_record(
+            TuningRecord(mc.sch.trace, workload, [float(latency)], target, mc.args_info)
+        )
+    models = [Predictor(min_samples=10_000), Predictor(min_samples=10_000, objective="rank")]
+    used = warm_start(models, tmp_path, target)
+    assert used.startswith(f"{len(candidates)} records of 1 workloads")
+    for model in models:
+        assert model.warm and model.ready and model.samples == int(readable.sum()) > 10
+        predicted = model.predict(rows[readable])
+        assert spearmanr(predicted, latencies[readable]).correlation > 0.5
 
 
 def test_the_filter_filters_from_the_first_round_when_warm_started(proposals, tmp_path):
