@@ -7,9 +7,9 @@ objectives learn it. `regression` predicts the log ratio itself: the search's co
 (orchestrator/search/cost_model.py) turns it into the predicted throughput TVM's evolution
 samples parents by. `rank` (XGBoost's rank:ndcg, each task a query, the log ratio cut into
 relevance levels) learns only the order, weighted to the fastest: the filter's model, which
-keeps candidates by their place in a round's ranking. On measured rounds the ranker keeps 90%
-of a round's true top 10% within 57-67% of the round against 71-86% for the regression
-(benchmarks/filter_replay.py).
+keeps candidates by their place in a round's ranking. Replayed on four measured runs, the
+ranker holds 90% of a round's true top 10% within 49-71% of the round against 63-82% for the
+regression (benchmarks/filter_replay.py; the README's Benchmarks).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def _retrain(
     from . import _tvm
 
     _tvm.load_tensor_intrinsics()
-    # The shared model learns every task first and trains once; TVM's XGBModel trains per task.
+    # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.
     add = getattr(cost_model, "add", None) or cost_model.update
     for index, (candidates, results) in learn.items():
         task = tasks[index]

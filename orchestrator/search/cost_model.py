@@ -30,7 +30,7 @@ _CACHE = 8192
 
 
 def feature_rows(cost_model: Any, context: Any, candidates: Sequence[Any]) -> np.ndarray:
-    """Feature rows of MeasureCandidates: from the shared model's cache when it guides the
+    """Feature rows of MeasureCandidates: from our cost model's cache when it guides the
     search (the rows it scored them with), else extracted now."""
     features = getattr(cost_model, "features", None)
     if features is not None:
@@ -40,7 +40,7 @@ def feature_rows(cost_model: Any, context: Any, candidates: Sequence[Any]) -> np
 
 @derived_object
 class SharedCostModel(PyCostModel):
-    """Scores schedules for the search with the shared predictor: exp(-predicted log ratio to
+    """Scores schedules for the search with our regression predictor: exp(-predicted log ratio to
     the task's best), i.e. predicted throughput relative to the best. Before `warmup`
     measurements (and unless warm-started) it scores at random, as TVM's XGBModel does."""
 
@@ -146,8 +146,8 @@ def throughput(predictor: Predictor, rows: np.ndarray) -> np.ndarray:
 
 
 def make_cost_model(settings: Any, predictor: Predictor | None) -> Any:
-    """The search's cost model: the shared predictor, or TVM's own XGBModel when
-    `[search] cost_model = "tvm-xgb"` (the filter then trains a predictor of its own)."""
+    """The search's cost model: our predictor (a regression), or TVM's own XGBModel when
+    `[search] cost_model = "tvm-xgb"`. The filter trains its ranker either way."""
     s = settings.search
     if predictor is not None:
         return SharedCostModel(predictor, warmup=s.cost_model_warmup, seed=settings.tune.seed)
