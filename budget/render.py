@@ -129,10 +129,12 @@ def describe_filter(stats: Mapping[str, Any]) -> str | None:
     line += f", the best-ranked {stats['threshold']:.0%} of a round at the end"
     if total.get("recall") is None:
         return f"{line}; no audit judged yet"
+    missed = total["false_negatives"]
     return (
         f"{line}; audits ({total['audited']} of {total['rejected']} rejected measured) put its "
         f"recall of each round's top 10% at {total['recall']:.0%}, with "
-        f"{total['false_negatives']} false negatives; own time {fmt_duration(stats['seconds'])}"
+        f"{missed} false negative{'' if missed == 1 else 's'}; own time "
+        f"{fmt_duration(stats['seconds'])}"
     )
 
 

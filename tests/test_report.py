@@ -246,6 +246,15 @@ def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
     assert describe_filter({"name": "none"}) is None
 
 
+def test_the_filter_line_counts_one_false_negative_in_the_singular():
+    from budget.render import describe_filter
+
+    total = {"proposed": 64, "kept": 40, "rejected": 24, "audited": 5, "false_negatives": 1}
+    total["recall"] = 0.9
+    stats = {"name": "xgb", "threshold": 0.6, "seconds": 0.5, "total": total}
+    assert "at 90%, with 1 false negative; own time" in describe_filter(stats)
+
+
 def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
     report = synthetic_report(tmp_path)
     run_dir = tmp_path / "run"
