@@ -213,10 +213,11 @@ def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> st
 
     records = JSONDatabase(work_dir=str(source)).get_all_tuning_records()
     keys, features, latencies = record_features(records, target)
-    workloads = dict.fromkeys(keys)
+    workloads: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        workloads.setdefault(key, []).append(i)
     for predictor in predictors:
-        for key in workloads:
-            mine = [i for i, k in enumerate(keys) if k == key]
+        for key, mine in workloads.items():
             predictor.add(f"warm:{key}", features[mine], latencies[mine])
         predictor.fit()
         predictor.warm = predictor.booster is not None
