@@ -11,7 +11,9 @@ process, same target, trial cap and filter). Presets:
     and its XGBModel as the search's cost model, driven by our loop;
   - `sized`: the defaults (population sized to the round, 3 iterations, the shared model);
   - `sized-tvm-xgb`: the sized search with MetaSchedule's XGBModel (isolates the cost model);
-  - `sized-1x2`, `sized-2x3`: population 1x / 2x the round's proposals, 2 / 3 iterations.
+  - `sized-1x2`, `sized-2x3`: population 1x / 2x the round's proposals, 2 / 3 iterations;
+  - `sized-unchecked`: the sized search without the GPU precheck (GPU targets: TVM's
+    postprocessors alone judge every schedule; the search proposes the same ones).
 Then every run's final database is compiled with stock `compile_relax` and all are timed
 interleaved. Prints per run: wall time of the whole call, the time the run waited on search
 and its share of the run's wall (the run's own clock): the search phase plus search's part of
@@ -47,6 +49,7 @@ PRESETS = {
     "sized-tvm-xgb": '[search]\ncost_model = "tvm-xgb"\n',
     "sized-1x2": "[search]\npopulation_per_candidate = 1\ngenetic_num_iters = 2\n",
     "sized-2x3": "[search]\npopulation_per_candidate = 2\ngenetic_num_iters = 3\n",
+    "sized-unchecked": "[search]\ngpu_precheck = false\n",
 }
 
 

@@ -11,8 +11,11 @@ TVM does this in C++ inside SampleInitPopulation and EvolveWithCostModel and doe
 where the time goes. Here the same steps run one at a time on one thread, for the heaviest
 tasks of each model: the milliseconds per schedule of the replay and of each postprocessor,
 which postprocessor rejects how many, and so the CPU time the search pays for each valid fresh
-sample and each valid mutation. The mutators are drawn with the probabilities the target's
-search uses. Models are benchmarks/models.py's names or .onnx paths. A CUDA target needs no
+sample and each valid mutation. On a GPU target the search's precheck
+(orchestrator/search/gpu_precheck.py) also judges every schedule first; TVM's steps then run
+anyway, so the cost per valid schedule with and without the precheck comes from the same
+schedules, and any schedule it turns away that TVM accepts is counted. The mutators are drawn
+with the probabilities the target's search uses. Models are benchmarks/models.py's names or .onnx paths. A CUDA target needs no
 GPU: nothing is built or run. Raw figures go to
 benchmarks/results/search_steps-<target>-<label>-<date>.json.
 """
@@ -33,6 +36,7 @@ import numpy as np
 from _common import ROOT
 
 PARENTS = 5  # valid samples the mutations start from
+PRECHECK = "GpuPrecheck"  # the step name of orchestrator/search/gpu_precheck.py's check
 
 
 def main() -> None:
@@ -79,23 +83,35 @@ def main() -> None:
 
 
 class Steps:
-    """Seconds per step, rejections by step, and the outcome of each schedule tried."""
+    """Seconds per step, rejections by step, and the outcome of each schedule tried. The GPU
+    precheck's verdict is taken and TVM's postprocessors then run anyway, so that both costs
+    come from the same schedules: `spared` is what TVM's steps took on the schedules the
+    precheck turns away (the search with the precheck does not pay it)."""
 
     def __init__(self) -> None:
         self.seconds: collections.Counter[str] = collections.Counter()
         self.rejected: collections.Counter[str] = collections.Counter()
         self.tried = 0
         self.valid = 0
+        self.prechecked = 0  # turned away by the precheck
+        self.wrongly = 0  # turned away by the precheck although TVM accepts them
+        self.spared = 0.0
 
     def figures(self) -> dict[str, Any]:
-        total = sum(self.seconds.values())
+        check = self.seconds.get(PRECHECK, 0.0)
+        tvm = sum(self.seconds.values()) - check
         return {
             "tried": self.tried,
             "valid": self.valid,
             "valid_share": self.valid / self.tried if self.tried else None,
             "ms_per_try": {k: 1e3 * v / max(1, self.tried) for k, v in self.seconds.items()},
             "rejected_by": dict(self.rejected),
-            "ms_per_valid": 1e3 * total / self.valid if self.valid else None,
+            "ms_per_valid": 1e3 * tvm / self.valid if self.valid else None,
+            "prechecked": self.prechecked,
+            "prechecked_wrongly": self.wrongly,
+            "ms_per_valid_prechecked": (
+                1e3 * (tvm - self.spared + check) / self.valid if self.valid else None
+            ),
         }
 
 
@@ -103,6 +119,8 @@ def profile(task: Any, target: Any, samples: int, mutations: int) -> dict[str, A
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import _ffi_api
+
+    from orchestrator.search.gpu_precheck import violation
 
     ctx = ms.TuneContext(
         mod=task.workload,
@@ -115,6 +133,11 @@ def profile(task: Any, target: Any, samples: int, mutations: int) -> dict[str, A
     )
     spaces = ctx.generate_design_space()
     postprocs = list(ctx.space_generator.postprocs)
+    gpu = "VerifyGPUCode" in [type(p).__name__ for p in postprocs]
+    limits = {
+        "max_shared_bytes": int(target.attrs.get("max_shared_memory_per_block", 0)),
+        "warp_size": int(target.attrs.get("thread_warp_size", 0)),
+    }
     mutators = list(ctx.space_generator.mutator_probs.items())
     # TVM 0.27's own hooks (the search calls them in C++): a mutator needs its context, and
     # its FFI entry takes the random state that the Python `apply` does not.
@@ -133,14 +156,24 @@ def profile(task: Any, target: Any, samples: int, mutations: int) -> dict[str, A
             steps.rejected["replay"] += 1
             return None
         steps.seconds["replay"] += time.perf_counter() - start
+        turned_away = False
+        if gpu:
+            start = time.perf_counter()
+            turned_away = violation(sch.mod["main"], **limits) is not None
+            steps.seconds[PRECHECK] += time.perf_counter() - start
+            steps.prechecked += turned_away
         sch.enter_postproc()
+        tvm_start = time.perf_counter()
         for postproc in postprocs:
             step, start = type(postproc).__name__, time.perf_counter()
             ok = postproc.apply(sch)
             steps.seconds[step] += time.perf_counter() - start
             if not ok:
                 steps.rejected[step] += 1
+                steps.spared += (time.perf_counter() - tvm_start) if turned_away else 0.0
                 return None
+        steps.spared += (time.perf_counter() - tvm_start) if turned_away else 0.0
+        steps.wrongly += turned_away
         steps.valid += 1
         return sch
 
@@ -180,6 +213,11 @@ def show(row: dict[str, Any]) -> None:
             continue
         steps = ", ".join(f"{k} {v:.1f}" for k, v in f["ms_per_try"].items() if v >= 0.05)
         per_valid = f"{f['ms_per_valid']:.0f} ms" if f["ms_per_valid"] else "none valid"
+        if f["ms_per_valid"] and f["prechecked"]:
+            per_valid += (
+                f", {f['ms_per_valid_prechecked']:.0f} ms with the precheck (it turned away "
+                f"{f['prechecked']}, {f['prechecked_wrongly']} of them valid)"
+            )
         print(
             f"  {kind}: {f['valid']}/{f['tried']} valid ({f['valid_share']:.1%}), rejected by "
             f"{f['rejected_by'] or 'none'}; ms per try: {steps}; per valid one: {per_valid}"

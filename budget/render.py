@@ -111,10 +111,13 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     if not search or not search.get("searches"):
         return None
     parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _SEARCH_PARTS)
-    return (
+    line = (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
         "(postprocessing runs inside sampling and mutation)"
     )
+    if search.get("prechecked"):
+        line += f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
+    return line
 
 
 def describe_filter(stats: Mapping[str, Any]) -> str | None:
@@ -344,6 +347,10 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
             "(postprocessing runs inside sampling and mutation)"
         )
+        if search.get("prechecked"):
+            title += (
+                f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
+            )
         tables.append((title, ["part", "time", "share of search"], search_rows))
     return tables
 

@@ -56,6 +56,7 @@ class SearchSettings:
     cost_model: str
     cost_model_warmup: int
     ahead: int
+    gpu_precheck: bool
 
     def __post_init__(self) -> None:
         _non_negative("search", "ahead", self.ahead)

@@ -119,3 +119,18 @@ def odd_names(path: Path, *, batch: int | str = "N") -> Path:
     ]
     outputs = [helper.make_tensor_value_info("prob/ñ-1", TensorProto.FLOAT, [batch, 2])]
     return _save(_model(nodes, inputs, outputs, inits), path)
+
+
+def wide_conv(path: Path, *, channels: int = 64, size: int = 32) -> Path:
+    """x[1,channels,size,size] -> Conv 3x3 (channels -> channels) -> Relu: one task whose random
+    GPU schedules often need more shared memory or threads per block than a GPU has."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype("float32")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    shape = [1, channels, size, size]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    return _save(_model(nodes, [x], [y], [numpy_helper.from_array(w, "w")]), path)

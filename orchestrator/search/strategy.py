@@ -10,7 +10,9 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
 - the population is sized to the candidates a round needs (`population_per_candidate`);
 - the parents of a round are the task's fastest measured schedules (held in memory, no replay),
   the previous round's proposals, and only as many fresh random samples as are missing;
-- what it proposes and the loop does not measure waits in the proposal pool (pool.py).
+- what it proposes and the loop does not measure waits in the proposal pool (pool.py);
+- on GPU targets, a schedule whose loop nest already shows it over the GPU's limits is turned
+  away before TVM lowers it to find out (gpu_precheck.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from .. import _tvm
 from ..config import Settings
 from ..tasks import Task, structural_key
+from .gpu_precheck import space_generator
 
 _SAMPLE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchSampleInitPopulation"
 _EVOLVE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchEvolveWithCostModel"
@@ -40,6 +43,7 @@ class SearchTimes:
     features: float = 0.0  # feature extraction, once per schedule
     searches: int = 0
     proposed: int = 0
+    prechecked: int = 0  # schedules the GPU precheck turned away before TVM lowered them
 
     def add(self, other: SearchTimes) -> None:
         for field in dataclasses.fields(self):
@@ -88,10 +92,13 @@ class TaskSearch:
             eps_greedy=s.eps_greedy,
         )
         self.task = task
+        space, self._precheck = (
+            space_generator(task.workload, target) if s.gpu_precheck else ("post-order-apply", None)
+        )
         self.ctx = ms.TuneContext(
             mod=task.workload,
             target=target,
-            space_generator="post-order-apply",
+            space_generator=space,
             search_strategy=self._strategy,
             task_name=task.name,
             rand_state=rand_state,
@@ -132,6 +139,7 @@ class TaskSearch:
         wanted = wanted or self.proposals
         elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
         parents = elites + self._recent[: self.population // 2]
+        prechecked = self._prechecked()
         start = time.perf_counter()
         fresh = list(self._sample(self._strategy, max(self.population - len(parents), 8)))
         sampled = time.perf_counter()
@@ -145,7 +153,15 @@ class TaskSearch:
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
-        self.last = SearchTimes(sampled - start, mutation, prediction, features, 1, len(picks))
+        self.last = SearchTimes(
+            sampled - start,
+            mutation,
+            prediction,
+            features,
+            1,
+            len(picks),
+            self._prechecked() - prechecked,
+        )
         self.times.add(self.last)
         self._recent = bests
         if not picks:
@@ -156,6 +172,9 @@ class TaskSearch:
         return [
             MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks
         ]
+
+    def _prechecked(self) -> int:
+        return sum(self._precheck.rejected.values()) if self._precheck is not None else 0
 
     def _scoring_times(self) -> dict[str, float]:
         """The cost model's time in this thread so far (TVM's XGBModel does not say)."""

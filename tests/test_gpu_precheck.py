@@ -1,0 +1,146 @@
+"""The GPU precheck turns away only schedules that TVM's own postprocessors reject, and the search
+makes the same proposals with it as without it. A CUDA target needs no GPU here: schedules are
+made and checked, never built or run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule import _ffi_api
+
+import onnx_models
+from budget.render import describe_search
+from orchestrator.config import Settings
+from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from orchestrator.search import TaskSearch
+from orchestrator.search.gpu_precheck import space_generator, violation
+from orchestrator.targets import resolve_target
+from orchestrator.tasks import extract_tasks, structural_key
+
+H100 = "nvidia/nvidia-h100"
+
+
+@pytest.fixture(scope="module")
+def conv_task(tmp_path_factory):
+    """A 64-channel 3x3 convolution: most of its random GPU schedules break the H100's limits,
+    some by shared memory, some by threads per block."""
+    target = resolve_target(H100, build_only=True).target
+    path = onnx_models.wide_conv(tmp_path_factory.mktemp("precheck") / "conv.onnx", size=16)
+    (task,) = extract_tasks(fuse_for_tuning(import_to_relax(load_model(path)), target), target)
+    return target, task
+
+
+def schedules(target, task, samples=60, mutations=60):
+    """Fresh random schedules of the task, then mutations of the valid ones, each replayed as
+    the search replays them (postprocessors not yet applied)."""
+    ctx = ms.TuneContext(
+        mod=task.workload, target=target, space_generator="post-order-apply", num_threads=1
+    )
+    spaces = ctx.generate_design_space()
+    mutators = list(ctx.space_generator.mutator_probs.items())
+    for mutator, _ in mutators:
+        mutator._initialize_with_tune_context(ctx)
+
+    def replayed(trace, seed):
+        sch = s_tir.Schedule(task.workload, seed=seed, debug_mask=0)
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        return sch
+
+    made = [
+        replayed(s_tir.Trace(spaces[i % len(spaces)].trace.insts, {}), i + 1)
+        for i in range(samples)
+    ]
+    parents = [sch for sch in made if passes(ctx, sch.copy())][:5]
+    rng = np.random.default_rng(0)
+    weights = np.array([float(p) for _, p in mutators])
+    for j in range(mutations if parents else 0):
+        mutator = mutators[rng.choice(len(mutators), p=weights / weights.sum())][0]
+        parent = parents[j % len(parents)].trace.simplified(remove_postproc=True)
+        child = _ffi_api.MutatorApply(mutator, parent, j + 1)
+        if child is not None:
+            made.append(replayed(child, j + 1))
+    return ctx, made
+
+
+def passes(ctx, sch) -> bool:
+    """TVM's verdict: every postprocessor of the target accepts the schedule."""
+    sch.enter_postproc()
+    return all(p.apply(sch) for p in ctx.space_generator.postprocs)
+
+
+def test_the_precheck_rejects_only_what_tvms_postprocessors_reject(conv_task):
+    target, task = conv_task
+    ctx, made = schedules(target, task)
+    verdicts = []
+    for sch in made:
+        why = violation(sch.mod["main"], max_shared_bytes=49152, warp_size=32)
+        verdicts.append((why, passes(ctx, sch.copy())))
+    wrongly = [why for why, ok in verdicts if why and ok]
+    rejected = [why for why, ok in verdicts if not ok]
+    caught = [why for why in rejected if why]
+    assert not wrongly, f"the precheck rejected schedules TVM accepts: {wrongly}"
+    assert len(caught) >= 0.8 * len(rejected) > 0
+    assert any("shared memory" in why for why in caught)
+    assert any("threads per block" in why for why in caught)
+
+
+def test_the_postprocessor_counts_what_it_turns_away_across_its_clones(conv_task):
+    target, task = conv_task
+    generator, precheck = space_generator(task.workload, target)
+    ctx = ms.TuneContext(mod=task.workload, target=target, space_generator=generator)
+    first, second, third = list(ctx.space_generator.postprocs)[:3]
+    assert type(first).__name__ == "DisallowDynamicLoop"
+    assert second.same_as(precheck)  # before the rewrites and the lowering pay for a schedule
+    assert type(third).__name__ == "RewriteCooperativeFetch"
+    twin = precheck.clone()  # as TVM makes one per search thread, after reading the target
+    _, made = schedules(target, task, samples=20, mutations=0)
+    verdicts = [twin.apply(sch) for sch in made]
+    expected = [
+        violation(sch.mod["main"], max_shared_bytes=49152, warp_size=32) is None for sch in made
+    ]
+    assert verdicts == expected  # the clone judges by the H100's limits
+    assert sum(precheck.rejected.values()) == verdicts.count(False) > 0
+
+
+def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
+    """Same seed, one thread: the precheck changes what the search pays, not what it finds."""
+    target, task = conv_task
+    found, counted = {}, {}
+    for check in (True, False):
+        settings = Settings.load(None)
+        settings = dataclasses.replace(
+            settings,
+            search=dataclasses.replace(settings.search, gpu_precheck=check, population=32),
+        )
+        search = TaskSearch(
+            task,
+            target=target,
+            settings=settings,
+            database=ms.database.MemoryDatabase(),
+            cost_model=ms.cost_model.RandomModel(seed=0),
+            rand_state=3,
+            threads=1,
+            proposals=8,
+        )
+        found[check] = [[structural_key(mc.sch.mod) for mc in search.propose()] for _ in range(2)]
+        counted[check] = search.times.prechecked
+    assert found[True] == found[False]
+    assert all(len(keys) == 8 for keys in found[True])
+    assert counted[True] > 0 and counted[False] == 0
+
+
+def test_cpu_targets_keep_tvms_postprocessors_as_they_are(conv_task):
+    _, task = conv_task
+    generator, precheck = space_generator(task.workload, resolve_target("llvm").target)
+    assert (generator, precheck) == ("post-order-apply", None)
+
+
+def test_the_report_says_how_many_schedules_the_precheck_turned_away():
+    search = {"sampling": 1.0, "mutation": 2.0, "searches": 3, "proposed": 96}
+    assert "turned away" not in describe_search(search)
+    line = describe_search({**search, "prechecked": 120})
+    assert "120 schedules over the GPU's limits turned away unlowered" in line
