@@ -165,9 +165,10 @@ class Ledger:
         self.usd_per_hour = usd_per_hour
         # Seconds the run keeps back for its final phase (compile, check, report).
         self.reserved_s = 0.0
-        # Seconds of work already started and not yet charged (a round being measured while
-        # the next is prepared): what is left of the budget is that much smaller.
+        # Seconds and trials of work already started and not yet charged (a round being
+        # measured while the next is prepared): what is left of the budget is that much smaller.
         self.committed_s = 0.0
+        self.committed_trials = 0
         # What a round costs before this run has timed one (from the task's size and target).
         self.prior_round: RoundCost | None = None
         self._longest = self._carried.longest_step

@@ -89,7 +89,7 @@ class BudgetLimits(StoppingRule):
 
     def _allowance(self, ledger: Ledger, limit: Limit, wanted: int) -> int:
         if limit.kind == TRIALS:
-            left = limit.amount - (ledger.spent(limit.kind) or 0.0)
+            left = limit.amount - (ledger.spent(limit.kind) or 0.0) - ledger.committed_trials
             return max(0, min(wanted, int(left)))
         left_s = self._left_s(ledger, limit)
         if left_s <= 0:

@@ -203,10 +203,12 @@ class TuningLoop:
                 upcoming = None
                 if self.pipeline:
                     nxt = self._next_tasks({current.state.task.index}, 1 + self.ahead)
-                    allowed = self._allowed_after(current, wanted)
+                    allowed = self._allowed_after([len(current.chosen)], wanted)
                     if nxt and allowed:  # no look-ahead the budget would throw away
                         upcoming = background.submit(self._prepare, nxt[0], allowed)
-                        self.proposer.ahead(s.task for s in nxt[1:])
+                        # Searches for the rounds after that one, if one still fits.
+                        if self._allowed_after([len(current.chosen), allowed], wanted):
+                            self.proposer.ahead(s.task for s in nxt[1:])
                 busy_before = self._device_busy()
                 measurements = self._measure_round(current)
                 if upcoming is not None:
@@ -219,16 +221,18 @@ class TuningLoop:
                         self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
 
-    def _allowed_after(self, current: Round, wanted: int) -> int:
-        """Candidates the round after `current` may have, once `current` is paid for; 0 when
-        the budget would stop before it."""
-        self.ledger.committed_s = self.ledger.forecast_round(len(current.chosen)) or 0.0
+    def _allowed_after(self, rounds: Sequence[int], wanted: int) -> int:
+        """Candidates a round may have after rounds of these sizes, started and not yet paid
+        for, are paid for (their forecast time and their trials); 0 when the budget would stop
+        before it."""
+        self.ledger.committed_s = sum(self.ledger.forecast_round(n) or 0.0 for n in rounds)
+        self.ledger.committed_trials = sum(rounds)
         try:
             if self.stopping.decide(self.ledger, self.progress()).stop:
                 return 0
             return self.stopping.allowance(self.ledger, wanted)
         finally:
-            self.ledger.committed_s = 0.0
+            self.ledger.committed_s, self.ledger.committed_trials = 0.0, 0
 
     def progress(self) -> list[TaskProgress]:
         """What the stopping rules may judge the tasks by."""

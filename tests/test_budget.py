@@ -307,6 +307,17 @@ def test_work_in_flight_is_paid_before_the_next_round_is_allowed():
     assert rule.decide(ledger).stop
 
 
+def test_trials_in_flight_are_taken_off_a_trial_budget():
+    # 16 of 40 measured, 16 being measured: a round prepared now may have 8, none after it.
+    rule = BudgetLimits(parse_budget("40trials"), round_size=16)
+    ledger = Ledger(clock=FakeClock())
+    ledger.charge_round(trials=16, seconds=1.0)
+    ledger.committed_trials = 16
+    assert rule.allowance(ledger, 16) == 8
+    ledger.committed_trials = 16 + 8
+    assert rule.allowance(ledger, 16) == 0 and rule.decide(ledger).stop
+
+
 def test_the_ledger_keeps_the_longest_step_across_sessions():
     clock = FakeClock()
     ledger = Ledger(clock=clock)

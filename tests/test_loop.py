@@ -4,6 +4,7 @@ builder and device (the loop's decisions, not kernels, are under test here)."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from tvm.s_tir import meta_schedule as ms
@@ -116,10 +117,11 @@ def make_loop(
     journal=None,
     builder=None,
     ledger=None,
+    tasks_used=2,
     **settings,
 ):
     target, found = tasks
-    states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:2]]
+    states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:tasks_used]]
     engine = HashDevice()
     loop = TuningLoop(
         states=states,
@@ -233,6 +235,41 @@ def test_a_tasks_next_round_is_searched_only_after_its_last_one_is_learned(tasks
         kinds = [kind for kind, t, _ in flt.events if t == task]
         assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False)), kinds  # alternate
     assert len(engine.measured) == 64
+
+
+class CountingBuilder(KeyBuilder):
+    def __init__(self):
+        self.built = 0
+
+    def build(self, inputs, until=None):
+        self.built += len(inputs)
+        return super().build(inputs, until)
+
+
+def test_a_pipelined_run_builds_and_searches_nothing_past_its_trial_budget(
+    tasks, fast_config, monkeypatch
+):
+    """With a trial cap, the round being measured counts against it: the round prepared
+    beside it is the last one that fits, and no task is searched ahead for a round after it."""
+    real = TaskSearch.propose
+    ahead: list[int] = []
+
+    def propose(self, wanted=None):
+        if threading.current_thread().name.startswith("search-ahead"):
+            ahead.append(loop.ledger.trials)
+        return real(self, wanted)
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    builder = CountingBuilder()
+    loop, engine = make_loop(
+        tasks, fast_config, budget="24trials", pipeline=True, builder=builder, tasks_used=4
+    )
+    loop.run()
+    assert len(engine.measured) == 24
+    assert builder.built == 24  # no round built and then thrown away
+    # Searches ahead start only while a round after the one being prepared still fits: with
+    # rounds of 8, while the first is measured (the second prepared, a third to come).
+    assert ahead == [0]
 
 
 def test_an_empty_search_does_not_retire_the_task_but_sends_the_next_round_elsewhere(
