@@ -36,7 +36,6 @@ class WorkerPool:
             raise ValueError(f"workers must be at least 1 but got {workers}.")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive but got {timeout_s}.")
-        self.timeout_s = timeout_s
         self._log: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self._executor = _executor_class()(
             max_workers=workers,
@@ -46,6 +45,18 @@ class WorkerPool:
             stdout=self._log,
             stderr=self._log,
         )
+
+    @property
+    def timeout_s(self) -> float:
+        """Seconds a job may run; a new value holds for jobs started from then on."""
+        return self._executor._timeout
+
+    @timeout_s.setter
+    def timeout_s(self, seconds: float) -> None:
+        if seconds <= 0:
+            raise ValueError(f"timeout_s must be positive but got {seconds}.")
+        # TVM's executor reads it as each job starts (PopenWorker.send's timeout).
+        self._executor._timeout = seconds
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         return self._executor.submit(fn, *args)

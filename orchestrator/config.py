@@ -112,11 +112,13 @@ class FilterSettings:
 class BuildSettings:
     workers: int
     timeout_s: float
+    adaptive_timeout: float
     recycle_after: int
 
     def __post_init__(self) -> None:
         _non_negative("build", "workers", self.workers)
         _positive("build", "timeout_s", self.timeout_s)
+        _non_negative("build", "adaptive_timeout", self.adaptive_timeout)
         _positive("build", "recycle_after", self.recycle_after)
 
 

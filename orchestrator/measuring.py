@@ -33,6 +33,8 @@ def make_builder(settings: Settings, logs: Path | None) -> BuildPool:
     return BuildPool(
         workers=b.workers or host_cores(),
         timeout_s=b.timeout_s,
+        adaptive_timeout=b.adaptive_timeout,
+        min_timeout_s=min(b.timeout_s, 5.0),
         recycle_after=b.recycle_after,
         log_path=logs / "build.log" if logs else None,
     )

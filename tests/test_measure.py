@@ -2,8 +2,10 @@
 
 import math
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,18 @@ def writes_nan(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
         with T.sblock("B"):
             vi = T.axis.remap("S", [i])
             B[vi] = T.log(A[vi] - 100.0)  # the inputs are ~N(0, 1): log of a negative number
+
+
+@T.prim_func(s_tir=True)
+def slow_to_compile(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    # 8000 unrolled steps: LLVM takes seconds (8.8 s on a 2-core VM), as it does on the
+    # heavily unrolled schedules that MetaSchedule's random samples sometimes are.
+    for i in T.unroll(8000):
+        with T.sblock("B"):
+            vi = T.axis.remap("R", [i])
+            with T.init():
+                B[0] = T.float32(0)
+            B[vi % 64] = B[(vi * 7) % 64] * A[(vi * 13) % 64] + T.sin(A[vi % 64])
 
 
 def module(func):
@@ -145,6 +159,29 @@ def test_a_build_told_to_stop_starts_no_more_and_returns_the_ones_it_built(any_b
     again = any_builder.build(inputs[:2], until=lambda: False)  # the cancelled left no mark
     assert [b.ok for b in again] == [True, True]
     any_builder.release(again)
+
+
+def test_a_build_far_slower_than_the_runs_others_is_cut_at_a_multiple_of_their_median():
+    with BuildPool(workers=2, timeout_s=60, adaptive_timeout=3, min_timeout_s=0.5) as builder:
+        assert builder.timeout_s == 60  # nothing timed yet: the configured timeout
+        quick = builder.build([BuildInput(module(add_one), LLVM)] * 16)
+        assert all(b.ok for b in quick)
+        limit = max(0.5, 3 * statistics.median(b.seconds for b in quick))
+        assert builder.timeout_s == pytest.approx(limit) and limit < 5
+        start = time.monotonic()
+        slow, fine = builder.build(
+            [BuildInput(module(slow_to_compile), LLVM), BuildInput(module(add_one), LLVM)]
+        )
+        assert not slow.ok and slow.error == f"build timed out after {limit:g} s"
+        assert fine.ok
+        assert time.monotonic() - start < limit + 4  # not the seconds the slow build needs
+        builder.release(quick + [fine])
+
+
+def test_without_an_adaptive_timeout_every_build_has_the_configured_one(pool):
+    builds = pool.build([BuildInput(module(add_one), LLVM)] * 16)
+    assert pool.timeout_s == 60
+    pool.release(builds)
 
 
 def test_engines_keep_the_contract(any_builder, any_engine):

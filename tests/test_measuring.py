@@ -13,7 +13,13 @@ from measure import DopConfig, TimingPlan
 from orchestrator.cli import main
 from orchestrator.config import Settings
 from orchestrator.errors import InputError
-from orchestrator.measuring import Fleet, dop_config, target_and_fleet, timing_plan
+from orchestrator.measuring import (
+    Fleet,
+    dop_config,
+    make_builder,
+    target_and_fleet,
+    timing_plan,
+)
 
 # Values unlike every default, so that a setting dropped on the way shows.
 MEASURE = {
@@ -52,6 +58,15 @@ def test_every_gpu_timing_setting_reaches_the_plan():
         race_margin=0.3,
         flush_l2=True,
     )
+
+
+def test_every_build_setting_reaches_the_pool():
+    settings = Settings.load(
+        overrides={"build.workers": 1, "build.timeout_s": 40.0, "build.adaptive_timeout": 7.0}
+    )
+    with make_builder(settings, None) as pool:
+        assert (pool.workers, pool.max_timeout_s, pool.adaptive_timeout) == (1, 40.0, 7.0)
+        assert pool.timeout_s == 40.0  # until enough builds are timed
 
 
 def test_a_cpu_fleet_keeps_tvms_fixed_repeats():
