@@ -1,7 +1,8 @@
 """How well does the filter judge real rounds? Replays runs tuned with `--filter none` (every
 candidate measured) through the filter's own predictor and calibration, round by round.
 
-    python benchmarks/filter_replay.py RUN_DIR [RUN_DIR ...] [--label vm-2core]
+    python benchmarks/filter_replay.py RUN_DIR [RUN_DIR ...] [--recall-step 0.1]
+                                       [--label vm-2core]
 
 The rounds are the journal's, their records the next ones of their task in commit order.
 Before each round the predictor is trained on every earlier record of the run (as the live
@@ -9,7 +10,8 @@ filter is after each round) and ranks the round's candidates; once with each obj
 filters/_predictor.py: `rank` (what the filter ranks with) and `regression` (what it ranked
 with before, and what the search's cost model still uses). Each keeps by predicted position
 (the share of the round ranked ahead) with its own calibration from the true top 10% of the
-last rounds. For each, over the rounds it filtered: the share kept, the true recall of each
+last rounds, its aim moved after each round by `--recall-step` times the round's shortfall
+from 90% (default: [filter] recall_step). For each, over the rounds it filtered: the share kept, the true recall of each
 round's top 10% (every candidate was measured, so no audit is needed), the round's best kept
 over its best, and the share of the round that had to be kept, best-ranked first, to hold 90%
 of its top 10% (what a perfect calibration would keep). Also the rank correlation with the
@@ -46,15 +48,19 @@ OBJECTIVES = ("rank", "regression")  # the filter's, then the one it used before
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories tuned --filter none")
+    parser.add_argument("--recall-step", type=float, help="default: [filter] recall_step")
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     args = parser.parse_args()
+    from orchestrator.config import Settings
+
+    step = Settings.load(None).filter.recall_step if args.recall_step is None else args.recall_step
     rows = {}
     for run in args.runs:
         print(f"{run}: extracting features ...", flush=True)
-        rows[str(run)] = replay(*load_run(run), journal_rounds(run))
+        rows[str(run)] = replay(*load_run(run), journal_rounds(run), recall_step=step)
     print_table(rows)
     out = ROOT / "benchmarks" / "results" / f"filter_replay-{args.label}-{dt.date.today()}.json"
-    out.write_text(json.dumps({"machine": args.label, "rows": rows}, indent=2))
+    out.write_text(json.dumps({"machine": args.label, "recall_step": step, "rows": rows}, indent=2))
     print(f"raw figures: {out.relative_to(ROOT)}")
 
 
@@ -108,7 +114,12 @@ def rounds_of(tasks: list[str], rounds: list[dict[str, Any]]) -> list[tuple[int,
 
 
 def replay(
-    features: np.ndarray, tasks: list[str], latencies: np.ndarray, rounds: list[dict[str, Any]]
+    features: np.ndarray,
+    tasks: list[str],
+    latencies: np.ndarray,
+    rounds: list[dict[str, Any]],
+    *,
+    recall_step: float,
 ) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
@@ -117,10 +128,13 @@ def replay(
     from filters._predictor import Predictor
     from filters.xgb import choose, positions
 
-    config = TrimmerConfig()
+    config = TrimmerConfig(recall_step=recall_step)
     calibrations = {
         key: Calibration(
-            target=config.recall_target, share=config.top_share, rounds=config.evidence_rounds
+            target=config.recall_target,
+            share=config.top_share,
+            rounds=config.evidence_rounds,
+            step=config.recall_step,
         )
         for key in OBJECTIVES
     }
@@ -153,6 +167,7 @@ def replay(
                 (float(s), 1.0, float(lat)) for s, lat in zip(scores[key], measured, strict=True)
             ]
             tops = top_weights(samples, config.top_share)
+            recall = 1.0  # a round not filtered kept all of its top
             if threshold is not None:
                 keep = choose(
                     scores[key],
@@ -177,7 +192,9 @@ def replay(
                         "best_ratio": float(kept_best / measured.min()),
                     }
                 )
-            calibration.add(samples)
+                if sum(tops):
+                    recall = sum(tops[i] for i in keep) / sum(tops)
+            calibration.add(samples, recall)
     # When the run first came within 2% of its final latency, and when it would have with the
     # filter's savings (the curve unchanged while every filtered round kept its best).
     curve = [(e["spend"]["wall_s"], e["model_latency_s"]) for e in rounds]

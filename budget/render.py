@@ -130,6 +130,9 @@ def describe_filter(stats: Mapping[str, Any]) -> str | None:
     if stats.get("threshold") is None:
         return f"{line}; not calibrated yet, so everything offered was kept"
     line += f", the best-ranked {stats['threshold']:.0%} of a round at the end"
+    aimed, target = stats.get("recall_aimed_at"), stats.get("recall_target")
+    if aimed is not None and target is not None and aimed > target + 0.005:
+        line += f" (aiming at {aimed:.0%} of its top after rounds that kept less than {target:.0%})"
     if total.get("recall") is None:
         return f"{line}; no audit judged yet"
     missed = total["false_negatives"]

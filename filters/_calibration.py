@@ -64,18 +64,36 @@ def stratified_sample(
 class Calibration:
     """The keep threshold on the predicted position, from the top candidates of the last
     `rounds` audited rounds of every task (positions are shares of each round, so rounds of
-    different sizes and tasks compare). None until `min_rounds` rounds are in."""
+    different sizes and tasks compare). None until `min_rounds` rounds are in.
+
+    The evidence is of past rounds, judged by past predictors; when the next rounds are harder
+    to rank (a search closing in on similar schedules, a predictor retrained every round) a
+    threshold that would have kept `target` of the past tops keeps less of the next. So the
+    share it aims at, `level`, starts at `target` and moves after each judged round by `step`
+    times the round's shortfall (adaptive conformal inference, Gibbs and Candes 2021): up after
+    a round that kept less than `target` of its top, back down (never below `target`) after
+    rounds that kept more."""
 
     def __init__(
-        self, *, target: float, share: float, rounds: int = 8, min_rounds: int = 2
+        self,
+        *,
+        target: float,
+        share: float,
+        rounds: int = 8,
+        min_rounds: int = 2,
+        step: float = 0.0,
     ) -> None:
         if not 0 < target <= 1:
             raise ValueError(f"target must be in (0, 1] but got {target}.")
+        if step < 0:
+            raise ValueError(f"step cannot be negative but got {step}.")
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1) but got {share}.")
         if not 1 <= min_rounds <= rounds:
             raise ValueError(f"need 1 <= min_rounds <= rounds, got {min_rounds}, {rounds}.")
         self.target = target
+        self.level = target
+        self.step = step
         self.share = share
         self.min_rounds = min_rounds
         # Per round: (position, weight) of each of its top candidates.
@@ -83,14 +101,18 @@ class Calibration:
             maxlen=rounds
         )
 
-    def add(self, samples: Sequence[Sample]) -> None:
-        """One round's measured candidates (kept: weight 1; audited: their weight)."""
+    def add(self, samples: Sequence[Sample], recall: float | None = None) -> None:
+        """One round's measured candidates (kept: weight 1; audited: their weight), and the
+        share of its top that the round kept, where its audit could tell."""
         tops = top_weights(samples, self.share)
         if any(tops):
             self.evidence.append([(s[0], w) for s, w in zip(samples, tops, strict=True) if w])
+        if recall is not None:
+            moved = self.level + self.step * (self.target - recall)
+            self.level = min(1.0, max(self.target, moved))
 
     def threshold(self) -> float | None:
-        """The smallest position that would have kept `target` of the recent top candidates'
+        """The smallest position that would have kept `level` of the recent top candidates'
         weight and of one more like them: the next round's top is not among the evidence, and
         a plain quantile of n past tops covers a new one only ceil(target n) / (n + 1) of the
         time (85% for 12 tops at a 90% target; the split-conformal quantile). Too little
@@ -101,15 +123,20 @@ class Calibration:
         total, running = sum(w for _, w in tops), 0.0
         for position, w in tops:
             running += w
-            if running >= self.target * (total + 1.0) - 1e-9:
+            if running >= self.level * (total + 1.0) - 1e-9:
                 return position
         return 1.0
 
     def to_dict(self) -> dict[str, object]:
-        return {"on": "position", "evidence": [list(map(list, r)) for r in self.evidence]}
+        return {
+            "on": "position",
+            "level": self.level,
+            "evidence": [list(map(list, r)) for r in self.evidence],
+        }
 
     def restore(self, state: dict[str, object]) -> None:
         if state.get("on") != "position":  # an older run's evidence was on predicted gaps
             return
+        self.level = min(1.0, max(self.target, float(state.get("level", self.target))))  # type: ignore[arg-type]
         for round_ in state.get("evidence", []):  # type: ignore[union-attr]
             self.evidence.append([(float(g), float(w)) for g, w in round_])

@@ -38,6 +38,7 @@ class TrimmerConfig:
     recall_target: float = 0.9  # of each round's true top `top_share`, kept
     top_share: float = 0.1
     evidence_rounds: int = 8  # audited rounds (all tasks) the threshold is calibrated on
+    recall_step: float = 0.1  # how far a round's recall shortfall raises the share aimed at
     min_keep: int = 8
     max_keep: int = 64
     audit_share: float = 0.2  # of the rejected candidates, at least `min_audit`
@@ -51,6 +52,8 @@ class TrimmerConfig:
             raise ValueError(f"top_share must be in (0, 1) but got {self.top_share}.")
         if self.evidence_rounds < 2:
             raise ValueError(f"evidence_rounds must be at least 2 but got {self.evidence_rounds}.")
+        if self.recall_step < 0:
+            raise ValueError(f"recall_step cannot be negative but got {self.recall_step}.")
         if not 1 <= self.min_keep <= self.max_keep:
             raise ValueError(
                 f"need 1 <= min_keep <= max_keep, got {self.min_keep}, {self.max_keep}."
@@ -156,7 +159,10 @@ class TrimmerFilter(Filter):
             seed=c.seed, min_samples=c.min_samples, objective="rank"
         )
         self.calibration = Calibration(
-            target=c.recall_target, share=c.top_share, rounds=c.evidence_rounds
+            target=c.recall_target,
+            share=c.top_share,
+            rounds=c.evidence_rounds,
+            step=c.recall_step,
         )
         self.audits: dict[str, Audit] = {}
         self.seconds = 0.0  # the filter's own time: prediction, sampling, bookkeeping
@@ -241,6 +247,7 @@ class TrimmerFilter(Filter):
             "samples": self.predictor.samples,
             "recall_target": self.config.recall_target,
             "threshold": self.calibration.threshold(),
+            "recall_aimed_at": round(self.calibration.level, 4),
             "seconds": round(self.seconds, 4),
             "total": total.to_dict(),
             "tasks": {key: a.to_dict() for key, a in self.audits.items()},
@@ -311,19 +318,22 @@ class TrimmerFilter(Filter):
         pending: _Pending,
     ) -> None:
         measured = list(zip(candidates, latencies, strict=True))
-        self.audits[task.key].judge(
+        round_ = Audit()
+        round_.judge(
             [lat for c, lat in measured if c.key in pending.kept],
             [(lat, pending.audited[c.key]) for c, lat in measured if c.key in pending.audited],
             best_before=pending.best_before,
             share=self.config.top_share,
         )
+        self.audits[task.key].add(round_)
         if pending.places:  # judged by a trained predictor: evidence for the threshold
             samples: list[Sample] = [
                 (pending.places[c.key], pending.audited.get(c.key, 1.0), lat)
                 for c, lat in measured
                 if c.key in pending.kept or c.key in pending.audited
             ]
-            self.calibration.add(samples)
+            # A round that rejected nothing kept all of its top.
+            self.calibration.add(samples, round_.recall if pending.audited else 1.0)
 
     def _save_state(self, folder: Path) -> None:
         if self.trains:

@@ -321,6 +321,7 @@ def tune(
                 min_samples=f.min_samples,
                 recall_target=f.recall_target,
                 evidence_rounds=f.evidence_rounds,
+                recall_step=f.recall_step,
                 min_keep=min(f.min_keep, settings.tune.trials_per_round),
                 max_keep=settings.tune.trials_per_round,
                 audit_share=f.audit_share,

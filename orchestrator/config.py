@@ -87,6 +87,7 @@ class FilterSettings:
     min_samples: int
     recall_target: float
     evidence_rounds: int
+    recall_step: float
     min_keep: int
     audit_share: float
     min_audit: int
@@ -96,6 +97,7 @@ class FilterSettings:
         _non_negative("filter", "min_samples", self.min_samples)
         _positive("filter", "min_keep", self.min_keep)
         _positive("filter", "min_audit", self.min_audit)
+        _non_negative("filter", "recall_step", self.recall_step)
         if not 0 < self.recall_target <= 1:
             raise ValueError(
                 f"[filter] recall_target must be in (0, 1] but got {self.recall_target}."

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import types
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -197,30 +198,62 @@ def test_calibration_resumes_from_its_state_but_not_from_an_older_runs_gap_evide
     assert older.threshold() is None  # gathers its evidence again
 
 
+def test_rounds_that_keep_too_little_of_their_top_raise_the_share_aimed_at_until_rounds_do():
+    calibration = Calibration(target=0.9, share=0.1, step=0.1)
+    # 200 candidates a round; the predicted positions of the 20 fastest are 0.0, 0.05, ..., 0.95.
+    samples = [(0.05 * i, 1.0, 1e-4 * (1 + i)) for i in range(20)]
+    samples += [(0.005 * i, 1.0, 1e-2) for i in range(180)]
+    for _ in range(2):
+        calibration.add(samples, recall=1.0)
+    assert calibration.level == 0.9  # rounds that kept their whole top: never below the target
+    assert calibration.threshold() == pytest.approx(0.9)
+    calibration.add(samples, recall=0.4)  # this round kept 40% of its top
+    assert calibration.level == pytest.approx(0.95)
+    assert calibration.threshold() == pytest.approx(0.95)
+    resumed = Calibration(target=0.9, share=0.1, step=0.1)
+    resumed.restore(json.loads(json.dumps(calibration.to_dict())))
+    assert resumed.level == pytest.approx(0.95)
+    for _ in range(5):
+        calibration.add(samples, recall=1.0)
+    assert calibration.level == pytest.approx(0.9)
+    assert calibration.threshold() == pytest.approx(0.9)
+
+
 class RankingPredictor:
     """A trained predictor whose predicted log latency is the true one plus Gaussian error of
-    a known size: the filter sees its candidates only through it."""
+    a known size (per candidate key): the filter sees its candidates only through it."""
 
     warm, booster, samples = True, object(), 10_000
 
-    def __init__(self, truth: dict[int, float], error: float, seed: int) -> None:
+    def __init__(self, truth: dict[int, float], error: Callable[[int], float], seed: int) -> None:
         rng = np.random.default_rng(seed)
-        self.table = {k: v + error * rng.normal() for k, v in truth.items()}
+        self.table = {k: v + error(k) * rng.normal() for k, v in truth.items()}
 
     def predict(self, features):
         return np.asarray([self.table[int(row[0])] for row in features])
 
 
-def run_synthetic_rounds(error: float, rounds: int = 40, offered: int = 64, seed: int = 0):
-    """The filter on `rounds` rounds of one task; returns per round the true recall of the
-    round's top 10% (known here for every candidate, measured or not) and the share kept."""
+def run_synthetic_rounds(
+    error: float,
+    rounds: int = 40,
+    offered: int = 64,
+    seed: int = 0,
+    *,
+    drift: float = 0.0,
+    recall_step: float = 0.1,
+):
+    """The filter on `rounds` rounds of one task, ranked with `error` (plus `drift` more each
+    round); returns per round the true recall of the round's top 10% (known here for every
+    candidate, measured or not) and the share kept."""
     rng = np.random.default_rng(seed)
     truth = {k: float(rng.normal()) for k in range(rounds * offered)}  # log latency
     task = types.SimpleNamespace(key="t", name="t", index=0)
     flt = TrimmerFilter(
         target=None,
-        config=TrimmerConfig(min_keep=4, max_keep=offered, seed=seed),
-        predictor=RankingPredictor(truth, error, seed + 1),  # type: ignore[arg-type]
+        config=TrimmerConfig(min_keep=4, max_keep=offered, seed=seed, recall_step=recall_step),
+        predictor=RankingPredictor(  # type: ignore[arg-type]
+            truth, lambda k: error + drift * (k // offered), seed + 1
+        ),
     )
     true_recall, kept_share = [], []
     for r in range(rounds):
@@ -247,6 +280,18 @@ def test_the_calibrated_threshold_reaches_the_recall_target_whatever_the_ranking
         assert np.mean(kept_share[later]) < 0.3
     if error == 2.0:  # a poor one (rank correlation ~0.4, as on real rounds) keeps most
         assert np.mean(kept_share[later]) > 0.5
+
+
+def test_when_rounds_get_harder_to_rank_the_filter_aims_higher_and_holds_its_recall():
+    # The ranking error grows from 0.2 to 1.8 over the run: the threshold, calibrated on
+    # rounds ranked better than the next, keeps too little of each new round's top.
+    def later(step):
+        runs = [run_synthetic_rounds(0.2, seed=s, drift=0.04, recall_step=step) for s in range(4)]
+        return np.mean([np.mean(recall[10:]) for recall, _, _ in runs])
+
+    fixed, adaptive = later(0.0), later(0.1)
+    assert fixed < 0.85  # aimed at 0.9 throughout
+    assert adaptive >= 0.88
 
 
 def test_a_better_predictor_filters_more():

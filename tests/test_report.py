@@ -253,6 +253,11 @@ def test_the_filter_line_counts_one_false_negative_in_the_singular():
     total["recall"] = 0.9
     stats = {"name": "xgb", "threshold": 0.6, "seconds": 0.5, "total": total}
     assert "at 90%, with 1 false negative; own time" in describe_filter(stats)
+    assert "aiming" not in describe_filter({**stats, "recall_target": 0.9, "recall_aimed_at": 0.9})
+    stats.update(recall_target=0.9, recall_aimed_at=0.94)
+    assert "round at the end (aiming at 94% of its top after rounds that kept less than 90%)" in (
+        describe_filter(stats)
+    )
 
 
 def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
