@@ -3,7 +3,8 @@
 MetaSchedule's LocalBuilder starts a fresh pool on every `build()` call, and each fresh worker
 pays TVM's import plus `tvm.s_tir.tensor_intrin` (~19 s on 2 cores); here workers start once,
 import only what a build needs, and are restarted only after a crash, a timeout, or
-`recycle_after` builds.
+`recycle_after` builds. Artifacts go to a temporary folder named after the process, removed on
+close; a pool also removes the folders that killed processes left behind.
 
 A round waits for its slowest build. Build times are heavy-tailed: smallcnn's random
 candidates build in 0.26 s (median) on 2 cores, a few in 5-16 s, and rarely one for over a
@@ -19,6 +20,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
@@ -59,7 +61,8 @@ class BuildPool(Builder):
             initializer=_worker.warm_up,
             recycle_after=recycle_after,
         )
-        self._dir = tempfile.mkdtemp(prefix="orchestrate-builds-")
+        sweep_stale_build_dirs(Path(tempfile.gettempdir()))
+        self._dir = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
         # Start every worker now, so its start-up overlaps the caller's own work.
         self._started = [self._pool.submit(os.getpid) for _ in range(workers)]
 
@@ -102,6 +105,36 @@ class BuildPool(Builder):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def sweep_stale_build_dirs(root: Path, idle_s: float = 3600.0) -> list[Path]:
+    """Remove the artifact folders under `root` of build pools whose process is gone (a run
+    killed with SIGKILL never closes its pool) and that have not changed for `idle_s`: a
+    process in another PID namespace sharing `root` looks gone, but a live pool writes to its
+    folder every round. Returns what was removed."""
+    removed = []
+    for folder in root.glob(f"{_PREFIX}*-*"):
+        pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            if time.time() - folder.stat().st_mtime < idle_s:
+                continue
+        except OSError:  # gone meanwhile
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:
     """Wait until every future is done or `until()` is true; then cancel those not started.
     Workers take jobs in order, and cancelling from the last keeps the started ones a
@@ -114,6 +147,7 @@ def _stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None
         future.cancel()
 
 
+_PREFIX = "orchestrate-builds-"
 # How often a build waiting on its deadline looks at the clock.
 _POLL_S = 0.1
 # Builds timed before the timeout adapts to them, and how many recent ones it follows.

@@ -178,6 +178,39 @@ def test_a_build_far_slower_than_the_runs_others_is_cut_at_a_multiple_of_their_m
         builder.release(quick + [fine])
 
 
+def test_build_folders_left_by_killed_runs_are_removed_and_no_live_ones(tmp_path):
+    from measure.build_pool import sweep_stale_build_dirs
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    hour_ago = time.time() - 3700
+    folders = {
+        "killed": tmp_path / f"orchestrate-builds-{gone}-abc",  # gone, idle for an hour
+        "recent": tmp_path / f"orchestrate-builds-{gone}-def",  # gone, but written just now
+        "alive": tmp_path / f"orchestrate-builds-{os.getpid()}-ghi",  # this process
+        "other": tmp_path / "orchestrate-builds-xyz",  # no process id in the name
+    }
+    for name, folder in folders.items():
+        folder.mkdir()
+        (folder / "cand-1.so").write_bytes(b"\0")
+        if name != "recent":
+            os.utime(folder, (hour_ago, hour_ago))
+    assert sweep_stale_build_dirs(tmp_path) == [folders["killed"]]
+    assert [f.exists() for f in folders.values()] == [False, True, True, True]
+
+
+def test_a_build_pools_folder_names_its_process_and_goes_with_it():
+    with BuildPool(workers=1) as builder:
+        folder = Path(builder._dir)
+        assert folder.name.startswith(f"orchestrate-builds-{os.getpid()}-")
+        builder.release(builder.build([BuildInput(module(add_one), LLVM)]))
+    assert not folder.exists()
+
+
 def test_without_an_adaptive_timeout_every_build_has_the_configured_one(pool):
     builds = pool.build([BuildInput(module(add_one), LLVM)] * 16)
     assert pool.timeout_s == 60
