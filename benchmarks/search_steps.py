@@ -15,8 +15,8 @@ sample and each valid mutation. On a GPU target the search's precheck
 (orchestrator/search/gpu_precheck.py) also judges every schedule first; TVM's steps then run
 anyway, so the cost per valid schedule with and without the precheck comes from the same
 schedules, and any schedule it turns away that TVM accepts is counted. The mutators are drawn
-with the probabilities the target's search uses. Models are benchmarks/models.py's names or .onnx paths. A CUDA target needs no
-GPU: nothing is built or run. Raw figures go to
+with the probabilities the target's search uses. Models are benchmarks/models.py's names or
+.onnx paths. A CUDA target needs no GPU: nothing is built or run. Raw figures go to
 benchmarks/results/search_steps-<target>-<label>-<date>.json.
 """
 

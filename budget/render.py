@@ -111,13 +111,17 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     if not search or not search.get("searches"):
         return None
     parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _SEARCH_PARTS)
-    line = (
+    return (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
-        "(postprocessing runs inside sampling and mutation)"
+        f"(postprocessing runs inside sampling and mutation){_prechecked(search)}"
     )
-    if search.get("prechecked"):
-        line += f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
-    return line
+
+
+def _prechecked(search: Mapping[str, Any]) -> str:
+    """What the GPU precheck turned away, as a clause to append ("" when nothing)."""
+    if not search.get("prechecked"):
+        return ""
+    return f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
 
 
 def describe_filter(stats: Mapping[str, Any]) -> str | None:
@@ -348,12 +352,8 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     if search_rows:
         title = (
             f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
-            "(postprocessing runs inside sampling and mutation)"
+            f"(postprocessing runs inside sampling and mutation){_prechecked(search)}"
         )
-        if search.get("prechecked"):
-            title += (
-                f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
-            )
         tables.append((title, ["part", "time", "share of search"], search_rows))
     return tables
 
