@@ -7,8 +7,8 @@ candidate measured) through the filter's own predictor and calibration, round by
 The rounds are the journal's, their records the next ones of their task in commit order.
 Before each round the predictor is trained on every earlier record of the run (as the live
 filter is after each round) and ranks the round's candidates; once with each objective of
-filters/_predictor.py: `rank` (what the filter ranks with) and `regression` (what it ranked
-with before, and what the search's cost model still uses). Each keeps by predicted position
+filters/_predictor.py: `packsum` (the one model the search and the filter share), `rank` (the
+filter's own ranker before it) and `regression` (the search's before). Each keeps by predicted position
 (the share of the round ranked ahead) with its own calibration from the true top 10% of the
 last rounds, its aim moved after each round by `--recall-step` times the round's shortfall
 from 90% (default: [filter] recall_step). For each, over the rounds it filtered: the share kept, the true recall of each
@@ -42,7 +42,7 @@ from _common import ROOT
 
 MIN_ROUND = 8  # rounds with fewer records are not judged (a deadline can cut a round short)
 _WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
-OBJECTIVES = ("rank", "regression")  # the filter's, then the one it used before
+OBJECTIVES = ("packsum", "rank", "regression")  # the shared model's, then the two before it
 
 
 def main() -> None:
@@ -64,8 +64,8 @@ def main() -> None:
     print(f"raw figures: {out.relative_to(ROOT)}")
 
 
-def load_run(run: Path) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Feature rows, task keys and latencies (inf: failed) of a run's records, in commit order
+def load_run(run: Path) -> tuple[list[np.ndarray], list[str], np.ndarray]:
+    """Store features, task keys and latencies (inf: failed) of a run's records, in commit order
     (the database file's line order; TVM's own reader sorts them)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
@@ -114,7 +114,7 @@ def rounds_of(tasks: list[str], rounds: list[dict[str, Any]]) -> list[tuple[int,
 
 
 def replay(
-    features: np.ndarray,
+    features: list[np.ndarray],
     tasks: list[str],
     latencies: np.ndarray,
     rounds: list[dict[str, Any]],
@@ -153,9 +153,9 @@ def replay(
             predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=key)
             for task in dict.fromkeys(tasks[:start]):
                 mine = [i for i in range(start) if tasks[i] == task]
-                predictor.add(task, features[mine], latencies[mine])
+                predictor.add(task, [features[i] for i in mine], latencies[mine])
             predictor.fit()
-            predicted = predictor.predict(features[members])
+            predicted = predictor.predict([features[i] for i in members])
             scores[key] = positions(predicted)
             if finite.sum() >= 3 and np.ptp(predicted[finite]) > 0:
                 rho = spearmanr(predicted[finite], measured[finite]).correlation

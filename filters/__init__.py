@@ -19,12 +19,14 @@ def make_filter(
     target: Any = None,
     config: TrimmerConfig | None = None,
     state_dir: Path | None = None,
+    predictor: Predictor | None = None,
 ) -> Filter:
-    """A filter by its short name; ValueError listing the known names otherwise."""
+    """A filter by its short name; ValueError listing the known names otherwise. `predictor`:
+    the search's model, for the xgb filter to rank with instead of training its own."""
     if name == NoFilter.name:
         return NoFilter()
     if name == TrimmerFilter.name:
-        return TrimmerFilter(target=target, config=config, state_dir=state_dir)
+        return TrimmerFilter(target=target, config=config, state_dir=state_dir, predictor=predictor)
     raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(NAMES)}")
 
 

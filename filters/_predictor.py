@@ -1,15 +1,25 @@
 """The Trimmer predictor: XGBoost on MetaSchedule's per-store features, trained on how much
 slower than its task's best each measured candidate ran.
 
-The target, the log of the latency ratio to the task's best measured candidate, is absolute
-enough to pool the tasks of a model, and of other models (warm start), in one booster. Two
-objectives learn it. `regression` predicts the log ratio itself: the search's cost model
-(orchestrator/search/cost_model.py) turns it into the predicted throughput TVM's evolution
-samples parents by. `rank` (XGBoost's rank:ndcg, each task a query, the log ratio cut into
-relevance levels) learns only the order, weighted to the fastest: the filter's model, which
-keeps candidates by their place in a round's ranking. Replayed on four measured runs, the
-ranker holds 90% of a round's true top 10% within 49-71% of the round against 63-82% for the
-regression (benchmarks/filter_replay.py; the README's Benchmarks).
+A candidate's features are a matrix, one row per buffer store of its schedule
+(MetaSchedule's PerStoreFeature). The target, relative to the task's best measured candidate,
+is absolute enough to pool the tasks of a model, and of other models (warm start), in one
+booster. Three objectives learn it:
+
+- `packsum` (the default, and the one model of a run): every store row is scored and a
+  candidate's score is the sum over its stores, fitted to its throughput relative to the
+  task's best (best / latency, 0 for a failure) with squared error weighted to the fastest,
+  the formulation of Ansor's and TVM's own cost model. The search's cost model turns it into
+  the throughput TVM's evolution samples parents by, and the filter ranks by it: one fit per
+  round serves both.
+- `regression` and `rank` see a candidate as one pooled row (sum, max and mean over its stores,
+  and their count): `regression` predicts log(latency / best), `rank` (XGBoost's rank:ndcg,
+  each task a query, the log ratio cut into relevance levels) learns only the order. The
+  search used the first and the filter the second before `packsum`; a predictor.json saved by
+  those versions still loads. Replayed on six measured runs (39 rounds), holding 90% of a
+  round's true top 10% took 62% of the round ranked by `packsum`, 71% by `rank` and `regression`,
+  at rank correlations within rounds of 0.46, 0.37 and 0.36 (benchmarks/filter_replay.py; the
+  README's Benchmarks).
 """
 
 from __future__ import annotations
@@ -23,26 +33,36 @@ from typing import Any
 
 import numpy as np
 
-# The target of a candidate that failed to build or run: log(20), "far slower than the best".
+# The log ratio of a candidate that failed to build or run: log(20), "far slower than the
+# best" (the pooled objectives' target; packsum's throughput target for it is 0).
 FAILED_TARGET = math.log(20.0)
 _PARAMS = {"max_depth": 6, "eta": 0.1, "subsample": 0.9, "nthread": 2}
 _ROUNDS = 120
-OBJECTIVES = {"regression": "reg:squarederror", "rank": "rank:ndcg"}
+OBJECTIVES = {"packsum": "reg:squarederror", "regression": "reg:squarederror", "rank": "rank:ndcg"}
 # rank:ndcg's hessians (pairwise lambdas, normalized per query) are far below a squared
 # error's 1 per row: at the regression's min_child_weight of 2 the ranker made no split at all
-# on a task of 64 records, and ranked every candidate alike (the filter then kept the search's
-# order). At 0.1 it learns from the first round; replayed on four --filter none runs, its
-# correlation within rounds rose on all four (0.31-0.49 -> 0.37-0.53).
-_MIN_CHILD_WEIGHT = {"regression": 2.0, "rank": 0.1}
+# on a task of 64 records. packsum's hessians are its weights, 0.1-1 per store row.
+_MIN_CHILD_WEIGHT = {"packsum": 0.0, "regression": 2.0, "rank": 0.1}
+# packsum: TVM's XGBModel's settings (eta 0.2, min_child_weight 0, a tiny gamma) at our depth
+# and rounds; each candidate weighs its relative throughput, at least _MIN_WEIGHT (failures
+# and far slower candidates still count a little).
+_PACKSUM = {"max_depth": 6, "eta": 0.2, "gamma": 1e-4, "nthread": 2}
+_MIN_WEIGHT = 0.1
+# A packsum score at or below this (the relative throughput is not a probability: sums can
+# go negative) is placed here, log ratio 13.8.
+_FLOOR = 1e-6
 # `rank`: relevance levels from the best (log ratio 0) down to a failure (FAILED_TARGET).
 _LEVELS = 10
+# The booster attribute saying which objective a saved predictor learned (packsum's custom
+# objective leaves xgboost's own name at reg:squarederror).
+_ATTR = "tune_orchestrator_objective"
 
 
-def pooled_features(context: Any, measure_candidates: Sequence[Any]) -> np.ndarray:
-    """One row per candidate: sum, max and mean over its stores of MetaSchedule's per-store
-    features, and the number of stores. A candidate TVM cannot extract features from (it
-    raises for some GPU schedules) gets a row of NaN, which the predictor ranks last, instead
-    of failing the whole batch and with it the task's search."""
+def store_features(context: Any, measure_candidates: Sequence[Any]) -> list[np.ndarray]:
+    """Per candidate, MetaSchedule's per-store features: a (stores, width) float32 matrix. A
+    candidate TVM cannot extract features from (it raises for some GPU schedules) gets a
+    matrix of NaN, which the predictor ranks last, instead of failing the whole batch and with
+    it the task's search."""
     from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
     extractor = PerStoreFeature()
@@ -57,28 +77,42 @@ def pooled_features(context: Any, measure_candidates: Sequence[Any]) -> np.ndarr
             except Exception:
                 matrices.append(None)
     width = next((m.shape[-1] for m in matrices if m is not None and m.ndim == 2), 1)
-    rows = []
+    out = []
     for stores in matrices:
         if stores is None:
-            rows.append(np.full(3 * width + 1, np.nan))
-            continue
-        if stores.size == 0:
-            stores = np.zeros((1, stores.shape[-1] if stores.ndim == 2 else 1))
-        rows.append(np.concatenate([stores.sum(0), stores.max(0), stores.mean(0), [len(stores)]]))
-    return np.vstack(rows).astype(np.float32)
+            out.append(np.full((1, width), np.nan, dtype=np.float32))
+        elif stores.ndim != 2 or len(stores) == 0:  # no stores: one row of zeros
+            out.append(np.zeros((1, width), dtype=np.float32))
+        else:
+            out.append(stores.astype(np.float32))
+    return out
 
 
-def unreadable(features: np.ndarray) -> np.ndarray:
-    """Rows whose features could not be extracted (all NaN)."""
-    return np.isnan(features).all(axis=1) if features.size else np.zeros(len(features), bool)
+def unreadable(features: Sequence[np.ndarray]) -> np.ndarray:
+    """Candidates whose features could not be extracted (all NaN)."""
+    return np.asarray([bool(np.isnan(m).all()) for m in features], dtype=bool)
+
+
+def pooled(features: Sequence[np.ndarray], width: int | None = None) -> np.ndarray:
+    """One row per candidate: sum, max and mean over its stores, and their count; all NaN
+    for an unreadable one (`width`: the row's, when no candidate is readable)."""
+    bad = unreadable(features)
+    rows = [
+        np.concatenate([m.sum(0), m.max(0), m.mean(0), [len(m)]])
+        for m, b in zip(features, bad, strict=True)
+        if not b
+    ]
+    width = len(rows[0]) if rows else width or 1
+    out = np.full((len(features), width), np.nan, dtype=np.float32)
+    if rows:
+        out[~bad] = np.vstack(rows)
+    return out
 
 
 class Predictor:
     """Training data by workload, and the booster fitted on all of it."""
 
-    def __init__(
-        self, *, seed: int = 0, min_samples: int = 64, objective: str = "regression"
-    ) -> None:
+    def __init__(self, *, seed: int = 0, min_samples: int = 64, objective: str = "packsum") -> None:
         if objective not in OBJECTIVES:
             raise ValueError(
                 f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}."
@@ -98,18 +132,22 @@ class Predictor:
     def ready(self) -> bool:
         return self.booster is not None and (self.warm or self.samples >= self.min_samples)
 
-    def add(self, workload: str, features: np.ndarray, latencies: Sequence[float]) -> None:
-        """Measured candidates of one workload; inf latency marks a failure."""
+    def add(
+        self, workload: str, features: Sequence[np.ndarray], latencies: Sequence[float]
+    ) -> None:
+        """Measured candidates of one workload (their store matrices); inf latency marks a
+        failure."""
         rows, lats = self._data.setdefault(workload, ([], []))
-        for row, latency, bad in zip(features, latencies, unreadable(features), strict=True):
-            if not bad:  # a row without features teaches nothing
-                rows.append(row)
+        for stores, latency, bad in zip(features, latencies, unreadable(features), strict=True):
+            if not bad:  # a candidate without features teaches nothing
+                rows.append(stores)
                 lats.append(float(latency))
 
     def fit(self) -> None:
         import xgboost as xgb
 
-        xs, ys, query = [], [], []
+        xs: list[np.ndarray] = []
+        ys, query = [], []
         for group, (rows, lats) in enumerate(self._data.values()):
             finite = [x for x in lats if math.isfinite(x)]
             if not finite:
@@ -121,11 +159,15 @@ class Predictor:
         if len(ys) < 2:
             return
         y = np.asarray(ys)
+        if self.objective == "packsum":
+            self.booster = _fit_packsum(xs, np.where(y < FAILED_TARGET, np.exp(-y), 0.0), self.seed)
+            self.booster.set_attr(**{_ATTR: self.objective})
+            return
         if self.objective == "rank":  # each task a query; levels: 0 failed .. _LEVELS best
             levels = np.round(_LEVELS * (1.0 - np.minimum(y, FAILED_TARGET) / FAILED_TARGET))
-            train = xgb.DMatrix(np.vstack(xs), label=levels, qid=np.asarray(query))
+            train = xgb.DMatrix(pooled(xs), label=levels, qid=np.asarray(query))
         else:
-            train = xgb.DMatrix(np.vstack(xs), label=y)
+            train = xgb.DMatrix(pooled(xs), label=y)
         params = {
             **_PARAMS,
             "objective": OBJECTIVES[self.objective],
@@ -133,18 +175,31 @@ class Predictor:
             "seed": self.seed,
         }
         self.booster = xgb.train(params, train, num_boost_round=_ROUNDS)
+        self.booster.set_attr(**{_ATTR: self.objective})
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """Per row, lower is better: the predicted log(latency / task's best) for
-        `regression`, the negated ranking score for `rank`. Unreadable rows come last."""
+    def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
+        """Per candidate, lower is better: the predicted log(latency / task's best) for
+        `packsum` (from its relative throughput, at most -log(1e-6)) and `regression`, the
+        negated ranking score for `rank`. Unreadable candidates come last."""
         import xgboost as xgb
 
         if self.booster is None:
             raise RuntimeError("the predictor has not been fitted")
-        predicted = self.booster.predict(xgb.DMatrix(features))
+        bad = unreadable(features)
+        if not len(bad):
+            return np.zeros(0)
+        if self.objective == "packsum":
+            rows, owner = _stacked([m for m, b in zip(features, bad, strict=True) if not b])
+            sums = np.zeros(len(bad))
+            if len(rows):
+                per_store = self.booster.predict(xgb.DMatrix(rows))
+                sums[~bad] = np.bincount(owner, weights=per_store, minlength=int((~bad).sum()))
+            return np.where(bad, -math.log(_FLOOR), -np.log(np.maximum(sums, _FLOOR)))
+        rows = pooled(features, self.booster.num_features())
+        predicted = self.booster.predict(xgb.DMatrix(rows))
         if self.objective == "rank":
-            return np.where(unreadable(features), np.inf, -predicted)
-        return np.where(unreadable(features), FAILED_TARGET, predicted)
+            return np.where(bad, np.inf, -predicted)
+        return np.where(bad, FAILED_TARGET, predicted)
 
     def save(self, path: Path) -> None:
         """xgboost's JSON format (never pickle), replaced atomically."""
@@ -160,9 +215,37 @@ class Predictor:
         booster = xgb.Booster()
         booster.load_model(str(path))
         self.booster = booster
-        # A saved booster says what it learned: a ranker's scores are not log ratios.
-        learned = json.loads(booster.save_config())["learner"]["objective"]["name"]
-        self.objective = "rank" if learned.startswith("rank:") else "regression"
+        # A saved booster says what it learned (files saved before packsum by xgboost's name).
+        learned = booster.attr(_ATTR)
+        if learned not in OBJECTIVES:
+            name = json.loads(booster.save_config())["learner"]["objective"]["name"]
+            learned = "rank" if name.startswith("rank:") else "regression"
+        self.objective = learned
+
+
+def _stacked(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """All store rows of these candidates in one matrix, and the candidate of each row."""
+    if not features:
+        return np.zeros((0, 1), dtype=np.float32), np.zeros(0, dtype=np.int64)
+    owner = np.repeat(np.arange(len(features)), [len(m) for m in features])
+    return np.vstack(features), owner
+
+
+def _fit_packsum(features: Sequence[np.ndarray], throughput: np.ndarray, seed: int) -> Any:
+    """A booster scoring store rows whose sums per candidate fit `throughput`, each candidate
+    weighted by its throughput (at least _MIN_WEIGHT): squared error on the sums, its gradient
+    handed to every store row of the candidate."""
+    import xgboost as xgb
+
+    rows, owner = _stacked(features)
+    weight = np.maximum(throughput, _MIN_WEIGHT)
+
+    def objective(predicted: np.ndarray, _: Any) -> tuple[np.ndarray, np.ndarray]:
+        sums = np.bincount(owner, weights=predicted, minlength=len(throughput))
+        return ((sums - throughput) * weight)[owner], weight[owner]
+
+    params = {**_PACKSUM, "min_child_weight": _MIN_CHILD_WEIGHT["packsum"], "seed": seed}
+    return xgb.train(params, xgb.DMatrix(rows), num_boost_round=_ROUNDS, obj=objective)
 
 
 def workload_key(mod: Any) -> str:
@@ -174,8 +257,8 @@ def workload_key(mod: Any) -> str:
 
 def record_features(
     records: Sequence[Any], target: Any | None = None
-) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Workload key, pooled feature row and mean latency (inf: failed) of each tuning record,
+) -> tuple[list[str], list[np.ndarray], np.ndarray]:
+    """Workload key, store features and mean latency (inf: failed) of each tuning record,
     in the order given; features are extracted a workload at a time, for `target` (each
     record's own when None)."""
     from tvm.s_tir.meta_schedule import TuneContext
@@ -187,17 +270,16 @@ def record_features(
         keys.append(key)
         latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
         by_workload.setdefault(key, []).append(i)
-    rows: list[np.ndarray | None] = [None] * len(keys)
+    features: list[np.ndarray] = [np.zeros((1, 1), dtype=np.float32)] * len(keys)
     for key, members in by_workload.items():
         first = records[members[0]]
         context = TuneContext(
             mod=first.workload.mod, target=target or first.target, task_name=f"records-{key}"
         )
-        features = pooled_features(context, [records[i].as_measure_candidate() for i in members])
-        for i, row in zip(members, features, strict=True):
-            rows[i] = row
-    matrix = np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
-    return keys, matrix, np.asarray(latencies)
+        found = store_features(context, [records[i].as_measure_candidate() for i in members])
+        for i, stores in zip(members, found, strict=True):
+            features[i] = stores
+    return keys, features, np.asarray(latencies)
 
 
 def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> str:
@@ -218,7 +300,7 @@ def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> st
         workloads.setdefault(key, []).append(i)
     for predictor in predictors:
         for key, mine in workloads.items():
-            predictor.add(f"warm:{key}", features[mine], latencies[mine])
+            predictor.add(f"warm:{key}", [features[i] for i in mine], latencies[mine])
         predictor.fit()
         predictor.warm = predictor.booster is not None
     return f"{len(keys)} records of {len(workloads)} workloads in {source}"

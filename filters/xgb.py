@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._calibration import Calibration, Sample, stratified_sample, top_weights
-from ._predictor import Predictor, pooled_features, warm_start
+from ._predictor import Predictor, store_features, warm_start
 from .base import Filter, Selection
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def choose(places: np.ndarray, *, threshold: float, min_keep: int, max_keep: int
 
 @dataclasses.dataclass
 class _Pending:
-    features: dict[int, np.ndarray]  # candidate key -> feature row
+    features: dict[int, np.ndarray]  # candidate key -> its store features
     places: dict[int, float]  # candidate key -> predicted position (empty: no trained predictor)
     kept: set[int]
     audited: dict[int, float]  # candidate key -> rejected candidates it stands for
@@ -149,15 +149,13 @@ class TrimmerFilter(Filter):
         state_dir: Path | None = None,
         predictor: Predictor | None = None,
     ) -> None:
-        """`predictor`: a model trained elsewhere to rank with; without one the filter trains
-        a ranker of its own (filters/_predictor.py, objective `rank`) on what it is told."""
+        """`predictor`: the model the search's cost model trains (one fit per round serves
+        both); without one the filter trains a predictor of its own on what it is told."""
         self.target = target
         self.config = c = config or TrimmerConfig()
         self.state_dir = state_dir
         self.trains = predictor is None
-        self.predictor = predictor or Predictor(
-            seed=c.seed, min_samples=c.min_samples, objective="rank"
-        )
+        self.predictor = predictor or Predictor(seed=c.seed, min_samples=c.min_samples)
         self.calibration = Calibration(
             target=c.recall_target,
             share=c.top_share,
@@ -224,7 +222,7 @@ class TrimmerFilter(Filter):
             self._judge(task, candidates, latencies, pending)
         if self.trains:
             features = (
-                np.vstack([pending.features[c.key] for c in candidates])
+                [pending.features[c.key] for c in candidates]
                 if pending is not None
                 else self._features(task, candidates)  # resumed records: no selection
             )
@@ -266,11 +264,11 @@ class TrimmerFilter(Filter):
         p = self.predictor
         return p.booster is not None and (p.warm or p.samples >= self.config.min_samples)
 
-    def _features(self, task: Task, candidates: Sequence[Candidate]) -> np.ndarray:
-        """The candidates' feature rows: those the search extracted, or extracted now."""
+    def _features(self, task: Task, candidates: Sequence[Candidate]) -> list[np.ndarray]:
+        """The candidates' store features: those the search extracted, or extracted now."""
         if all(c.features is not None for c in candidates):
-            return np.vstack([c.features for c in candidates])
-        return pooled_features(self._context(task), [c.measure_candidate for c in candidates])
+            return [c.features for c in candidates]
+        return store_features(self._context(task), [c.measure_candidate for c in candidates])
 
     def _context(self, task: Task) -> Any:
         if task.key not in self._contexts:
@@ -285,7 +283,7 @@ class TrimmerFilter(Filter):
         self,
         task: Task,
         candidates: Sequence[Candidate],
-        features: np.ndarray,
+        features: Sequence[np.ndarray],
         places: np.ndarray | None,
         keep: Sequence[int],
         audited: dict[int, float],
@@ -336,8 +334,7 @@ class TrimmerFilter(Filter):
             self.calibration.add(samples, round_.recall if pending.audited else 1.0)
 
     def _save_state(self, folder: Path) -> None:
-        if self.trains:
-            self.predictor.save(folder / "predictor.json")
+        self.predictor.save(folder / "predictor.json")  # its own or the search's: for --warm-start
         state = {
             "warm": self.predictor.warm,
             "best": self._best,
@@ -349,7 +346,7 @@ class TrimmerFilter(Filter):
         os.replace(tmp, folder / "filter.json")
 
     def _load_state(self, folder: Path) -> None:
-        if (folder / "predictor.json").is_file():
+        if self.trains and (folder / "predictor.json").is_file():  # the search's: refitted
             self.predictor.load(folder / "predictor.json")
         if (folder / "filter.json").is_file():
             state = json.loads((folder / "filter.json").read_text())

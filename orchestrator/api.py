@@ -329,6 +329,7 @@ def tune(
                 seed=settings.tune.seed,
             ),
             state_dir=run.path,
+            predictor=predictor,
         )
         report = Session(
             model=onnx_model,

@@ -407,7 +407,7 @@ class TuningLoop:
         state, chosen, builds = r.state, r.chosen, r.builds
         with self._phase("learn", r.times):
             self._learn(r.search, chosen, builds, measurements)
-        with self._phase("filter", r.times):  # the filter's ranker trains on its own
+        with self._phase("filter", r.times):  # judging; training only a model of its own
             self.filter.learn(state.task, chosen, measurements)
         good = [m.mean_s for m in measurements if m.ok]
         # A prepared-ahead round overlapped the previous one: count from where that ended.

@@ -81,12 +81,11 @@ class Session:
         self.energy = energy
         self.interrupt = interrupt
         self.filter = candidate_filter
-        # The learned models: the search's cost model (unless [search] cost_model says
-        # "tvm-xgb") and the xgb filter's ranker; a warm start trains both.
+        # The learned model: the search's cost model, which the xgb filter ranks with; with
+        # [search] cost_model = "tvm-xgb", the filter's own. A warm start trains it.
         self.search_predictor = predictor
-        self.predictors = [
-            p for p in (predictor, getattr(candidate_filter, "predictor", None)) if p is not None
-        ]
+        own = getattr(candidate_filter, "predictor", None)
+        self.predictors = list(dict.fromkeys(p for p in (predictor, own) if p is not None))
         self.warm_start = warm_start
         self.fleet = fleet
         self.measurement: dict[str, Any] = {}

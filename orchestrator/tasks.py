@@ -36,7 +36,7 @@ class Candidate:
     task: Task
     measure_candidate: Any  # MetaSchedule MeasureCandidate (schedule + argument info)
     key: int  # structural hash of the scheduled module: the same schedule has the same key
-    features: Any = None  # its feature row (numpy), once extracted
+    features: Any = None  # its per-store feature matrix (numpy), once extracted
 
     @property
     def mod(self) -> Any:

@@ -15,7 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from filters import NAMES, Filter, NoFilter, Selection, TrimmerConfig, TrimmerFilter, make_filter
 from filters._calibration import Calibration, stratified_sample
-from filters._predictor import Predictor
+from filters._predictor import FAILED_TARGET, Predictor
 from filters.xgb import Audit, choose, positions
 from measure import Measurement
 from orchestrator.config import Settings
@@ -322,13 +322,13 @@ def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(p
 # -- the predictor: JSON round trip and warm start ------------------------------------------
 
 
-@pytest.mark.parametrize("objective", ["regression", "rank"])
+@pytest.mark.parametrize("objective", ["packsum", "regression", "rank"])
 def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_path, objective):
     from scipy.stats import spearmanr
 
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(200, 12)).astype(np.float32)
-    latency = np.exp(x[:, 0] * 0.5 + 0.1 * rng.normal(size=200)) * 1e-4
+    x = rng.normal(size=(200, 1, 12)).astype(np.float32)  # one store per candidate
+    latency = np.exp(x[:, 0, 0] * 0.5 + 0.1 * rng.normal(size=200)) * 1e-4
     first = Predictor(min_samples=10, objective=objective)
     first.add("w", x[:100], latency[:100])  # two tasks: a ranker's two queries
     first.add("v", x[100:], latency[100:] * 3)
@@ -342,30 +342,32 @@ def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_pat
     assert spearmanr(first.predict(x[:100]), latency[:100]).correlation > 0.8  # lower: faster
 
 
-def test_the_ranker_learns_from_a_first_round_of_one_task():
+def test_the_predictor_learns_from_a_first_round_of_one_task():
     """The filter starts judging after its first 64 measurements, often one round of one
-    task: its ranker must order them then, not score them all alike."""
+    task: its model must order them then, not score them all alike."""
     from scipy.stats import spearmanr
 
     rng = np.random.default_rng(4)
-    x = rng.normal(size=(64, 30)).astype(np.float32)
-    latency = 1e-4 * np.exp(0.5 * x[:, 0] + 0.1 * rng.normal(size=64))
-    ranker = Predictor(min_samples=64, objective="rank")
-    ranker.add("w", x, latency)
-    ranker.fit()
-    assert ranker.ready
-    assert spearmanr(ranker.predict(x), latency).correlation > 0.8
+    x = rng.normal(size=(64, 1, 30)).astype(np.float32)
+    latency = 1e-4 * np.exp(0.5 * x[:, 0, 0] + 0.1 * rng.normal(size=64))
+    for objective in ("packsum", "rank"):
+        model = Predictor(min_samples=64, objective=objective)
+        model.add("w", x, latency)
+        model.fit()
+        assert model.ready
+        assert spearmanr(model.predict(x), latency).correlation > 0.8, objective
 
 
 def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tmp_path):
-    """--warm-start with a filter's predictor.json (a ranker) also starts the search's model;
-    TVM's evolution samples parents in proportion to scores, so they must stay in (0, 1]."""
+    """--warm-start with the predictor.json of a version whose filter had a ranker of its own
+    starts the search's model too; TVM's evolution samples parents in proportion to scores,
+    so they must stay in (0, 1]."""
     from orchestrator.search.cost_model import throughput
 
     rng = np.random.default_rng(2)
-    x = rng.normal(size=(120, 6)).astype(np.float32)
+    x = rng.normal(size=(120, 1, 6)).astype(np.float32)
     ranker = Predictor(objective="rank")
-    ranker.add("w", x, np.exp(x[:, 0]) * 1e-4)
+    ranker.add("w", x, np.exp(x[:, 0, 0]) * 1e-4)
     ranker.fit()
     scores = throughput(ranker, x)
     assert scores.max() == pytest.approx(1.0) and (scores > 0).all()
@@ -373,19 +375,20 @@ def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tm
 
 
 def test_warm_start_from_a_run_directory_trains_every_model_on_its_records(proposals, tmp_path):
-    """--warm-start runs/<earlier run>: the search's regression and the filter's ranker both
-    learn the earlier run's records (features extracted once), and rank its schedules as
-    they were measured."""
+    """--warm-start runs/<earlier run>: every model given (the shared one, or a ranker loaded
+    from an older version's file) learns the earlier run's records (features extracted
+    once), and ranks its schedules as they were measured."""
     from scipy.stats import rankdata, spearmanr
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-    from filters._predictor import pooled_features, unreadable, warm_start
+    from filters._predictor import pooled, store_features, unreadable, warm_start
 
     target, task, candidates = proposals
     context = TuneContext(mod=task.workload, target=target, task_name="earlier")
-    rows = pooled_features(context, [c.measure_candidate for c in candidates])
-    readable = ~unreadable(rows)
+    features = store_features(context, [c.measure_candidate for c in candidates])
+    rows = pooled(features)
+    readable = ~unreadable(features)
     # The earlier run's latencies follow the feature that varies most: something to learn.
     column = max(range(rows.shape[1]), key=lambda j: len(set(rows[readable, j])))
     latencies = 1e-4 * rankdata(np.nan_to_num(rows[:, column]))
@@ -401,8 +404,40 @@ def test_warm_start_from_a_run_directory_trains_every_model_on_its_records(propo
     assert used.startswith(f"{len(candidates)} records of 1 workloads")
     for model in models:
         assert model.warm and model.ready and model.samples == int(readable.sum()) > 10
-        predicted = model.predict(rows[readable])
-        assert spearmanr(predicted, latencies[readable]).correlation > 0.5
+        predicted = model.predict([f for f, ok in zip(features, readable, strict=True) if ok])
+        assert spearmanr(predicted, latencies[readable]).correlation > 0.5, model.objective
+
+
+def test_the_filter_ranks_with_the_search_model_without_training_it(proposals, tmp_path):
+    """One model a round: given the search's predictor, the filter ranks with it and leaves
+    its training to the search (no second fit charged to the filter), yet still saves it as
+    predictor.json for --warm-start."""
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from filters._predictor import store_features
+
+    target, task, candidates = proposals
+    context = TuneContext(mod=task.workload, target=target, task_name="shared")
+    features = store_features(context, [c.measure_candidate for c in candidates])
+    shared = Predictor(min_samples=8)
+    shared.add(task.key, features, fake_latencies(candidates))
+    shared.fit()
+    booster = shared.booster
+    trimmer = make_filter(
+        "xgb",
+        target=target,
+        config=TrimmerConfig(min_samples=8),
+        state_dir=tmp_path,
+        predictor=shared,
+    )
+    assert trimmer.predictor is shared
+    chosen = candidates[:16]
+    trimmer.select(task, chosen)
+    trimmer.learn(task, chosen, [Measurement((lat,)) for lat in fake_latencies(chosen)])
+    assert shared.booster is booster and shared.samples == len(candidates)  # not trained
+    assert (tmp_path / "predictor.json").is_file()
+    again = make_filter("xgb", target=target, state_dir=tmp_path, predictor=Predictor())
+    assert again.predictor.booster is None  # resuming: the search refits it from the records
 
 
 def test_the_filter_filters_from_the_first_round_when_warm_started(proposals, tmp_path):
@@ -418,24 +453,17 @@ def test_the_filter_filters_from_the_first_round_when_warm_started(proposals, tm
     assert len(student.select(task, candidates).keep) < len(candidates)
 
 
-def test_a_candidate_without_features_ranks_last_and_teaches_nothing():
-    import numpy as np
-
-    from filters._predictor import FAILED_TARGET, Predictor
-
+@pytest.mark.parametrize("objective", ["packsum", "regression", "rank"])
+def test_a_candidate_without_features_ranks_last_and_teaches_nothing(objective):
     rng = np.random.default_rng(0)
-    rows = rng.uniform(size=(80, 4)).astype(np.float32)
-    latencies = 1e-4 * (1 + rows[:, 0])
-    predictor = Predictor(min_samples=8)
+    stores = rng.uniform(size=(80, 2, 4)).astype(np.float32)  # two stores per candidate
+    latencies = 1e-4 * (1 + stores[:, 0, 0] + stores[:, 1, 0])
+    predictor = Predictor(min_samples=8, objective=objective)
     unreadable = np.full((1, 4), np.nan, dtype=np.float32)
-    predictor.add("w", np.vstack([rows, unreadable]), [*latencies, 1e-9])
-    assert predictor.samples == 80  # the row without features (and its latency) is dropped
+    predictor.add("w", [*stores, unreadable], [*latencies, 1e-9])
+    assert predictor.samples == 80  # the candidate without features (and its latency) is dropped
     predictor.fit()
-    predicted = predictor.predict(np.vstack([rows[:3], unreadable]))
-    assert predicted[-1] == pytest.approx(FAILED_TARGET)
-    assert (predicted[:3] < FAILED_TARGET).all()
-    ranker = Predictor(min_samples=8, objective="rank")
-    ranker.add("w", rows, latencies)
-    ranker.fit()
-    ranked = ranker.predict(np.vstack([rows[:3], unreadable]))
-    assert ranked[-1] > ranked[:3].max()
+    predicted = predictor.predict([*stores[:3], unreadable])
+    assert predicted[-1] > predicted[:3].max()
+    if objective != "rank":  # log ratios: the unreadable one "far slower than the best"
+        assert predicted[-1] >= FAILED_TARGET

@@ -1,7 +1,7 @@
 """The search side of the loop: driving TVM's strategy per task, the proposal pool, and the
 learned model that guides both the search and the filter."""
 
-from .cost_model import SharedCostModel, feature_rows, make_cost_model
+from .cost_model import SharedCostModel, candidate_features, make_cost_model
 from .pool import ProposalPool
 from .proposer import Proposer, TopUp
 from .strategy import SearchTimes, TaskSearch
@@ -13,6 +13,6 @@ __all__ = [
     "SharedCostModel",
     "TaskSearch",
     "TopUp",
-    "feature_rows",
+    "candidate_features",
     "make_cost_model",
 ]

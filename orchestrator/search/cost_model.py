@@ -1,12 +1,11 @@
 """The search's learned model: the Trimmer predictor as MetaSchedule's cost model.
 
 TVM's XGBModel would extract features of its own and train on the same measurements as the
-filter. Here the predictor (filters/_predictor.py: XGBoost on pooled per-store features,
-target log(latency / the task's best)) scores the evolution's schedules; each schedule's
-features are extracted once (cached by schedule while it is held) and the same rows go to the
-filter and to learning. Search and filter fit one booster each per round on those rows: the
-search's regression, whose predicted throughput TVM's evolution samples parents by, and the
-filter's ranker, which orders a round's candidates better at the top (see _predictor).
+filter. Here one predictor (filters/_predictor.py, objective `packsum`: XGBoost on per-store
+features, fitted to throughput relative to the task's best) scores the evolution's schedules
+and ranks the filter's rounds; each schedule's features are extracted once (cached by
+schedule while it is held) and the same matrices go to the filter and to learning, and one
+fit per round serves both.
 """
 
 from __future__ import annotations
@@ -22,26 +21,28 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from filters._predictor import Predictor, pooled_features, workload_key
+from filters._predictor import Predictor, store_features, workload_key
 
 # Schedules whose features stay cached (each entry holds its schedule alive, so a cached
 # handle can never be reused by another schedule).
 _CACHE = 8192
 
 
-def feature_rows(cost_model: Any, context: Any, candidates: Sequence[Any]) -> np.ndarray:
-    """Feature rows of MeasureCandidates: from our cost model's cache when it guides the
-    search (the rows it scored them with), else extracted now."""
+def candidate_features(
+    cost_model: Any, context: Any, candidates: Sequence[Any]
+) -> list[np.ndarray]:
+    """Store features of MeasureCandidates: from our cost model's cache when it guides the
+    search (what it scored them with), else extracted now."""
     features = getattr(cost_model, "features", None)
     if features is not None:
         return features(context, candidates)
-    return pooled_features(context, list(candidates))
+    return store_features(context, list(candidates))
 
 
 @derived_object
 class SharedCostModel(PyCostModel):
-    """Scores schedules for the search with our regression predictor: exp(-predicted log ratio to
-    the task's best), i.e. predicted throughput relative to the best. Before `warmup`
+    """Scores schedules for the search with our predictor: exp(-predicted log ratio to the
+    task's best), i.e. predicted throughput relative to the best. Before `warmup`
     measurements (and unless warm-started) it scores at random, as TVM's XGBModel does."""
 
     def __init__(self, predictor: Predictor, *, warmup: int = 0, seed: int = 0) -> None:
@@ -61,37 +62,36 @@ class SharedCostModel(PyCostModel):
         p = self.predictor
         return p.booster is not None and (p.warm or p.samples >= self.warmup)
 
-    def features(self, context: Any, candidates: Sequence[Any]) -> np.ndarray:
-        """Pooled feature rows of MeasureCandidates, extracted once per schedule."""
-        rows: list[np.ndarray | None] = []
-        missing = []
+    def features(self, context: Any, candidates: Sequence[Any]) -> list[np.ndarray]:
+        """Store features of MeasureCandidates, extracted once per schedule."""
+        found: dict[int, np.ndarray] = {}
         with self._lock:
             for i, candidate in enumerate(candidates):
                 hit = self._cache.get(candidate.sch.__chandle__())
-                rows.append(None if hit is None else hit[1])
-                if hit is None:
-                    missing.append(i)
+                if hit is not None:
+                    found[i] = hit[1]
+        missing = [i for i in range(len(candidates)) if i not in found]
         if missing:
             start = time.perf_counter()
-            new = pooled_features(context, [candidates[i] for i in missing])
+            new = store_features(context, [candidates[i] for i in missing])
             self._charge("features", time.perf_counter() - start)
             with self._lock:
-                for row, i in zip(new, missing, strict=True):
-                    rows[i] = row
+                for stores, i in zip(new, missing, strict=True):
+                    found[i] = stores
                     sch = candidates[i].sch
-                    self._cache[sch.__chandle__()] = (sch, row)
+                    self._cache[sch.__chandle__()] = (sch, stores)
                 while len(self._cache) > _CACHE:
                     self._cache.popitem(last=False)
-        return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+        return [found[i] for i in range(len(candidates))]
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
         if not self.ready:  # random scores need no features
             return self._rng.uniform(size=len(candidates))
-        rows = self.features(context, candidates)
+        features = self.features(context, candidates)
         start = time.perf_counter()
-        scores = throughput(self.predictor, rows)
+        scores = throughput(self.predictor, features)
         self._charge("predict", time.perf_counter() - start)
         return np.asarray(scores, dtype="float64")
 
@@ -107,8 +107,7 @@ class SharedCostModel(PyCostModel):
             sum(r.run_secs) / len(r.run_secs) if r.run_secs and not r.error_msg else math.inf
             for r in results
         ]
-        rows = self.features(context, candidates)
-        self.predictor.add(workload_key(context.mod), rows, latencies)
+        self.predictor.add(workload_key(context.mod), self.features(context, candidates), latencies)
 
     def fit(self) -> None:
         start = time.perf_counter()
@@ -134,20 +133,20 @@ class SharedCostModel(PyCostModel):
         self.predictor.save(Path(path))
 
 
-def throughput(predictor: Predictor, rows: np.ndarray) -> np.ndarray:
+def throughput(predictor: Predictor, features: Sequence[np.ndarray]) -> np.ndarray:
     """The search's scores: predicted throughput relative to the task's best, exp(-predicted
-    log ratio), in (0, 1]; TVM's evolution samples parents in proportion to them. A ranker's
-    scores (a filter's predictor.json, loaded by --warm-start) are no log ratios: the batch's
-    best is placed at 1."""
-    predicted = predictor.predict(rows)
+    log ratio), above 0; TVM's evolution samples parents in proportion to them. A ranker's
+    scores (the predictor.json of a version whose filter had its own, loaded by --warm-start)
+    are no log ratios: the batch's best is placed at 1."""
+    predicted = predictor.predict(features)
     if predictor.objective == "rank" and len(predicted):
         predicted = predicted - np.min(predicted)
     return np.exp(-predicted)
 
 
 def make_cost_model(settings: Any, predictor: Predictor | None) -> Any:
-    """The search's cost model: our predictor (a regression), or TVM's own XGBModel when
-    `[search] cost_model = "tvm-xgb"`. The filter trains its ranker either way."""
+    """The search's cost model: our predictor, or TVM's own XGBModel when
+    `[search] cost_model = "tvm-xgb"` (the xgb filter then trains a predictor of its own)."""
     s = settings.search
     if predictor is not None:
         return SharedCostModel(predictor, warmup=s.cost_model_warmup, seed=settings.tune.seed)

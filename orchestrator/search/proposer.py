@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..tasks import Candidate, Task, structural_key
-from .cost_model import feature_rows
+from .cost_model import candidate_features
 from .pool import ProposalPool
 from .strategy import SearchTimes, TaskSearch
 
@@ -115,10 +115,11 @@ class Proposer:
             if key not in known and key not in seen:
                 seen.add(key)
                 fresh.append((mc, key))
-        rows = feature_rows(self.cost_model, search.ctx, [mc for mc, _ in fresh]) if fresh else []
+        mcs = [mc for mc, _ in fresh]
+        features = candidate_features(self.cost_model, search.ctx, mcs) if mcs else []
         added = self.pool.add(
             task.index,
-            [Candidate(task, mc, key, row) for (mc, key), row in zip(fresh, rows, strict=True)],
+            [Candidate(task, mc, key, f) for (mc, key), f in zip(fresh, features, strict=True)],
         )
         return TopUp(len(added), len(found) - len(fresh), search.last, seconds)
 
