@@ -17,9 +17,9 @@ booster. Three objectives learn it:
   each task a query, the log ratio cut into relevance levels) learns only the order. The
   search used the first and the filter the second before `packsum`; a predictor.json saved by
   those versions still loads. Replayed on six measured runs (39 rounds), holding 90% of a
-  round's true top 10% took 62% of the round ranked by `packsum`, 71% by `rank` and `regression`,
-  at rank correlations within rounds of 0.46, 0.37 and 0.36 (benchmarks/filter_replay.py; the
-  README's Benchmarks).
+  round's true top 10% took 62% of the round ranked by `packsum`, 71% by `rank` and by
+  `regression`, at rank correlations within rounds of 0.46, 0.38 and 0.36 (means over the
+  runs; benchmarks/filter_replay.py, the README's Benchmarks).
 """
 
 from __future__ import annotations
