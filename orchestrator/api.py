@@ -164,8 +164,8 @@ def tune(
     """Tune `model` (an ONNX file) within `budget` and compile it; see `orchestrate --help`.
 
     `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
-    directory (its records train the filter's predictor, whatever model they came from) or a
-    saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every visible GPU) and
+    directory (its records train the learned model the search and the filter share, whatever
+    model they came from) or a saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every visible GPU) and
     `parallelism` ("auto" or a fixed DOP) set where and how parallel candidates are timed
     (on GPUs and fleets only);
     `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.

@@ -147,7 +147,8 @@ def main() -> None:
 @click.option(
     "--warm-start",
     type=click.Path(path_type=Path, exists=False),
-    help="An earlier run directory (any model) or a saved predictor.json to start the xgb filter from.",
+    help="An earlier run directory (any model) or a saved predictor.json to start the learned "
+    "model (the search's and the xgb filter's) from.",
 )
 @click.option(
     "--config",
