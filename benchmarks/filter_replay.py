@@ -8,11 +8,12 @@ The rounds are the journal's, their records the next ones of their task in commi
 Before each round the predictor is trained on every earlier record of the run (as the live
 filter is after each round) and ranks the round's candidates; once with each objective of
 filters/_predictor.py: `packsum` (the one model the search and the filter share), `rank` (the
-filter's own ranker before it) and `regression` (the search's before). Each keeps by predicted position
-(the share of the round ranked ahead) with its own calibration from the true top 10% of the
-last rounds, its aim moved after each round by `--recall-step` times the round's shortfall
-from 90% (default: [filter] recall_step). For each, over the rounds it filtered: the share kept, the true recall of each
-round's top 10% (every candidate was measured, so no audit is needed), the round's best kept
+filter's own ranker before it) and `regression` (the search's before). Each keeps by
+predicted position (the share of the round ranked ahead) with its own calibration from the
+true top 10% of the last rounds, its aim moved after each round by `--recall-step` times the
+round's shortfall from 90% (default: [filter] recall_step). For each, over the rounds it
+filtered: the share kept, the true recall of each round's top 10% (every candidate was
+measured, so no audit is needed), the round's best kept
 over its best, and the share of the round that had to be kept, best-ranked first, to hold 90%
 of its top 10% (what a perfect calibration would keep). Also the rank correlation with the
 measured latency within rounds.

@@ -108,8 +108,7 @@ class Calibration:
         if any(tops):
             self.evidence.append([(s[0], w) for s, w in zip(samples, tops, strict=True) if w])
         if recall is not None:
-            moved = self.level + self.step * (self.target - recall)
-            self.level = min(1.0, max(self.target, moved))
+            self._aim(self.level + self.step * (self.target - recall))
 
     def threshold(self) -> float | None:
         """The smallest position that would have kept `level` of the recent top candidates'
@@ -127,6 +126,10 @@ class Calibration:
                 return position
         return 1.0
 
+    def _aim(self, level: float) -> None:
+        """Aim at `level` of the top, never below `target`, at most all of it."""
+        self.level = min(1.0, max(self.target, level))
+
     def to_dict(self) -> dict[str, object]:
         return {
             "on": "position",
@@ -137,6 +140,6 @@ class Calibration:
     def restore(self, state: dict[str, object]) -> None:
         if state.get("on") != "position":  # an older run's evidence was on predicted gaps
             return
-        self.level = min(1.0, max(self.target, float(state.get("level", self.target))))  # type: ignore[arg-type]
+        self._aim(float(state.get("level", self.target)))  # type: ignore[arg-type]
         for round_ in state.get("evidence", []):  # type: ignore[union-attr]
             self.evidence.append([(float(g), float(w)) for g, w in round_])

@@ -9,8 +9,9 @@ close; a pool also removes the folders that killed processes left behind.
 A round waits for its slowest build. Build times are heavy-tailed: smallcnn's random
 candidates build in 0.26 s (median) on 2 cores, a few in 5-16 s, and rarely one for over a
 minute (heavily unrolled code: 78.7 s seen once); under a fixed 30 s timeout such a build holds
-its round for 30 s (twice in three smallcnn runs of 512 trials). Once the run has timed enough builds, a build may take `adaptive_timeout` times their
-median (within [`min_timeout_s`, `timeout_s`]) before it is cut, and counts as a failed one.
+its round for 30 s (twice in three smallcnn runs of 512 trials). Once the run has timed enough
+builds, a build may take `adaptive_timeout` times their median (within [`min_timeout_s`,
+`timeout_s`]) before it is cut, and counts as a failed one.
 """
 
 from __future__ import annotations

@@ -165,9 +165,9 @@ def tune(
 
     `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
     directory (its records train the learned model the search and the filter share, whatever
-    model they came from) or a saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every visible GPU) and
-    `parallelism` ("auto" or a fixed DOP) set where and how parallel candidates are timed
-    (on GPUs and fleets only);
+    model they came from) or a saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every
+    visible GPU) and `parallelism` ("auto" or a fixed DOP) set where and how parallel
+    candidates are timed (on GPUs and fleets only);
     `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.
     Options left as None come from
     ORCHESTRATE_* variables of `env` (default: os.environ), then `config` (a TOML file), over
