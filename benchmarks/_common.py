@@ -97,7 +97,8 @@ def tune_ours(
     extra: Sequence[str] = (),
     simulate: bool = False,
 ) -> dict[str, Any]:
-    """`orchestrate` through its API; checkpoints from the journal (spend at each round end).
+    """`orchestrate` through its API; checkpoints from the journal (spend at each round end),
+    and the run's own estimate of the model's latency after each round.
     `simulate`: the simulated GPU times the candidates (a CUDA target, no GPU needed)."""
     from orchestrator import tune
 
@@ -119,8 +120,12 @@ def tune_ours(
     total = time.perf_counter() - start
     phases = dict(result.phases)
     journal = [json.loads(line) for line in (Path(work) / "journal.jsonl").read_text().splitlines()]
-    checkpoints = [
-        (e["spend"]["wall_s"], e["spend"]["trials"]) for e in journal if e["type"] == "round"
+    rounds = [e for e in journal if e["type"] == "round"]
+    checkpoints = [(e["spend"]["wall_s"], e["spend"]["trials"]) for e in rounds]
+    # The run's own estimate of the model's latency after each round (its tasks' best measured
+    # latencies, weighted): a tuning curve without compiling a database per round.
+    estimates = [
+        (e["spend"]["wall_s"], e["model_latency_s"]) for e in rounds if e.get("model_latency_s")
     ]
     report = result.report
     return {
@@ -138,6 +143,7 @@ def tune_ours(
         "filter": report["filter"],
         "search": report.get("search", {}),
         "checkpoints": checkpoints,
+        "estimates": estimates,
     }
 
 

@@ -11,7 +11,10 @@ process, same target, trial cap and filter). Presets:
     and its XGBModel as the search's cost model, driven by our loop;
   - `sized`: the defaults (population sized to the round, 3 iterations, the shared model);
   - `sized-tvm-xgb`: the sized search with MetaSchedule's XGBModel (isolates the cost model);
-  - `sized-1x2`, `sized-2x3`: population 1x / 2x the round's proposals, 2 / 3 iterations;
+  - `sized-1x2`, `sized-2x3`, `sized-4x3`: population 1x / 2x / 4x the round's proposals,
+    2 / 3 / 3 iterations;
+  - `sized-warm64`, `sized-4x3-warm64`: the cost model guides the search once it has seen 64
+    measurements (one round) instead of 100;
   - `sized-unchecked`: the sized search without the GPU precheck (GPU targets: TVM's
     postprocessors alone judge every schedule; the search proposes the same ones).
 Then every run's final database is compiled with stock `compile_relax` and all are timed
@@ -41,6 +44,7 @@ from pathlib import Path
 
 from _common import ROOT, run_child, time_databases, tune_ours
 
+TOLERANCE = 0.02  # "reached" = within 2% of the first preset's final estimate
 _PARTS = ("sampling", "mutation", "prediction", "features")  # of a search's time
 
 PRESETS = {
@@ -49,6 +53,9 @@ PRESETS = {
     "sized-tvm-xgb": '[search]\ncost_model = "tvm-xgb"\n',
     "sized-1x2": "[search]\npopulation_per_candidate = 1\ngenetic_num_iters = 2\n",
     "sized-2x3": "[search]\npopulation_per_candidate = 2\ngenetic_num_iters = 3\n",
+    "sized-4x3": "[search]\npopulation_per_candidate = 4\ngenetic_num_iters = 3\n",
+    "sized-warm64": "[search]\ncost_model_warmup = 64\n",
+    "sized-4x3-warm64": "[search]\npopulation_per_candidate = 4\ncost_model_warmup = 64\n",
     "sized-unchecked": "[search]\ngpu_precheck = false\n",
 }
 
@@ -133,6 +140,8 @@ def main() -> None:
             f"{s.get('features', 0):>8.1f}s{shown}"
         )
     first = presets[0]
+    if not args.simulate:
+        print_equal_wall(runs, presets, seeds)
     summary = {}
     for preset in presets:
         mine = [r for r in runs.values() if r["preset"] == preset]
@@ -143,6 +152,8 @@ def main() -> None:
             "latency_s": (
                 None if args.simulate else statistics.median(r["latency"]["median_s"] for r in mine)
             ),
+            "at_equal_wall": _median([r.get("at_equal_wall") for r in mine]),
+            "to_first_final": _median([r.get("to_first_final") for r in mine]),
         }
     print(f"  medians over seeds {seeds}, as ratios to {first}:")
     for preset, m in summary.items():
@@ -152,6 +163,10 @@ def main() -> None:
             if m["latency_s"]
             else ""
         )
+        if m["at_equal_wall"]:
+            quality += f", estimate at equal wall {m['at_equal_wall']:.3f}"
+        if m["to_first_final"]:
+            quality += f", time to {first}'s final {m['to_first_final']:.2f}"
         print(
             f"  {preset:<26} wall {m['wall_s']:.0f}s ({m['wall_s'] / f['wall_s']:.2f}), search "
             f"{m['search_s']:.0f}s ({m['search_s'] / max(f['search_s'], 1e-9):.2f}, "
@@ -183,6 +198,50 @@ def main() -> None:
         )
     )
     print(f"raw figures: {out.relative_to(ROOT)}")
+
+
+def print_equal_wall(runs: dict[str, dict], presets: list[str], seeds: list[int]) -> None:
+    """Time to quality, from each run's own estimate of the model's latency after every round
+    (its tasks' best measured latencies): per seed, each run's estimate when the seed's
+    shortest run ended, and the wall at which it first came within 2% of the first preset's
+    final estimate; both as ratios to the first preset's run of the seed. Stored in the runs
+    (`at_equal_wall`, `to_first_final`)."""
+    print(f"  time to quality (the runs' own estimates), as ratios to {presets[0]}'s run:")
+    print(f"  {'run':<26}{'at wall':>9}{'estimate':>10}{'ratio':>7}{'within 2%':>11}{'ratio':>7}")
+    for seed in seeds:
+        mine = {p: runs[f"{p}-seed{seed}"] for p in presets}
+        if not all(r["estimates"] for r in mine.values()):
+            continue
+        wall = min(r["estimates"][-1][0] for r in mine.values())
+        base = mine[presets[0]]
+        goal = base["estimates"][-1][1] * (1 + TOLERANCE)
+        base_at, base_to = _estimate_at(base, wall), _reached(base, goal)
+        for preset, r in mine.items():
+            at, to = _estimate_at(r, wall), _reached(r, goal)
+            r["at_equal_wall"] = at / base_at if at and base_at else None
+            r["to_first_final"] = to / base_to if to and base_to else None
+            shown_to = f"{to:>10.0f}s{r['to_first_final']:>7.2f}" if to else f"{'never':>11}{'':>7}"
+            print(
+                f"  {preset + f'-seed{seed}':<26}{wall:>8.0f}s"
+                + (f"{at * 1e6:>8.0f}us{r['at_equal_wall']:>7.3f}" if at else f"{'-':>10}{'':>7}")
+                + shown_to
+            )
+
+
+def _estimate_at(run: dict, wall: float) -> float | None:
+    """The run's estimate after its last round that ended by `wall`."""
+    before = [latency for at, latency in run["estimates"] if at <= wall]
+    return before[-1] if before else None
+
+
+def _reached(run: dict, goal: float) -> float | None:
+    """The wall at which the run's estimate first came within `goal`."""
+    return next((at for at, latency in run["estimates"] if latency <= goal), None)
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def search_on_critical_path(run: dict) -> float:
