@@ -16,6 +16,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Time to quality (DESIGN): a model has reached a final latency once it is at most this much
+# slower.
+QUALITY_TOLERANCE = 0.02
+
+
+def reached(points: Sequence[tuple[float, float]], final_s: float) -> float | None:
+    """The time of the first (time, latency) point within QUALITY_TOLERANCE of `final_s`."""
+    goal = final_s * (1 + QUALITY_TOLERANCE)
+    return next((at for at, latency in points if latency <= goal), None)
+
+
 def run_child(script: Path, args: Sequence[str]) -> dict[str, Any]:
     """Run `script args` in a fresh Python; its last stdout line is a JSON object."""
     start = time.perf_counter()

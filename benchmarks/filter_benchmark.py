@@ -23,10 +23,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, prefix_database, run_child, scratch, time_databases, tune_ours
+from _common import (
+    QUALITY_TOLERANCE,
+    ROOT,
+    prefix_database,
+    reached,
+    run_child,
+    scratch,
+    time_databases,
+    tune_ours,
+)
 
 CONFIGS = ("none", "xgb")
-TOLERANCE = 0.02  # "reached" = within 2% of none's final latency (DESIGN: time to quality)
 
 
 def main() -> None:
@@ -96,7 +104,7 @@ def main() -> None:
                 "seed": args.seed,
                 "caps": caps,
                 "repeats": args.repeats,
-                "tolerance": TOLERANCE,
+                "tolerance": QUALITY_TOLERANCE,
                 "rows": rows,
                 "figures": figures,
             },
@@ -116,7 +124,6 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
         ]
         for config in CONFIGS
     }
-    goal = curves["none"][-1][1] * (1 + TOLERANCE)
     rows = {}
     for config in CONFIGS:
         f = figures[config]
@@ -124,7 +131,7 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
         total = stats.get("total", {})
         wall = f["total_s"]
         rows[config] = {
-            "reached_none_final_s": next((s for s, lat in curves[config] if lat <= goal), None),
+            "reached_none_final_s": reached(curves[config], curves["none"][-1][1]),
             "final_latency_s": curves[config][-1][1],
             "wall_s": wall,
             "measured": f["trials"],
@@ -147,7 +154,7 @@ def print_table(rows: dict[str, Any], caps: dict[str, int], seed: int, machine: 
     for model, by_config in rows.items():
         goal = by_config["none"]["final_latency_s"]
         print(
-            f"\n{model}, {caps[model]} trials; goal: within {TOLERANCE:.0%} of none's final "
+            f"\n{model}, {caps[model]} trials; goal: within {QUALITY_TOLERANCE:.0%} of none's final "
             f"{goal * 1e3:.3f} ms"
         )
         print(
@@ -155,13 +162,13 @@ def print_table(rows: dict[str, Any], caps: dict[str, int], seed: int, machine: 
             f"{'recall':>8}{'kept':>10}{'filter':>9}"
         )
         for config, r in by_config.items():
-            reached = r["reached_none_final_s"]
+            goal_s = r["reached_none_final_s"]
             recall = "-" if r["recall"] is None else f"{r['recall']:.0%}"
             kept = "-" if r["kept"] is None else f"{r['kept']}/{r['kept'] + r['rejected']}"
             share = "-" if r["filter_share"] is None else f"{r['filter_share']:.2%}"
             print(
                 f"  {config:<6}{r['final_latency_s'] * 1e3:>8.3f} ms"
-                f"{'never' if reached is None else f'{reached:.0f} s':>14}{r['wall_s']:>7.0f} s"
+                f"{'never' if goal_s is None else f'{goal_s:.0f} s':>14}{r['wall_s']:>7.0f} s"
                 f"{r['rounds']:>8}{recall:>8}{kept:>10}{share:>9}"
             )
 

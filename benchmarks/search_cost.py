@@ -45,9 +45,8 @@ import statistics
 import time
 from pathlib import Path
 
-from _common import ROOT, run_child, time_databases, tune_ours
+from _common import ROOT, reached, run_child, time_databases, tune_ours
 
-TOLERANCE = 0.02  # "reached" = within 2% of the first preset's final estimate
 _PARTS = ("sampling", "mutation", "prediction", "features")  # of a search's time
 
 PRESETS = {
@@ -217,10 +216,10 @@ def print_equal_wall(runs: dict[str, dict], presets: list[str], seeds: list[int]
             continue
         wall = min(r["estimates"][-1][0] for r in mine.values())
         base = mine[presets[0]]
-        goal = base["estimates"][-1][1] * (1 + TOLERANCE)
-        base_at, base_to = _estimate_at(base, wall), _reached(base, goal)
+        final = base["estimates"][-1][1]
+        base_at, base_to = _estimate_at(base, wall), reached(base["estimates"], final)
         for preset, r in mine.items():
-            at, to = _estimate_at(r, wall), _reached(r, goal)
+            at, to = _estimate_at(r, wall), reached(r["estimates"], final)
             r["at_equal_wall"] = at / base_at if at and base_at else None
             r["to_first_final"] = to / base_to if to and base_to else None
             shown_to = f"{to:>10.0f}s{r['to_first_final']:>7.2f}" if to else f"{'never':>11}{'':>7}"
@@ -235,11 +234,6 @@ def _estimate_at(run: dict, wall: float) -> float | None:
     """The run's estimate after its last round that ended by `wall`."""
     before = [latency for at, latency in run["estimates"] if at <= wall]
     return before[-1] if before else None
-
-
-def _reached(run: dict, goal: float) -> float | None:
-    """The wall at which the run's estimate first came within `goal`."""
-    return next((at for at, latency in run["estimates"] if latency <= goal), None)
 
 
 def _median(values: list[float | None]) -> float | None:

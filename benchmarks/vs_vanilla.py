@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 from _common import (
+    QUALITY_TOLERANCE,
     ROOT,
     prefix_database,
+    reached,
     run_child,
     scratch,
     time_databases,
@@ -189,10 +191,6 @@ def main() -> None:
     print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
 
 
-# A checkpoint has reached vanilla's final quality when its model is at most this much slower.
-QUALITY_TOLERANCE = 0.02
-
-
 def checkpoint_databases(
     works: dict[str, Path], figures: dict[str, dict]
 ) -> dict[str, tuple[float, Path]]:
@@ -215,8 +213,7 @@ def time_to_quality(
     """Each side's first checkpoint whose model is within QUALITY_TOLERANCE of vanilla's final
     latency, else its whole call if its final model is, and the ratio of the two times."""
     target_s = timed["vanilla"]["median_s"]
-    limit = target_s * (1 + QUALITY_TOLERANCE)
-    reached = {}
+    times = {}
     for side, whole_s in finals.items():
         points = sorted(
             (s, timed[name]["median_s"])
@@ -224,7 +221,7 @@ def time_to_quality(
             if name.startswith(side + "@")
         )
         points.append((whole_s, timed[side]["median_s"]))
-        reached[side] = next((s for s, latency in points if latency <= limit), None)
+        times[side] = reached(points, target_s)
     return {
         "target_s": target_s,
         "tolerance": QUALITY_TOLERANCE,
@@ -232,11 +229,9 @@ def time_to_quality(
             name: {"seconds": s, "median_s": timed[name]["median_s"]}
             for name, (s, _) in prefixes.items()
         },
-        "vanilla_s": reached["vanilla"],
-        "ours_s": reached["ours"],
-        "ratio": reached["vanilla"] / reached["ours"]
-        if reached["vanilla"] and reached["ours"]
-        else None,
+        "vanilla_s": times["vanilla"],
+        "ours_s": times["ours"],
+        "ratio": times["vanilla"] / times["ours"] if times["vanilla"] and times["ours"] else None,
     }
 
 
