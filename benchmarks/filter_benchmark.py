@@ -154,8 +154,8 @@ def print_table(rows: dict[str, Any], caps: dict[str, int], seed: int, machine: 
     for model, by_config in rows.items():
         goal = by_config["none"]["final_latency_s"]
         print(
-            f"\n{model}, {caps[model]} trials; goal: within {QUALITY_TOLERANCE:.0%} of none's final "
-            f"{goal * 1e3:.3f} ms"
+            f"\n{model}, {caps[model]} trials; goal: within {QUALITY_TOLERANCE:.0%} of none's "
+            f"final {goal * 1e3:.3f} ms"
         )
         print(
             f"  {'':<6}{'final':>11}{'reached goal':>14}{'wall':>9}{'rounds':>8}"
