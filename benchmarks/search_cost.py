@@ -16,13 +16,15 @@ process, same target, trial cap and filter). Presets:
   - `sized-warm64`, `sized-4x3-warm64`: the cost model guides the search once it has seen 64
     measurements (one round) instead of 100;
   - `sized-unchecked`: the sized search without the GPU precheck (GPU targets: TVM's
-    postprocessors alone judge every schedule; the search proposes the same ones).
+    postprocessors alone judge every schedule);
+  - `sized-verify-all`: GPU targets: VerifyGPUCode lowers every schedule of the evolution,
+    not only the evolution's picks (`[search] late_verify = false`).
 Then every run's final database is compiled with stock `compile_relax` and all are timed
 interleaved. Prints per run: wall time of the whole call, the time the run waited on search
 and its share of the run's wall (the run's own clock): the search phase plus search's part of
 the waits for rounds prepared in the background (GPU runs), search time per search and its
-breakdown (sampling, mutation, prediction, features; summed over every search, background
-ones included), and the final latency; then time to quality, since a preset that searches
+breakdown (sampling, mutation, prediction, features, and on GPU targets the late
+VerifyGPUCode of the evolution's picks; summed over every search, background ones included), and the final latency; then time to quality, since a preset that searches
 longer can win at equal trials and lose at equal time (from each run's own estimate of the
 model's latency after every round: its estimate when the seed's shortest run ended, and when
 it first came within 2% of the first preset's final estimate); then per preset the medians and
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from _common import ROOT, reached, run_child, time_databases, tune_ours
 
-_PARTS = ("sampling", "mutation", "prediction", "features")  # of a search's time
+_PARTS = ("sampling", "mutation", "prediction", "features", "verify")  # of a search's time
 
 PRESETS = {
     "tvm-default": '[search]\npopulation = 512\ngenetic_num_iters = 4\ncost_model = "tvm-xgb"\n',
@@ -59,6 +61,7 @@ PRESETS = {
     "sized-warm64": "[search]\ncost_model_warmup = 64\n",
     "sized-4x3-warm64": "[search]\npopulation_per_candidate = 4\ncost_model_warmup = 64\n",
     "sized-unchecked": "[search]\ngpu_precheck = false\n",
+    "sized-verify-all": "[search]\nlate_verify = false\n",
 }
 
 
@@ -126,7 +129,8 @@ def main() -> None:
     print(f"\n{args.model.name}, {args.trials} trials, filter {args.filter}, {resolved.describe()}")
     print(
         f"  {'run':<26}{'wall':>8}{'search':>8}{'share':>7}{'per search':>11}"
-        f"{'sampling':>9}{'mutation':>9}{'predict':>8}{'features':>9}{'latency':>10}"
+        f"{'sampling':>9}{'mutation':>9}{'predict':>8}{'features':>9}{'verify':>8}"
+        f"{'latency':>10}"
     )
     for name, r in runs.items():
         s = r["search"]
@@ -139,7 +143,7 @@ def main() -> None:
             f"{sum(s.get(p, 0.0) for p in _PARTS) / max(1, s.get('searches', 0)):>10.1f}s"
             f"{s.get('sampling', 0):>8.1f}s"
             f"{s.get('mutation', 0):>8.1f}s{s.get('prediction', 0):>7.1f}s"
-            f"{s.get('features', 0):>8.1f}s{shown}"
+            f"{s.get('features', 0):>8.1f}s{s.get('verify', 0):>7.1f}s{shown}"
         )
     first = presets[0]
     if not args.simulate:

@@ -103,25 +103,34 @@ def describe_kernels(k: Mapping[str, Any]) -> str:
     return f"NOT CHECKED: {k['reason']}; a GPU host compiles them when it loads model.so"
 
 
-_SEARCH_PARTS = ("sampling", "mutation", "prediction", "features")
+_SEARCH_PARTS = ("sampling", "mutation", "prediction", "features", "verify")
+
+
+def _search_parts(search: Mapping[str, Any]) -> list[str]:
+    """The parts search time is split into; the late check only where it ran (GPU targets)."""
+    return [p for p in _SEARCH_PARTS if p != "verify" or search.get("verify")]
 
 
 def describe_search(search: Mapping[str, Any]) -> str | None:
     """Where search time went, in one line (summary)."""
     if not search or not search.get("searches"):
         return None
-    parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _SEARCH_PARTS)
+    parts = ", ".join(f"{p} {fmt_duration(search.get(p, 0.0))}" for p in _search_parts(search))
     return (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
-        f"(postprocessing runs inside sampling and mutation){_prechecked(search)}"
+        f"(postprocessing runs inside sampling and mutation){_gpu_checks(search)}"
     )
 
 
-def _prechecked(search: Mapping[str, Any]) -> str:
-    """What the GPU precheck turned away, as a clause to append ("" when nothing)."""
-    if not search.get("prechecked"):
-        return ""
-    return f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
+def _gpu_checks(search: Mapping[str, Any]) -> str:
+    """What the GPU precheck turned away and the late check dropped, as clauses to append
+    ("" when nothing)."""
+    notes = ""
+    if search.get("prechecked"):
+        notes += f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
+    if search.get("invalid"):
+        notes += f"; {search['invalid']} of the evolution's picks failed VerifyGPUCode, dropped"
+    return notes
 
 
 def describe_filter(stats: Mapping[str, Any]) -> str | None:
@@ -316,10 +325,11 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         if secs > 0
     ]
     search = report.get("search") or {}
-    total = sum(search.get(p, 0.0) for p in _SEARCH_PARTS) or 1.0
+    parts = _search_parts(search)
+    total = sum(search.get(p, 0.0) for p in parts) or 1.0
     search_rows = [
         [part, fmt_duration(search.get(part, 0.0)), f"{search.get(part, 0.0) / total:.1%}"]
-        for part in _SEARCH_PARTS
+        for part in parts
         if search.get("searches")
     ]
     tables = [
@@ -352,7 +362,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     if search_rows:
         title = (
             f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
-            f"(postprocessing runs inside sampling and mutation){_prechecked(search)}"
+            f"(postprocessing runs inside sampling and mutation){_gpu_checks(search)}"
         )
         tables.append((title, ["part", "time", "share of search"], search_rows))
     return tables

@@ -57,6 +57,7 @@ class SearchSettings:
     cost_model_warmup: int
     ahead: int
     gpu_precheck: bool
+    late_verify: bool
 
     def __post_init__(self) -> None:
         _non_negative("search", "ahead", self.ahead)

@@ -107,14 +107,17 @@ def test_the_postprocessor_counts_what_it_turns_away_across_its_clones(conv_task
 
 
 def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
-    """Same seed, one thread: the precheck changes what the search pays, not what it finds."""
+    """Same seed, one thread: the precheck changes what the search pays, not what it finds
+    (the late check, which needs the precheck, is off on both sides)."""
     target, task = conv_task
     found, counted = {}, {}
     for check in (True, False):
         settings = Settings.load(None)
         settings = dataclasses.replace(
             settings,
-            search=dataclasses.replace(settings.search, gpu_precheck=check, population=32),
+            search=dataclasses.replace(
+                settings.search, gpu_precheck=check, late_verify=False, population=32
+            ),
         )
         search = TaskSearch(
             task,
@@ -133,6 +136,70 @@ def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
     assert counted[True] > 0 and counted[False] == 0
 
 
+def late_search(conv_task, late_verify=True, threads=1):
+    target, task = conv_task
+    settings = Settings.load(None)
+    settings = dataclasses.replace(
+        settings,
+        search=dataclasses.replace(settings.search, late_verify=late_verify, population=32),
+    )
+    return TaskSearch(
+        task,
+        target=target,
+        settings=settings,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(seed=0),
+        rand_state=3,
+        threads=threads,
+        proposals=8,
+    )
+
+
+def postproc_names(ctx):
+    return [type(p).__name__ for p in ctx.space_generator.postprocs]
+
+
+def test_with_the_late_check_the_evolution_lowers_nothing_and_every_proposal_passes(conv_task):
+    search = late_search(conv_task, threads=2)  # the picks are checked on two threads
+    every = postproc_names(search.ctx)  # fresh samples: every check, the precheck too
+    assert "VerifyGPUCode" in every and "_PyPostproc" in every
+    assert postproc_names(search._evolution_ctx) == [p for p in every if p != "VerifyGPUCode"]
+    verify = ms.postproc.VerifyGPUCode()
+    verify._initialize_with_tune_context(search.ctx)
+    proposed = [mc for _ in range(3) for mc in search.propose()]
+    assert len(proposed) == 24
+    assert all(verify.apply(mc.sch) for mc in proposed)
+    assert search.times.verify > 0
+
+
+def test_picks_that_fail_the_late_check_are_dropped_counted_and_never_proposed(conv_task):
+    search = late_search(conv_task)
+    failed = set()
+
+    class EveryOther:
+        calls = 0
+
+        def apply(self, sch):
+            self.calls += 1
+            if self.calls % 2:
+                return True
+            failed.add(structural_key(sch.mod))
+            return False
+
+    search._verifiers = [EveryOther()]
+    proposed = {structural_key(mc.sch.mod) for _ in range(3) for mc in search.propose()}
+    assert len(proposed) == 24  # the evolution ranks twice a round: the next best stand in
+    assert failed and not failed & proposed
+    assert search.times.invalid == len(failed)
+
+
+def test_without_the_late_check_the_evolution_verifies_every_schedule(conv_task):
+    search = late_search(conv_task, late_verify=False)
+    assert not search._verifiers and search._evolution is search._strategy
+    search.propose()
+    assert search.times.verify == 0 and search.times.invalid == 0
+
+
 def test_cpu_targets_keep_tvms_postprocessors_as_they_are(conv_task):
     _, task = conv_task
     generator, precheck = space_generator(task.workload, resolve_target("llvm").target)
@@ -144,3 +211,11 @@ def test_the_report_says_how_many_schedules_the_precheck_turned_away():
     assert "turned away" not in describe_search(search)
     line = describe_search({**search, "prechecked": 120})
     assert "120 schedules over the GPU's limits turned away unlowered" in line
+
+
+def test_the_report_says_what_the_late_check_cost_and_dropped():
+    search = {"sampling": 1.0, "mutation": 2.0, "searches": 3, "proposed": 96}
+    assert "verify" not in describe_search(search)  # CPU targets: no such part
+    line = describe_search({**search, "verify": 0.5, "invalid": 7})
+    assert "verify 0.5" in line
+    assert "7 of the evolution's picks failed VerifyGPUCode, dropped" in line

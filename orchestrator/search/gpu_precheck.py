@@ -29,6 +29,7 @@ _LOW = "meta_schedule.thread_extent_low_inclusive"
 _HIGH = "meta_schedule.thread_extent_high_inclusive"
 _WARP = "warp_execution"
 _THREAD_DIMS = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+VERIFY = "VerifyGPUCode"  # TVM's postprocessor that lowers a schedule to check its limits
 
 
 def violation(func: Any, *, max_shared_bytes: int, warp_size: int) -> str | None:
@@ -181,25 +182,35 @@ def with_precheck(postprocs: list[Any], precheck: Any) -> list[Any]:
     """The target's postprocessors with `precheck` first after DisallowDynamicLoop, where the
     list ends in VerifyGPUCode's kind of check (GPU targets); unchanged otherwise."""
     names = [type(p).__name__ for p in postprocs]
-    if "VerifyGPUCode" not in names:  # CPU targets: nothing is lowered to be checked
+    if VERIFY not in names:  # CPU targets: nothing is lowered to be checked
         return list(postprocs)
     at = names.index("DisallowDynamicLoop") + 1 if "DisallowDynamicLoop" in names else 0
     return [*postprocs[:at], precheck, *postprocs[at:]]
 
 
-def space_generator(workload: Any, target: Any) -> tuple[Any, GpuPrecheck | None]:
+def space_generator(
+    workload: Any, target: Any, *, verify: bool = True, counts_with: GpuPrecheck | None = None
+) -> tuple[Any, GpuPrecheck | None]:
     """The design space generator TVM picks for `target` (its own rules, postprocessors and
     mutators), with a GpuPrecheck among the postprocessors on GPU targets; and that precheck,
-    for its counts. Elsewhere TVM's "post-order-apply" as it is, and None."""
+    for its counts. Elsewhere TVM's "post-order-apply" as it is, and None.
+
+    `verify=False` leaves VerifyGPUCode out: the caller verifies what it keeps of the
+    schedules this generator's postprocessors accept. `counts_with`: a precheck whose counts
+    the new one adds to."""
     from tvm.s_tir import meta_schedule as ms
 
     defaults = ms.TuneContext(
         mod=workload, target=target, space_generator="post-order-apply"
     ).space_generator
-    precheck = GpuPrecheck()
+    precheck = (
+        GpuPrecheck(counts_with.rejected, counts_with._lock) if counts_with else GpuPrecheck()
+    )
     postprocs = with_precheck([p.clone() for p in defaults.postprocs], precheck)
     if len(postprocs) == len(defaults.postprocs):
         return "post-order-apply", None
+    if not verify:
+        postprocs = [p for p in postprocs if type(p).__name__ != VERIFY]
     generator = ms.space_generator.PostOrderApply(
         sch_rules=[rule.clone() for rule in defaults.sch_rules],
         postprocs=postprocs,

@@ -12,11 +12,17 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
   the previous round's proposals, and only as many fresh random samples as are missing;
 - what it proposes and the loop does not measure waits in the proposal pool (pool.py);
 - on GPU targets, a schedule whose loop nest already shows it over the GPU's limits is turned
-  away before TVM lowers it to find out (gpu_precheck.py).
+  away before TVM lowers it to find out (gpu_precheck.py);
+- and with `late_verify`, the evolution runs in a second context whose postprocessors leave
+  out VerifyGPUCode, which lowers every schedule it checks: only what the search would
+  propose is lowered and checked, best first, until a round's worth passes. Fresh samples
+  still pass every check: they are most of what a large convolution's search rejects, and
+  the precheck does not catch all of it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any
@@ -24,12 +30,15 @@ from typing import Any
 from .. import _tvm
 from ..config import Settings
 from ..tasks import Task, structural_key
-from .gpu_precheck import space_generator
+from .gpu_precheck import VERIFY, space_generator
 
 _SAMPLE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchSampleInitPopulation"
 _EVOLVE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchEvolveWithCostModel"
 # Searches in a row that find nothing new before a task's space counts as exhausted.
 _EMPTY_LIMIT = 3
+# With the late check, the evolution ranks this many times a round's candidates: on vggish's
+# 512-channel convolution a third of its picks failed VerifyGPUCode (search_cost.py, 11-25).
+_RANKED = 3
 
 
 @dataclasses.dataclass
@@ -44,6 +53,8 @@ class SearchTimes:
     searches: int = 0
     proposed: int = 0
     prechecked: int = 0  # schedules the GPU precheck turned away before TVM lowered them
+    verify: float = 0.0  # VerifyGPUCode on the evolution's picks (late_verify)
+    invalid: int = 0  # picks it rejected, dropped unproposed
 
     def add(self, other: SearchTimes) -> None:
         for field in dataclasses.fields(self):
@@ -92,6 +103,7 @@ class TaskSearch:
             eps_greedy=s.eps_greedy,
         )
         self.task = task
+        self._settings = settings
         space, self._precheck = (
             space_generator(task.workload, target) if s.gpu_precheck else ("post-order-apply", None)
         )
@@ -105,13 +117,20 @@ class TaskSearch:
             num_threads=threads,
             logger=_tvm.quiet_logger(),
         )
+        self._spaces = self.ctx.generate_design_space()
         self.ctx.pre_tuning(
             max_trials=1 << 30,
             num_trials_per_iter=proposals,
-            design_spaces=self.ctx.generate_design_space(),
+            design_spaces=self._spaces,
             database=database,
             cost_model=cost_model,
         )
+        self._evolution, self._verifiers = self._strategy, []
+        if self._precheck is not None and s.late_verify:
+            self._evolution, verifier = self._late_verify(
+                target, database, cost_model, rand_state, threads, proposals
+            )
+            self._verifiers = [verifier] + [verifier.clone() for _ in range(threads - 1)]
         self.workload = database.commit_workload(task.workload)
         self.proposals = proposals
         self.eps_greedy = s.eps_greedy
@@ -126,6 +145,54 @@ class TaskSearch:
         self._recent: list[Any] = []  # the last round's proposals: next round's parents
         self._seen: set[int] = set()  # structural keys of everything proposed
         self._empty = 0
+
+    def _late_verify(
+        self,
+        target: Any,
+        database: Any,
+        cost_model: Any,
+        rand_state: int,
+        threads: int,
+        proposals: int,
+    ) -> tuple[Any, Any]:
+        """A strategy that evolves with every postprocessor but VerifyGPUCode, in a context
+        of its own (TVM binds a strategy's postprocessors when its context is made); and the
+        context's own VerifyGPUCode, set to the target's limits, for the picks."""
+        from tvm.s_tir import meta_schedule as ms
+
+        s = self._settings.search
+        space, _ = space_generator(
+            self.task.workload, target, verify=False, counts_with=self._precheck
+        )
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=self.population,
+            init_measured_ratio=s.init_measured_ratio,
+            init_min_unmeasured=1,
+            genetic_num_iters=s.genetic_num_iters,
+            genetic_mutate_prob=s.genetic_mutate_prob,
+            genetic_max_fail_count=s.genetic_max_fail_count,
+            eps_greedy=s.eps_greedy,
+        )
+        ctx = ms.TuneContext(
+            mod=self.task.workload,
+            target=target,
+            space_generator=space,
+            search_strategy=strategy,
+            task_name=self.task.name,
+            rand_state=rand_state + 1 if rand_state >= 0 else rand_state,
+            num_threads=threads,
+            logger=_tvm.quiet_logger(),
+        )
+        ctx.pre_tuning(
+            max_trials=1 << 30,
+            num_trials_per_iter=proposals,
+            design_spaces=self._spaces,
+            database=database,
+            cost_model=cost_model,
+        )
+        self._evolution_ctx = ctx  # the strategy holds its context by a raw pointer
+        verifier = next(p for p in self.ctx.space_generator.postprocs if type(p).__name__ == VERIFY)
+        return strategy, verifier
 
     def propose(self, wanted: int | None = None) -> list[Any]:
         """New candidates (MeasureCandidates), the most promising first, plus a share of
@@ -147,10 +214,13 @@ class TaskSearch:
             self.exhausted = True
             return []
         scored_before = self._scoring_times()
-        bests = list(self._evolve(self._strategy, parents + fresh, wanted))
+        # Unverified, some of the evolution's bests fail the late check: more of them wait.
+        ranked = wanted * _RANKED if self._verifiers else wanted
+        bests = list(self._evolve(self._evolution, parents + fresh, ranked))
         evolved = time.perf_counter()
-        picks = self._with_random(bests, fresh, wanted)
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
+        picks, invalid = self._with_random(bests, fresh, wanted)
+        verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
         self.last = SearchTimes(
@@ -161,6 +231,8 @@ class TaskSearch:
             1,
             len(picks),
             self._prechecked() - prechecked,
+            verified - evolved if self._verifiers else 0.0,
+            invalid,
         )
         self.times.add(self.last)
         self._recent = bests
@@ -188,17 +260,53 @@ class TaskSearch:
         ranked.sort(key=lambda e: e[0])
         self._elites = ranked[: max(1, int(self.population * self.elite_share))]
 
-    def _with_random(self, bests: list[Any], fresh: list[Any], wanted: int) -> list[Any]:
+    def _with_random(
+        self, bests: list[Any], fresh: list[Any], wanted: int
+    ) -> tuple[list[Any], int]:
         """The evolution's bests, with an `eps_greedy` share of the places given to fresh
-        random schedules (exploration the cost model cannot veto); none proposed twice."""
-        picks, keys = [], []
-        n_random = int(wanted * self.eps_greedy)
-        for sch in bests[: wanted - n_random] + fresh + bests[wanted - n_random :]:
-            key = structural_key(sch.mod)
-            if key not in self._seen:
-                self._seen.add(key)
-                picks.append(sch)
-                keys.append(key)
-            if len(picks) == wanted:
-                break
-        return picks
+        random schedules (exploration the cost model cannot veto); none proposed twice. With
+        the late check, the bests are checked as their turn comes, as many at once as places
+        are left, and those that fail are dropped; returns the picks and how many were
+        dropped."""
+        picks: list[Any] = []
+        dropped = 0
+        ranked, randoms = iter(bests), iter(fresh)
+
+        def take(source: Any, upto: int, check: bool) -> None:
+            nonlocal dropped
+            while len(picks) < upto:
+                batch = []
+                for sch in source:
+                    key = structural_key(sch.mod)
+                    if key not in self._seen:
+                        self._seen.add(key)  # picked or failed, it is not proposed again
+                        batch.append(sch)
+                        if len(batch) == upto - len(picks):
+                            break
+                if not batch:
+                    return
+                passed = self._verify(batch) if check else [True] * len(batch)
+                picks.extend(sch for sch, ok in zip(batch, passed, strict=True) if ok)
+                dropped += passed.count(False)
+
+        take(ranked, wanted - int(wanted * self.eps_greedy), True)
+        take(randoms, wanted, False)
+        take(ranked, wanted, True)
+        return picks, dropped
+
+    def _verify(self, batch: list[Any]) -> list[bool]:
+        """VerifyGPUCode's verdict on each schedule (all pass without the late check), on up to
+        one thread per verifier: TVM lowers without holding Python's lock."""
+        n = min(len(self._verifiers), len(batch))
+        if n == 0:
+            return [True] * len(batch)
+        if n == 1:
+            return [self._verifiers[0].apply(sch) for sch in batch]
+        with concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="verify") as pool:
+            shares = pool.map(
+                lambda i: [self._verifiers[i].apply(sch) for sch in batch[i::n]], range(n)
+            )
+            passed: list[bool] = [False] * len(batch)
+            for i, share in enumerate(shares):
+                passed[i::n] = share
+        return passed
