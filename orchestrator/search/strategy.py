@@ -72,6 +72,22 @@ def population_size(settings: Settings, proposals: int) -> int:
     return max(s.min_population, min(s.max_population, s.population_per_candidate * proposals))
 
 
+def evolutionary_search(settings: Settings, population: int) -> Any:
+    """MetaSchedule's EvolutionarySearch with the [search] settings."""
+    from tvm.s_tir import meta_schedule as ms
+
+    s = settings.search
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=population,
+        init_measured_ratio=s.init_measured_ratio,
+        init_min_unmeasured=1,  # how many fresh samples a round needs is decided here
+        genetic_num_iters=s.genetic_num_iters,
+        genetic_mutate_prob=s.genetic_mutate_prob,
+        genetic_max_fail_count=s.genetic_max_fail_count,
+        eps_greedy=s.eps_greedy,
+    )
+
+
 class TaskSearch:
     """One task's search: a TuneContext with an EvolutionarySearch, driven round by round."""
 
@@ -93,15 +109,7 @@ class TaskSearch:
         _tvm.load_tensor_intrinsics()
         s = settings.search
         self.population = population_size(settings, proposals)
-        self._strategy = ms.search_strategy.EvolutionarySearch(
-            population_size=self.population,
-            init_measured_ratio=s.init_measured_ratio,
-            init_min_unmeasured=1,  # how many fresh samples a round needs is decided here
-            genetic_num_iters=s.genetic_num_iters,
-            genetic_mutate_prob=s.genetic_mutate_prob,
-            genetic_max_fail_count=s.genetic_max_fail_count,
-            eps_greedy=s.eps_greedy,
-        )
+        self._strategy = evolutionary_search(settings, self.population)
         self.task = task
         self._settings = settings
         space, self._precheck = (
@@ -160,19 +168,10 @@ class TaskSearch:
         context's own VerifyGPUCode, set to the target's limits, for the picks."""
         from tvm.s_tir import meta_schedule as ms
 
-        s = self._settings.search
         space, _ = space_generator(
             self.task.workload, target, verify=False, counts_with=self._precheck
         )
-        strategy = ms.search_strategy.EvolutionarySearch(
-            population_size=self.population,
-            init_measured_ratio=s.init_measured_ratio,
-            init_min_unmeasured=1,
-            genetic_num_iters=s.genetic_num_iters,
-            genetic_mutate_prob=s.genetic_mutate_prob,
-            genetic_max_fail_count=s.genetic_max_fail_count,
-            eps_greedy=s.eps_greedy,
-        )
+        strategy = evolutionary_search(self._settings, self.population)
         ctx = ms.TuneContext(
             mod=self.task.workload,
             target=target,
