@@ -106,42 +106,13 @@ def test_the_postprocessor_counts_what_it_turns_away_across_its_clones(conv_task
     assert sum(precheck.rejected.values()) == verdicts.count(False) > 0
 
 
-def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
-    """Same seed, one thread: the precheck changes what the search pays, not what it finds
-    (the late check, which needs the precheck, is off on both sides)."""
-    target, task = conv_task
-    found, counted = {}, {}
-    for check in (True, False):
-        settings = Settings.load(None)
-        settings = dataclasses.replace(
-            settings,
-            search=dataclasses.replace(
-                settings.search, gpu_precheck=check, late_verify=False, population=32
-            ),
-        )
-        search = TaskSearch(
-            task,
-            target=target,
-            settings=settings,
-            database=ms.database.MemoryDatabase(),
-            cost_model=ms.cost_model.RandomModel(seed=0),
-            rand_state=3,
-            threads=1,
-            proposals=8,
-        )
-        found[check] = [[structural_key(mc.sch.mod) for mc in search.propose()] for _ in range(2)]
-        counted[check] = search.times.prechecked
-    assert found[True] == found[False]
-    assert all(len(keys) == 8 for keys in found[True])
-    assert counted[True] > 0 and counted[False] == 0
-
-
-def late_search(conv_task, late_verify=True, threads=1):
+def conv_search(conv_task, threads=1, **search):
+    """A TaskSearch of the convolution with `search` settings over the defaults (population
+    32), a random cost model, 8 proposals a round."""
     target, task = conv_task
     settings = Settings.load(None)
     settings = dataclasses.replace(
-        settings,
-        search=dataclasses.replace(settings.search, late_verify=late_verify, population=32),
+        settings, search=dataclasses.replace(settings.search, population=32, **search)
     )
     return TaskSearch(
         task,
@@ -155,12 +126,25 @@ def late_search(conv_task, late_verify=True, threads=1):
     )
 
 
+def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
+    """Same seed, one thread: the precheck changes what the search pays, not what it finds
+    (the late check, which needs the precheck, is off on both sides)."""
+    found, counted = {}, {}
+    for check in (True, False):
+        search = conv_search(conv_task, gpu_precheck=check, late_verify=False)
+        found[check] = [[structural_key(mc.sch.mod) for mc in search.propose()] for _ in range(2)]
+        counted[check] = search.times.prechecked
+    assert found[True] == found[False]
+    assert all(len(keys) == 8 for keys in found[True])
+    assert counted[True] > 0 and counted[False] == 0
+
+
 def postproc_names(ctx):
     return [type(p).__name__ for p in ctx.space_generator.postprocs]
 
 
 def test_with_the_late_check_the_evolution_lowers_nothing_and_every_proposal_passes(conv_task):
-    search = late_search(conv_task, threads=2)  # the picks are checked on two threads
+    search = conv_search(conv_task, threads=2)  # the picks are checked on two threads
     every = postproc_names(search.ctx)  # fresh samples: every check, the precheck too
     assert "VerifyGPUCode" in every and "_PyPostproc" in every
     assert postproc_names(search._evolution_ctx) == [p for p in every if p != "VerifyGPUCode"]
@@ -173,7 +157,7 @@ def test_with_the_late_check_the_evolution_lowers_nothing_and_every_proposal_pas
 
 
 def test_picks_that_fail_the_late_check_are_dropped_counted_and_never_proposed(conv_task):
-    search = late_search(conv_task)
+    search = conv_search(conv_task)
     failed = set()
 
     class EveryOther:
@@ -194,7 +178,7 @@ def test_picks_that_fail_the_late_check_are_dropped_counted_and_never_proposed(c
 
 
 def test_without_the_late_check_the_evolution_verifies_every_schedule(conv_task):
-    search = late_search(conv_task, late_verify=False)
+    search = conv_search(conv_task, late_verify=False)
     assert not search._verifiers and search._evolution is search._strategy
     search.propose()
     assert search.times.verify == 0 and search.times.invalid == 0

@@ -111,7 +111,6 @@ class TaskSearch:
         self.population = population_size(settings, proposals)
         self._strategy = evolutionary_search(settings, self.population)
         self.task = task
-        self._settings = settings
         space, self._precheck = (
             space_generator(task.workload, target) if s.gpu_precheck else ("post-order-apply", None)
         )
@@ -136,7 +135,7 @@ class TaskSearch:
         self._evolution, self._verifiers = self._strategy, []
         if self._precheck is not None and s.late_verify:
             self._evolution, verifier = self._late_verify(
-                target, database, cost_model, rand_state, threads, proposals
+                settings, target, database, cost_model, rand_state, threads, proposals
             )
             self._verifiers = [verifier] + [verifier.clone() for _ in range(threads - 1)]
         self.workload = database.commit_workload(task.workload)
@@ -156,6 +155,7 @@ class TaskSearch:
 
     def _late_verify(
         self,
+        settings: Settings,
         target: Any,
         database: Any,
         cost_model: Any,
@@ -171,7 +171,7 @@ class TaskSearch:
         space, _ = space_generator(
             self.task.workload, target, verify=False, counts_with=self._precheck
         )
-        strategy = evolutionary_search(self._settings, self.population)
+        strategy = evolutionary_search(settings, self.population)
         ctx = ms.TuneContext(
             mod=self.task.workload,
             target=target,
