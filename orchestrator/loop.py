@@ -113,6 +113,7 @@ class TuningLoop:
         rand_state: int,
         threads: int,
         pipeline: bool = False,
+        bests: dict[int, list[tuple[Any, float]]] | None = None,
     ) -> None:
         self.states = list(states)
         self.target = target
@@ -131,6 +132,9 @@ class TuningLoop:
         self.measured = measured  # task index -> keys already in the database or being measured
         self.rand_state = rand_state
         self.threads = threads
+        # Measured in an earlier session (task index -> (MeasureCandidate, seconds)): each
+        # task's search starts from them instead of from random schedules alone.
+        self._bests = dict(bests or {})
         self.round_size = round_size(
             settings.tune.trials_per_round, builder, getattr(engine, "lanes", 1)
         )
@@ -264,7 +268,7 @@ class TuningLoop:
         return picked
 
     def _new_search(self, task: Task) -> TaskSearch:
-        return TaskSearch(
+        search = TaskSearch(
             task,
             target=self.target,
             settings=self.settings,
@@ -274,6 +278,8 @@ class TuningLoop:
             threads=max(1, self.threads // max(1, self.ahead)),
             proposals=self.proposals,
         )
+        search.learn(self._bests.pop(task.index, []))
+        return search
 
     def _device_busy(self) -> float:
         """Seconds a simulated device has spent measuring (0 for real devices, whose time

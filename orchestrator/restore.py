@@ -33,6 +33,10 @@ class Restored:
     points: list[Point]  # the convergence curve so far
     default_records: dict[int, Any]  # task index -> its default schedule's record
     unrecorded: dict[int, list[float]]  # task index -> run times of a default not recorded yet
+    # task index -> its measured candidates that ran (MeasureCandidate, mean seconds), fastest
+    # first: a resumed task's search starts from them, as the earlier session's search would
+    # have gone on from them
+    bests: dict[int, list[tuple[Any, float]]] = dataclasses.field(default_factory=dict)
 
     @property
     def trials(self) -> int:
@@ -68,6 +72,7 @@ def restore(
     #    baselines' default schedules are known by the keys the journal gives them.
     baselines = _baselines(journal, measured)
     default_records: dict[int, Any] = {}
+    bests: dict[int, list[tuple[Any, float]]] = {}
     for record in database.get_all_tuning_records():
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
@@ -85,6 +90,7 @@ def restore(
         if ok:
             mean = statistics.fmean(secs)
             state.best_s = mean if state.best_s is None else min(state.best_s, mean)
+            bests.setdefault(task.index, []).append((candidate, mean))
         else:
             state.failures += 1
         cands, results = learn.setdefault(task.index, ([], []))
@@ -134,8 +140,18 @@ def restore(
         and index not in default_records
         and ("record_key" not in entry or entry["record_key"] is not None)
     }
+    for ran in bests.values():
+        ran.sort(key=lambda best: best[1])
     return Restored(
-        states, measured, sessions, untuned, set(baselines), points, default_records, unrecorded
+        states,
+        measured,
+        sessions,
+        untuned,
+        set(baselines),
+        points,
+        default_records,
+        unrecorded,
+        bests,
     )
 
 

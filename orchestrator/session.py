@@ -373,6 +373,7 @@ class Session:
             journal=self.run.append,
             emit=self.emit,
             measured=restored.measured,
+            bests=restored.bests,
             # A resumed session searches with a fresh random state: the same seed would
             # propose again what the earlier session already measured.
             rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,

@@ -118,6 +118,7 @@ def make_loop(
     builder=None,
     ledger=None,
     tasks_used=2,
+    bests=None,
     **settings,
 ):
     target, found = tasks
@@ -142,6 +143,7 @@ def make_loop(
         rand_state=0,
         threads=2,
         pipeline=pipeline,
+        bests=bests,
     )
     return loop, engine
 
@@ -214,6 +216,17 @@ def test_builds_stop_starting_when_the_budget_could_not_measure_them(tasks, fast
     assert loop.ledger.wall_s <= 60.0
     assert len(engine.measured) == loop.ledger.trials  # only what was built was measured
     assert first["waiting"] >= 5  # the unbuilt wait for the task's next round
+
+
+def test_a_resumed_tasks_search_goes_on_from_its_fastest_measured_schedules(tasks, fast_config):
+    first, second = tasks[1][:2]
+    earlier, _ = make_loop(tasks, fast_config, budget="8trials")
+    ran = earlier.proposer.search(first).propose(4)
+    bests = {first.index: [(mc, 1e-4 * (i + 2)) for i, mc in enumerate(ran)]}
+    loop, _ = make_loop(tasks, fast_config, budget="8trials", bests=bests)
+    assert loop.proposer.search(first).best_s == 2e-4
+    assert loop.proposer.search(second).best_s is None  # nothing measured: random parents
+    assert loop.proposer.search(first).propose()  # replayed schedules evolve like fresh ones
 
 
 def test_candidates_set_aside_do_not_stand_in_for_new_proposals(tasks, fast_config):

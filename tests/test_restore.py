@@ -63,3 +63,9 @@ def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
     assert state.history == [2e-3] and restored.sessions == 1
     assert spend_so_far(journal).wall_s == 12.5
     assert restored.trials == len(proposed)
+    # The search goes on from what ran, fastest first; the failed record is no parent.
+    bests = restored.bests[conv.index]
+    assert [secs for _, secs in bests] == [1e-3 * (i + 1) for i in range(1, len(proposed))]
+    assert [structural_key(mc.sch.mod) for mc, _ in bests] == [
+        structural_key(mc.sch.mod) for mc in proposed[1:]
+    ]

@@ -252,6 +252,11 @@ class TaskSearch:
         times = getattr(self._model, "thread_times", None)
         return times() if times is not None else {}
 
+    @property
+    def best_s(self) -> float | None:
+        """Seconds of the fastest measured schedule the search goes on from (None: none)."""
+        return self._elites[0][0] if self._elites else None
+
     def learn(self, measured: list[tuple[Any, float]]) -> None:
         """Remember the fastest measured schedules (MeasureCandidate, seconds; inf: failed)
         as parents for the next rounds."""
