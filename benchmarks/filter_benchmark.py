@@ -2,15 +2,23 @@
 a larger one, in one run of this script.
 
     python benchmarks/filter_benchmark.py [--trials 320,384] [--seed 0] [--repeats 10]
-                                          [--label vm-2core]
+                                          [--shared-rounds 2] [--label vm-2core]
 
 Same target, trial cap and seed for both configurations of a model; each tunes in a fresh
-process, one after the other. Afterwards the database each had at every round is compiled with
-stock compile_relax and all of a model's are timed interleaved. For each configuration it
-prints the final end-to-end latency, the wall time (from the start of its tuning call) at
-which it first came within 2% of `none`'s final latency, the filter's audited recall of each
-round's top 10%, and the filter's own time as a share of the wall time. Raw figures go to
-benchmarks/results/filter-<models>-<label>-<date>.json.
+process, one after the other. The first `--shared-rounds` rounds are tuned once and both
+configurations resume that run directory: the filter cannot act before it has judged rounds
+of its own, and two searches of one seed are not the same search (TVM samples on several
+threads), so separate first rounds would compare the search's luck in them, which anchors a
+task's later rounds, rather than the filter. The shared rounds are tuned with `--filter xgb`,
+which measures what `none` would (all of a round while it has no evidence) and leaves its
+calibration the evidence of the second round. 0: two independent runs.
+
+Afterwards the database each had at every round is compiled with stock compile_relax and all
+of a model's are timed interleaved (the shared rounds' once). For each configuration it prints
+the final end-to-end latency, the wall time (from the start of the first tuning call) at which
+it first came within 2% of `none`'s final latency, the filter's audited recall of each round's
+top 10%, and the filter's own time as a share of the wall time (the shared rounds' calls
+included). Raw figures go to benchmarks/results/filter-<models>-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,15 @@ from _common import (
 )
 
 CONFIGS = ("none", "xgb")
+SHARED = "shared"  # the run directory of the rounds both configurations start from
+
+
+def checkpoint_keys(figures: dict[str, Any], config: str) -> list[str]:
+    """A name for the database after each of a configuration's rounds: the shared rounds'
+    are the same databases for both configurations."""
+    shared = len(figures.get(SHARED, {}).get("checkpoints", []))
+    rounds = len(figures[config]["checkpoints"])
+    return [f"{SHARED}/{k}" if k < shared else f"{config}/{k}" for k in range(rounds)]
 
 
 def main() -> None:
@@ -42,6 +60,9 @@ def main() -> None:
     parser.add_argument("--trials", default="320,384", help="trial caps for smallcnn,resnetish")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=10, help="latency samples per database")
+    parser.add_argument(
+        "--shared-rounds", type=int, default=2, help="rounds both configurations start from"
+    )
     parser.add_argument("--only", help="comma-separated models to run (smallcnn, resnetish)")
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     parser.add_argument("--side", choices=CONFIGS, help=argparse.SUPPRESS)
@@ -59,6 +80,7 @@ def main() -> None:
     import onnx
     from models import resnetish
 
+    from orchestrator.config import Settings
     from orchestrator.targets import resolve_target
 
     resolved = resolve_target("llvm")
@@ -71,23 +93,36 @@ def main() -> None:
     if args.only:
         models = {k: v for k, v in models.items() if k in args.only.split(",")}
     figures: dict[str, dict[str, Any]] = {m: {} for m in models}
+
+    def tune(model: str, config: str, trials: int, work: Path) -> dict[str, Any]:
+        return run_child(
+            Path(__file__),
+            ["--side", config, "--model", str(models[model]), "--trials", str(trials),
+             "--seed", str(args.seed), "--target-json", target_json, "--work", str(work)],
+        )  # fmt: skip
+
+    shared_trials = args.shared_rounds * Settings.load().tune.trials_per_round
     for model in models:
+        if shared_trials:
+            print(f"{model}: tuning the {args.shared_rounds} shared rounds ...", flush=True)
+            figures[model][SHARED] = tune(model, "xgb", shared_trials, base / model / SHARED)
         for config in CONFIGS:
             print(f"{model}: tuning with --filter {config} ...", flush=True)
-            figures[model][config] = run_child(
-                Path(__file__),
-                ["--side", config, "--model", str(models[model]), "--trials", str(caps[model]),
-                 "--seed", str(args.seed), "--target-json", target_json,
-                 "--work", str(base / model / config)],
-            )  # fmt: skip
+            if shared_trials:
+                shutil.copytree(base / model / SHARED, base / model / config)
+            figures[model][config] = tune(model, config, caps[model], base / model / config)
 
     rows = {}
     for model in models:
         print(f"{model}: compiling and timing every round's database ...", flush=True)
         databases = {
-            f"{config}/{k}": prefix_database(base / model / config, records, scratch())
+            key: prefix_database(base / model / key.split("/")[0], records, scratch())
             for config in CONFIGS
-            for k, (_, records) in enumerate(figures[model][config]["checkpoints"])
+            for key, (_, records) in zip(
+                checkpoint_keys(figures[model], config),
+                figures[model][config]["checkpoints"],
+                strict=True,
+            )
         }
         latency = time_databases(models[model], target_json, databases, args.repeats)
         rows[model] = summarize(figures[model], latency)
@@ -104,6 +139,7 @@ def main() -> None:
                 "seed": args.seed,
                 "caps": caps,
                 "repeats": args.repeats,
+                "shared_rounds": args.shared_rounds,
                 "tolerance": QUALITY_TOLERANCE,
                 "rows": rows,
                 "figures": figures,
@@ -119,17 +155,21 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
     final latency, its filter's recall and own time."""
     curves = {
         config: [
-            (s, latency[f"{config}/{k}"]["median_s"])
-            for k, (s, _) in enumerate(figures[config]["checkpoints"])
+            (s, latency[key]["median_s"])
+            for key, (s, _) in zip(
+                checkpoint_keys(figures, config), figures[config]["checkpoints"], strict=True
+            )
         ]
         for config in CONFIGS
     }
+    # The shared rounds' calls are part of each configuration's wall time.
+    shared_s = figures.get(SHARED, {}).get("total_s", 0.0)
     rows = {}
     for config in CONFIGS:
         f = figures[config]
         stats = f.get("filter", {})
         total = stats.get("total", {})
-        wall = f["total_s"]
+        wall = shared_s + f["total_s"]
         rows[config] = {
             "reached_none_final_s": reached(curves[config], curves["none"][-1][1]),
             "final_latency_s": curves[config][-1][1],
