@@ -59,7 +59,10 @@ def restore(
     cost_model: Any,
     target: Any,
     candidate_filter: Filter | None = None,
+    parents: int | None = None,
 ) -> Restored:
+    """A run directory's state for its next session. `parents`: how many of each task's
+    fastest measured schedules its search is handed (None: all; the rest are not kept)."""
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
     by_key = {structural_key(task.workload): task for task in tasks}
@@ -140,8 +143,8 @@ def restore(
         and index not in default_records
         and ("record_key" not in entry or entry["record_key"] is not None)
     }
-    for ran in bests.values():
-        ran.sort(key=lambda best: best[1])
+    for index, ran in bests.items():
+        bests[index] = sorted(ran, key=lambda best: best[1])[:parents]
     return Restored(
         states,
         measured,

@@ -36,7 +36,7 @@ from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
 from .scheduler import GainScheduler, model_latency_s
 from .search import make_cost_model
-from .search.strategy import population_size
+from .search.strategy import most_parents, population_size
 from .simulate import WORD, VirtualClock
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
@@ -135,6 +135,7 @@ class Session:
                 cost_model=cost_model,
                 target=self.target.target,
                 candidate_filter=self.filter,
+                parents=most_parents(self.settings),
             )
             if self.warm_start is not None and self.predictors:
                 used = warm_start(self.predictors, self.warm_start, self.target.target)

@@ -69,3 +69,7 @@ def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
     assert [structural_key(mc.sch.mod) for mc, _ in bests] == [
         structural_key(mc.sch.mod) for mc in proposed[1:]
     ]
+    fewer = restore(
+        tasks, journal, reopened, cost_model=ms.cost_model.RandomModel(), target=target, parents=2
+    )
+    assert [secs for _, secs in fewer.bests[conv.index]] == [2e-3, 3e-3]

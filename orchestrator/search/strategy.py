@@ -72,6 +72,12 @@ def population_size(settings: Settings, proposals: int) -> int:
     return max(s.min_population, min(s.max_population, s.population_per_candidate * proposals))
 
 
+def most_parents(settings: Settings) -> int:
+    """The most measured schedules a task's search keeps as parents, whatever its round."""
+    s = settings.search
+    return max(1, int((s.population or s.max_population) * s.init_measured_ratio))
+
+
 def evolutionary_search(settings: Settings, population: int) -> Any:
     """MetaSchedule's EvolutionarySearch with the [search] settings."""
     from tvm.s_tir import meta_schedule as ms
