@@ -24,11 +24,12 @@ interleaved. Prints per run: wall time of the whole call, the time the run waite
 and its share of the run's wall (the run's own clock): the search phase plus search's part of
 the waits for rounds prepared in the background (GPU runs), search time per search and its
 breakdown (sampling, mutation, prediction, features, and on GPU targets the late
-VerifyGPUCode of the evolution's picks; summed over every search, background ones included), and the final latency; then time to quality, since a preset that searches
-longer can win at equal trials and lose at equal time (from each run's own estimate of the
-model's latency after every round: its estimate when the seed's shortest run ended, and when
-it first came within 2% of the first preset's final estimate); then per preset the medians and
-their ratios to the first preset.
+VerifyGPUCode of the evolution's picks; summed over every search, background ones included),
+and the final latency; then time to quality, since a preset that searches longer can win at
+equal trials and lose at equal time (from each run's own estimate of the model's latency after
+every round: its estimate when the seed's shortest run ended, and when it first came within 2%
+of the first preset's final estimate); then per preset the medians and their ratios to the
+first preset.
 
 `--simulate` tunes for a CUDA target without a GPU (`--target`, default nvidia/nvidia-h100):
 search and CUDA builds are real, the simulated GPU times the candidates (a random landscape,
