@@ -73,9 +73,10 @@ def population_size(settings: Settings, proposals: int) -> int:
 
 
 def most_parents(settings: Settings) -> int:
-    """The most measured schedules a task's search keeps as parents, whatever its round."""
-    s = settings.search
-    return max(1, int((s.population or s.max_population) * s.init_measured_ratio))
+    """The most measured schedules a task's search keeps as parents, whatever its round: as
+    `TaskSearch.learn` keeps them, for the largest population a round can have."""
+    largest = population_size(settings, 1 << 30)
+    return max(1, int(largest * settings.search.init_measured_ratio))
 
 
 def evolutionary_search(settings: Settings, population: int) -> Any:
