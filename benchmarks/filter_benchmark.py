@@ -5,13 +5,15 @@ a larger one, in one run of this script.
                                           [--shared-rounds 2] [--label vm-2core]
 
 Same target, trial cap and seed for both configurations of a model; each tunes in a fresh
-process, one after the other. The first `--shared-rounds` rounds are tuned once and both
-configurations resume that run directory: the filter cannot act before it has judged rounds
-of its own, and two searches of one seed are not the same search (TVM samples on several
-threads), so separate first rounds would compare the search's luck in them, which anchors a
-task's later rounds, rather than the filter. The shared rounds are tuned with `--filter xgb`,
-which measures what `none` would (all of a round while it has no evidence) and leaves its
-calibration the evidence of the second round. 0: two independent runs.
+process, one after the other: `none` first on even seeds, `xgb` first on odd ones, so that
+whatever drifts on the machine during a run does not always fall on the same side. The first
+`--shared-rounds` rounds are tuned once and both configurations resume that run directory: the
+filter cannot act before it has judged rounds of its own, and two searches of one seed are not
+the same search (TVM samples on several threads), so separate first rounds would compare the
+search's luck in them, which anchors a task's later rounds, rather than the filter. The shared
+rounds are tuned with `--filter xgb`, which measures what `none` would (all of a round while it
+has no evidence) and leaves its calibration the evidence of the second round. 0: two
+independent runs.
 
 Afterwards the database each had at every round is compiled with stock compile_relax and all
 of a model's are timed interleaved (the shared rounds' once). For each configuration it prints
@@ -102,11 +104,12 @@ def main() -> None:
         )  # fmt: skip
 
     shared_trials = args.shared_rounds * Settings.load().tune.trials_per_round
+    order = CONFIGS if args.seed % 2 == 0 else CONFIGS[::-1]
     for model in models:
         if shared_trials:
             print(f"{model}: tuning the {args.shared_rounds} shared rounds ...", flush=True)
             figures[model][SHARED] = tune(model, "xgb", shared_trials, base / model / SHARED)
-        for config in CONFIGS:
+        for config in order:
             print(f"{model}: tuning with --filter {config} ...", flush=True)
             if shared_trials:
                 shutil.copytree(base / model / SHARED, base / model / config)
@@ -140,6 +143,7 @@ def main() -> None:
                 "caps": caps,
                 "repeats": args.repeats,
                 "shared_rounds": args.shared_rounds,
+                "order": list(order),
                 "tolerance": QUALITY_TOLERANCE,
                 "rows": rows,
                 "figures": figures,
