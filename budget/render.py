@@ -149,9 +149,16 @@ def describe_filter(stats: Mapping[str, Any]) -> str | None:
     if total.get("recall") is None:
         return f"{line}; no audit judged yet"
     missed = total["false_negatives"]
+    interval = total.get("recall_interval")
+    spread = (
+        f" (90% interval {interval[0]:.0%}-{interval[1]:.0%} over {len(total['rounds'])} audited "
+        f"rounds)"
+        if interval
+        else ""
+    )
     return (
         f"{line}; audits ({total['audited']} of {total['rejected']} rejected measured) put its "
-        f"recall of each round's top 10% at {total['recall']:.0%}, with "
+        f"recall of each round's top 10% at {total['recall']:.0%}{spread}, with "
         f"{missed} false negative{'' if missed == 1 else 's'}; own time "
         f"{fmt_duration(stats['seconds'])}"
     )

@@ -147,6 +147,33 @@ def test_recall_of_the_top_tenth_is_weighted_by_how_much_each_audit_stands_for()
     assert clean.recall == pytest.approx(1.0)
 
 
+def test_the_recall_interval_resamples_audited_rounds_and_narrows_as_they_add_up():
+    def audit_of(rounds: int, missed_every: int) -> Audit:
+        audit = Audit()
+        for r in range(rounds):  # 9 kept; one audit (standing for 4) faster than all of them
+            fast = 0.5 if r % missed_every == 0 else 2.0
+            audit.add(_judged([1.0] * 9, [(fast, 4.0)]))
+        return audit
+
+    assert audit_of(1, 3).recall_interval() is None  # one round: nothing to resample
+    clean = audit_of(6, 1_000)  # only round 0 missed its top
+    low, high = clean.recall_interval()
+    assert low < clean.recall < high == pytest.approx(1.0)
+    short, long = audit_of(9, 3), audit_of(45, 3)
+    assert short.recall == pytest.approx(long.recall)
+    (a, b), (c, d) = short.recall_interval(), long.recall_interval()
+    assert a < c <= long.recall <= d < b  # same rate, five times the rounds: narrower
+    saved = json.loads(json.dumps(long.to_dict()))  # as filter.json keeps it for a resumed run
+    assert Audit.from_dict(saved).recall_interval() == long.recall_interval()
+    assert saved["recall_interval"] == [round(c, 4), round(d, 4)]
+
+
+def _judged(kept, audited) -> Audit:
+    audit = Audit()
+    audit.judge(kept, audited, best_before=1.0)
+    return audit
+
+
 def test_a_stratified_audit_draws_one_per_run_and_its_weights_estimate_the_whole():
     ranked = list(range(100, 150))  # 50 rejected, best predicted first
     rng = np.random.default_rng(0)

@@ -254,6 +254,12 @@ def test_the_filter_line_counts_one_false_negative_in_the_singular():
     stats = {"name": "xgb", "threshold": 0.6, "seconds": 0.5, "total": total}
     assert "at 90%, with 1 false negative; own time" in describe_filter(stats)
     assert "aiming" not in describe_filter({**stats, "recall_target": 0.9, "recall_aimed_at": 0.9})
+    total.update(recall_interval=[0.5512, 1.0], rounds=[[1.3, 1.3]] * 6)
+    assert "at 90% (90% interval 55%-100% over 6 audited rounds), with 1 false" in (
+        describe_filter(stats)
+    )
+    total["recall_interval"] = None  # fewer than two audited rounds
+    assert "at 90%, with 1 false negative" in describe_filter(stats)
     stats.update(recall_target=0.9, recall_aimed_at=0.94)
     assert "round at the end (aiming at 94% of its top after rounds that kept less than 90%)" in (
         describe_filter(stats)
