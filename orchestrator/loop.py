@@ -401,7 +401,7 @@ class TuningLoop:
             state.empty_searches += 1
 
     def _measure_round(self, r: Round) -> list[Measurement]:
-        """Step 5: every result goes into the database the moment it is known, so a crash
+        """Step 4: every result goes into the database the moment it is known, so a crash
         loses at most the candidate being timed."""
         with self._phase("measure", r.times):
             measurements = self._measure(r.state, r.search, r.chosen, r.builds)
@@ -409,7 +409,7 @@ class TuningLoop:
         return measurements
 
     def _learn_round(self, r: Round, measurements: list[Measurement]) -> None:
-        """Steps 6-7: learn, charge the round, extend the curve, journal, retire a plateau."""
+        """Steps 5-6: learn, charge the round, extend the curve, journal, retire a plateau."""
         state, chosen, builds = r.state, r.chosen, r.builds
         with self._phase("learn", r.times):
             self._learn(r.search, chosen, builds, measurements)
