@@ -132,10 +132,11 @@ class Audit:
         tops = top_weights(
             [(0.0, 1.0, lat) for lat in kept] + [(0.0, w, lat) for lat, w in audited], share
         )
-        self.top_kept += sum(tops[: len(kept)])
-        self.top_total += sum(tops)
-        if sum(tops):
-            self.rounds.append((sum(tops[: len(kept)]), sum(tops)))
+        top_kept, top_total = sum(tops[: len(kept)]), sum(tops)
+        self.top_kept += top_kept
+        self.top_total += top_total
+        if top_total:
+            self.rounds.append((top_kept, top_total))
         return missed
 
 
