@@ -330,7 +330,7 @@ def estimate_command(
 ) -> int:
     """Tasks, FLOPs, untuned latency, the spend likely needed to reach 90/95/99% of the
     attainable gain, and what a run would spend, phase by phase, and reach at a few budgets."""
-    from .estimate import DEFAULT_BUDGETS, estimate
+    from .forecast.estimate import DEFAULT_BUDGETS, estimate
     from .printer import print_estimate
 
     result = estimate(

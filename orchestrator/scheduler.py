@@ -67,7 +67,7 @@ def model_latency_s(states: Sequence[TaskState]) -> float | None:
 def heavy_floors(weights: Sequence[float | None], *, share: float, trials: int) -> list[int]:
     """Each task's floor of trials: `trials` for the tasks that together hold `share` of the
     untuned latency (heaviest first; `weights` are weight x untuned seconds, None when
-    unknown), 0 for the rest. The run and its forecast (run_forecast.py) both read it."""
+    unknown), 0 for the rest. The run and its forecast (forecast/run.py) both read it."""
     known = [i for i, w in enumerate(weights) if w is not None]
     total = sum(weights[i] for i in known)
     floors = [0] * len(weights)

@@ -21,19 +21,19 @@ from filters import Filter, Predictor
 from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
-from . import overheads
 from .builds import ModelBuilds
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
-from .durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from .errors import BudgetTooSmall
+from .forecast import overheads
 from .interrupt import Interrupt
 from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
 from .reporting import write_report
-from .restore import Restored, restore, spend_so_far
 from .rundir import RunDir
+from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
+from .rundir.restore import Restored, restore, spend_so_far
 from .scheduler import GainScheduler, model_latency_s
 from .search import make_cost_model
 from .search.strategy import most_parents, population_size

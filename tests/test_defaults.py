@@ -20,7 +20,7 @@ from orchestrator.defaults import (
 )
 from orchestrator.measuring import untuned_workload
 from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from orchestrator.restore import restore
+from orchestrator.rundir.restore import restore
 from orchestrator.search import TaskSearch
 from orchestrator.targets import resolve_target
 from orchestrator.tasks import extract_tasks, structural_key

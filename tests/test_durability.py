@@ -16,9 +16,14 @@ import pytest
 import onnx_models
 from budget import Spend
 from cli_args import tune_args
-from orchestrator.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from orchestrator.errors import InputError
 from orchestrator.rundir import RunDir
+from orchestrator.rundir.durability import (
+    DeviceClaim,
+    Heartbeat,
+    checkpointed_spend,
+    repair_database,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = '["h1", "workload-json"]\n'

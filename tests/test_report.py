@@ -16,7 +16,7 @@ from budget.units import fmt_latency
 from orchestrator.api import Result
 from orchestrator.cli import main
 from orchestrator.errors import InputError
-from orchestrator.estimate import journal_observations
+from orchestrator.forecast.estimate import journal_observations
 from orchestrator.printer import Printer
 from orchestrator.reporting import rerender, write_report
 from orchestrator.rundir import RunDir

@@ -6,7 +6,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 from orchestrator.config import Settings
 from orchestrator.loop import FAILED_RUN_SECS
 from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from orchestrator.restore import restore, spend_so_far
+from orchestrator.rundir.restore import restore, spend_so_far
 from orchestrator.search import TaskSearch
 from orchestrator.targets import resolve_target
 from orchestrator.tasks import extract_tasks, structural_key

@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from budget import parse_budget
 from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
-from orchestrator import overheads
 from orchestrator.config import Settings
-from orchestrator.run_forecast import (
+from orchestrator.forecast import overheads
+from orchestrator.forecast.run import (
     TUNING_PHASES,
     EarlyStop,
     FixedPhases,

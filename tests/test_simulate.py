@@ -13,7 +13,7 @@ import onnx_models
 from cli_args import tune_args
 from orchestrator.cli import main
 from orchestrator.errors import InputError
-from orchestrator.estimate import earlier_runs
+from orchestrator.forecast.estimate import earlier_runs
 from orchestrator.simulate import Landscape, VirtualClock
 from orchestrator.targets import resolve_target
 

@@ -20,8 +20,8 @@ from budget.grammar import TRIALS, Budget
 from budget.limits import BudgetLimits, clock_rates
 from budget.units import fmt_budget_up
 
+from ..timing import Timing
 from . import overheads
-from .timing import Timing
 
 TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
 

@@ -18,9 +18,9 @@ from budget.ledger import Point
 from filters import Filter
 from measure import Measurement
 
-from .loop import FAILED_RUN_SECS
-from .scheduler import TaskState
-from .tasks import Candidate, Task, structural_key
+from ..loop import FAILED_RUN_SECS
+from ..scheduler import TaskState
+from ..tasks import Candidate, Task, structural_key
 
 
 @dataclasses.dataclass
@@ -69,7 +69,7 @@ def restore(
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from .defaults import hex_key
+    from ..defaults import hex_key
 
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
@@ -179,7 +179,7 @@ def _retrain(
 ) -> None:
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from . import _tvm
+    from .. import _tvm
 
     _tvm.load_tensor_intrinsics()
     # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.

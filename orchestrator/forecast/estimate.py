@@ -16,9 +16,12 @@ from budget.grammar import Budget, parse_budget
 from budget.ledger import Spend
 from measure import Measurement
 
+from ..errors import InputError
+from ..rundir import RunDir
+from ..scheduler import heavy_floors
+from ..timing import Timing, time_models
 from . import overheads
-from .errors import InputError
-from .run_forecast import (
+from .run import (
     EarlyStop,
     FixedPhases,
     RoundCosts,
@@ -26,9 +29,6 @@ from .run_forecast import (
     forecast_run,
     observed_split,
 )
-from .rundir import RunDir
-from .scheduler import heavy_floors
-from .timing import Timing, time_models
 
 DEFAULT_BUDGETS = ("5min", "15min", "1h")
 # Before any run here has tuned: the share of a task's untuned latency tuning removes. CPU:
@@ -150,13 +150,13 @@ def estimate(
 
     from budget.prices import run_price
 
-    from . import deploy
-    from .api import _shapes
-    from .config import Settings
-    from .measuring import make_builder, make_engine, measure_untuned_tasks
-    from .model import fuse_for_tuning, import_to_relax, load_model
-    from .targets import host_cores, resolve_target
-    from .tasks import extract_tasks
+    from .. import deploy
+    from ..api import _shapes
+    from ..config import Settings
+    from ..measuring import make_builder, make_engine, measure_untuned_tasks
+    from ..model import fuse_for_tuning, import_to_relax, load_model
+    from ..targets import host_cores, resolve_target
+    from ..tasks import extract_tasks
 
     settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))

@@ -14,8 +14,8 @@ from typing import Any
 
 from budget import Spend
 
-from .errors import InputError
-from .rundir import RunDir
+from ..errors import InputError
+from .directory import RunDir
 
 CHECKPOINT = "spend.json"
 
