@@ -1,0 +1,104 @@
+"""The search room's promises, on a real MetaSchedule search of a tiny model's task: a population
+sized to the round, a task's search that goes on from round to round without proposing a
+schedule twice, and each schedule's features extracted once for the search, the filter and
+learning."""
+
+from __future__ import annotations
+
+import pytest
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from filters import Predictor
+from orchestrator.config import Settings
+from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from orchestrator.search import TaskSearch
+from orchestrator.search import cost_model as shared
+from orchestrator.search.cost_model import SharedCostModel, candidate_features
+from orchestrator.search.strategy import population_size
+from orchestrator.targets import resolve_target
+from orchestrator.tasks import extract_tasks, structural_key
+
+
+@pytest.fixture(scope="module")
+def conv(tiny_model):
+    target = resolve_target("llvm").target
+    found = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    return target, found[0]
+
+
+def task_search(conv, cost_model, proposals=8):
+    target, task = conv
+    return TaskSearch(
+        task,
+        target=target,
+        settings=Settings.load(),
+        database=ms.database.MemoryDatabase(),
+        cost_model=cost_model,
+        rand_state=5,
+        threads=1,
+        proposals=proposals,
+    )
+
+
+def keys(candidates):
+    return {structural_key(mc.sch.mod) for mc in candidates}
+
+
+def latencies(candidates):
+    return [1e-4 * (1 + i % 7) for i in range(len(candidates))]
+
+
+def results(candidates):
+    return [RunnerResult([s], None) for s in latencies(candidates)]
+
+
+def test_the_population_is_sized_to_the_round_within_its_bounds():
+    sized = Settings.load()  # 2 schedules per candidate, between 64 and 512
+    assert [population_size(sized, n) for n in (8, 64, 100, 1000)] == [64, 128, 200, 512]
+    fixed = Settings.load(overrides={"search.population": 100})
+    assert population_size(fixed, 8) == population_size(fixed, 1000) == 100
+
+
+def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedule_twice(conv):
+    search = task_search(conv, ms.cost_model.RandomModel(seed=0))
+    assert search.population == 64
+    rounds = []
+    for _ in range(3):
+        proposed = search.propose()
+        rounds.append(keys(proposed))
+        search.learn(list(zip(proposed, latencies(proposed), strict=True)))
+    assert [len(r) for r in rounds] == [8, 8, 8]
+    assert len(rounds[0] | rounds[1] | rounds[2]) == 24
+    assert search.best_s == pytest.approx(1e-4)  # the fastest measured: the next parents
+    assert (search.times.searches, search.times.proposed) == (3, 24)
+    assert search.times.sampling > 0 and search.times.mutation > 0
+
+
+def test_each_schedules_features_are_extracted_once_for_the_search_the_filter_and_learning(
+    conv, monkeypatch
+):
+    extracted = []
+    real = shared.store_features
+
+    def counting(context, candidates):
+        extracted.extend(structural_key(mc.sch.mod) for mc in candidates)
+        return real(context, candidates)
+
+    monkeypatch.setattr(shared, "store_features", counting)
+    model = SharedCostModel(Predictor(seed=0), warmup=0)
+    search = task_search(conv, model)
+    first = search.propose()
+    assert not model.ready and extracted == []  # untrained, it scores at random: no features
+    model.add(search.ctx, first, results(first))
+    model.fit()
+    assert model.ready and len(extracted) == len(first)
+
+    extracted.clear()
+    second = search.propose()  # guided: every schedule it scores has its features extracted
+    assert extracted and search.last.features > 0
+    assert keys(second) <= set(extracted)
+    extracted.clear()
+    candidate_features(model, search.ctx, second)  # the filter ranks the round
+    model.add(search.ctx, second, results(second))  # and learning learns it
+    assert extracted == []
