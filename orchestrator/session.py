@@ -21,9 +21,9 @@ from filters import Filter, Predictor
 from filters._predictor import warm_start
 from measure import Engine, LocalEngine
 
-from .builds import ModelBuilds
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
+from .deploy.builds import ModelBuilds
 from .errors import BudgetTooSmall
 from .forecast import overheads
 from .interrupt import Interrupt

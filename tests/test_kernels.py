@@ -15,7 +15,7 @@ import onnx_models
 from devices import GPU
 from orchestrator import deploy, onnx_names
 from orchestrator.cli import main
-from orchestrator.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
+from orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
 from orchestrator.model import import_to_relax, load_model
 from orchestrator.targets import resolve_target
 
@@ -118,7 +118,7 @@ def test_build_only_for_a_gpu_compiles_the_kernels_before_reporting_success(odd,
 def test_without_a_cuda_compiler_the_output_says_the_kernels_were_not_checked(
     odd, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("orchestrator.kernels.find_nvcc", lambda: None)
+    monkeypatch.setattr("orchestrator.deploy.kernels.find_nvcc", lambda: None)
     out = tmp_path / "run"
     result = build_for_h100(odd, out)
     assert result.exit_code == 0, result.output

@@ -10,8 +10,8 @@ import pytest
 import tvm
 
 from orchestrator.config import Settings
+from orchestrator.deploy.timing import Latency, Timing, change, time_models
 from orchestrator.errors import InputError
-from orchestrator.timing import Latency, Timing, change, time_models
 
 
 class FakeVM:

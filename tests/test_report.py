@@ -15,12 +15,12 @@ from budget.report import make_report, schema, task_row
 from budget.units import fmt_latency
 from orchestrator.api import Result
 from orchestrator.cli import main
+from orchestrator.deploy.timing import Latency, change
 from orchestrator.errors import InputError
 from orchestrator.forecast.estimate import journal_observations
 from orchestrator.printer import Printer
 from orchestrator.reporting import rerender, write_report
 from orchestrator.rundir import RunDir
-from orchestrator.timing import Latency, change
 
 
 class Clock:

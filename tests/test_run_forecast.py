@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from budget import parse_budget
 from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
 from orchestrator.config import Settings
+from orchestrator.deploy.timing import Timing
 from orchestrator.forecast import overheads
 from orchestrator.forecast.run import (
     TUNING_PHASES,
@@ -18,7 +19,6 @@ from orchestrator.forecast.run import (
     observed_split,
 )
 from orchestrator.scheduler import heavy_floors
-from orchestrator.timing import Timing
 
 FIXED = FixedPhases(
     import_s=18.0, untuned_s=12.0, compile_s=6.0, check_s=1.0, timing_s=0.6, latency_s=9e-3

@@ -16,10 +16,10 @@ from budget.grammar import Budget, parse_budget
 from budget.ledger import Spend
 from measure import Measurement
 
+from ..deploy.timing import Timing, time_models
 from ..errors import InputError
 from ..rundir import RunDir
 from ..scheduler import heavy_floors
-from ..timing import Timing, time_models
 from . import overheads
 from .run import (
     EarlyStop,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..deploy.timing import Timing
 from ..tasks import Task
-from ..timing import Timing
 
 # Measured on a loaded 2-core VM (llvm) and padded; a GPU builds the same way on the host.
 # Seconds to build and measure one task's default schedule (the untuned baseline; a round

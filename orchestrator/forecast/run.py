@@ -20,7 +20,7 @@ from budget.grammar import TRIALS, Budget
 from budget.limits import BudgetLimits, clock_rates
 from budget.units import fmt_budget_up
 
-from ..timing import Timing
+from ..deploy.timing import Timing
 from . import overheads
 
 TUNING_PHASES = ("search", "filter", "build", "measure", "learn")

@@ -13,11 +13,12 @@ from typing import Any
 
 from budget import Ledger
 
-from . import deploy, kernels
-from .config import Settings
-from .model import OnnxModel
-from .rundir import RunDir
-from .targets import ResolvedTarget
+from ..config import Settings
+from ..model import OnnxModel
+from ..rundir import RunDir
+from ..targets import ResolvedTarget
+from . import kernels
+from . import library as deploy
 from .timing import SLOWER, Timing, change, time_models
 
 UNTUNED, TUNED = "untuned", "tuned"
