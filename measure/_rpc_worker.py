@@ -1,8 +1,7 @@
 """Runs in a process of the RPC engine's pool: one candidate measured on a server of a TVM RPC
 tracker. The tracker lends a server to one session at a time, so each server is one timed
-window. Repeats follow the same rule as on a local GPU (_timing.py): TVM's time evaluator gives
-one repeat per call, the first call sizing the repeat; afterwards the arguments are copied back
-and checked for NaN / Inf.
+window. Repeats follow the same rule as on this host (_timing.py's timed_repeats); afterwards
+the arguments are copied back and checked for NaN / Inf.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from ._timing import RACED, TimingPlan, step, verdict
+from ._timing import RACED, TimingPlan, step, timed_repeats
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
@@ -47,27 +46,7 @@ def measure(
             tensors = _arguments(session, dev, args)
         preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
         acquired = time.monotonic()
-        # The first call sizes a repeat (TVM raises `number` until it lasts repeat_ms) and is
-        # the first sample; every call makes one untimed launch first.
-        first = module.time_evaluator(
-            module.entry_name,
-            dev,
-            number=plan.min_launches,
-            repeat=1,
-            min_repeat_ms=int(round(plan.repeat_ms)),
-            f_preproc=preproc,
-        )
-        samples = [float(first(*tensors).mean)]
-        again = module.time_evaluator(
-            module.entry_name,
-            dev,
-            number=plan.launches(samples[0]),
-            repeat=1,
-            min_repeat_ms=0,
-            f_preproc=preproc,
-        )
-        while (reason := verdict(samples, plan, best_s)) is None:
-            samples.append(float(again(*tensors).mean))
+        samples, reason = timed_repeats(module, dev, tensors, plan, best_s, preproc)
         released = time.monotonic()
         steps["timed"] = released - acquired
         with step(steps, "check"):

@@ -1,7 +1,7 @@
 """When to stop timing one candidate: adaptive repeats and racing.
 
-Written once and used by every GPU worker, real and simulated, so the simulated device stops
-where the real one would. Pure Python: it is imported inside measuring processes.
+Written once and used by every worker, GPU and CPU, real and simulated, so the simulated
+device stops where the real one would. Pure Python: it is imported inside measuring processes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
 _T975 = (
@@ -25,7 +26,8 @@ TIGHT, LONGEST, RACED = "tight", "max_repeats", "raced"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TimingPlan:
-    """How a GPU candidate is timed inside its window.
+    """How a candidate is timed inside its window (on a CPU: `min_repeats` = `max_repeats`,
+    the configured repeats, each lasting `repeat_ms`, that is min_repeat_ms).
 
     Repeats go on until the 95% confidence interval of the mean is within `max_rel_ci` of it
     (at least `min_repeats`, at most `max_repeats`). One repeat is one CUDA event pair around
@@ -102,6 +104,41 @@ def verdict(samples: Sequence[float], plan: TimingPlan, best_s: float | None = N
     if n >= plan.min_repeats and rel_half_width(samples) <= plan.max_rel_ci:
         return TIGHT
     return None
+
+
+def timed_repeats(
+    module: Any,
+    dev: Any,
+    tensors: Sequence[Any],
+    plan: TimingPlan,
+    best_s: float | None,
+    preproc: str = "",
+) -> tuple[list[float], str]:
+    """Seconds per launch of `module`'s entry function, one sample per repeat, until
+    `verdict` says stop; and why it stopped. TVM's time evaluator gives one repeat per call:
+    the first call sizes a repeat (it raises the launches until one lasts `repeat_ms`) and is
+    the first sample; every call makes one untimed launch first. Used by the CPU workers,
+    local and over RPC."""
+    first = module.time_evaluator(
+        module.entry_name,
+        dev,
+        number=plan.min_launches,
+        repeat=1,
+        min_repeat_ms=int(round(plan.repeat_ms)),
+        f_preproc=preproc,
+    )
+    samples = [float(first(*tensors).mean)]
+    again = module.time_evaluator(
+        module.entry_name,
+        dev,
+        number=plan.launches(samples[0]),
+        repeat=1,
+        min_repeat_ms=0,
+        f_preproc=preproc,
+    )
+    while (reason := verdict(samples, plan, best_s)) is None:
+        samples.append(float(again(*tensors).mean))
+    return samples, reason
 
 
 @contextlib.contextmanager

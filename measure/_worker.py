@@ -13,6 +13,8 @@ import tempfile
 import time
 from typing import Any
 
+from ._timing import RACED, TimingPlan, timed_repeats
+
 ArgSpec = tuple[str, tuple[int, ...]]
 
 _MAX_CACHED_WORKLOADS = 8
@@ -48,33 +50,25 @@ def measure(
     artifact: str,
     device_type: str,
     args: tuple[ArgSpec, ...],
-    number: int,
-    repeat: int,
-    min_repeat_ms: int,
+    plan: TimingPlan,
+    best_s: float | None,
     cpu_cache_flush: bool,
-) -> tuple[list[float], bool]:
-    """Seconds per run of the artifact's entry function, one value per repeat, and whether
-    every floating-point argument is finite afterwards (no NaN or Inf was written)."""
+) -> tuple[list[float], bool, bool]:
+    """Seconds per run of the artifact's entry function, one value per repeat (_timing.py's
+    rule: cut short when clearly slower than `best_s`); whether every floating-point argument
+    is finite afterwards (no NaN or Inf was written); and whether it was cut short."""
     import tvm
 
     dev = tvm.device(device_type, 0)
     rt_mod = tvm.runtime.load_module(artifact)
     tensors = _arguments(dev, device_type, args)
-    # The time evaluator makes one untimed warm-up call before the timed repeats.
-    evaluator = rt_mod.time_evaluator(
-        rt_mod.entry_name,
-        dev,
-        number=number,
-        repeat=repeat,
-        min_repeat_ms=min_repeat_ms,
-        f_preproc="cache_flush_cpu_non_first_arg" if cpu_cache_flush else "",
-    )
     dev.sync()
-    run_secs = [float(s) for s in evaluator(*tensors).results]
+    preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
+    run_secs, reason = timed_repeats(rt_mod, dev, tensors, plan, best_s, preproc)
     finite = _all_finite(tensors)
     if not finite:  # the next candidate of this workload gets fresh inputs, not these NaNs
         _arguments_cache.pop((device_type, args), None)
-    return run_secs, finite
+    return run_secs, finite, reason == RACED
 
 
 def _all_finite(tensors: list[Any]) -> bool:

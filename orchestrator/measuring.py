@@ -70,19 +70,22 @@ class Fleet:
 
 
 def timer_config(settings: Settings) -> TimerConfig:
-    """TVM's time evaluator settings (CPUs)."""
+    """TVM's time evaluator settings (CPUs), raced as on GPUs."""
     m = settings.measure
     return TimerConfig(
         number=m.number,
         repeat=m.repeat,
         min_repeat_ms=m.min_repeat_ms,
         cpu_cache_flush=m.cpu_cache_flush,
+        race=m.race,
+        race_after=m.race_after,
+        race_margin=m.race_margin,
     )
 
 
 def timing_plan(settings: Settings, device_type: str) -> TimingPlan:
     """How a candidate is timed on a GPU (adaptive, raced), or on a CPU fleet over RPC (the
-    CPU's fixed repeats, as on this host)."""
+    CPU's fixed repeats, raced, as on this host)."""
     m = settings.measure
     if device_type == "cuda":
         return TimingPlan(
@@ -96,14 +99,7 @@ def timing_plan(settings: Settings, device_type: str) -> TimingPlan:
             race_margin=m.race_margin,
             flush_l2=m.gpu_l2_flush,
         )
-    return TimingPlan(
-        min_repeats=m.repeat,
-        max_repeats=m.repeat,
-        max_rel_ci=m.max_rel_ci,
-        repeat_ms=m.min_repeat_ms,
-        min_launches=m.number,
-        race=False,
-    )
+    return timer_config(settings).plan()
 
 
 def dop_config(settings: Settings) -> DopConfig:
@@ -315,6 +311,8 @@ def measure_untuned_tasks(
         for task, mod, b in zip(tasks, mods, builds, strict=True)
         if b.artifact
     ]
-    timed = iter(engine.measure(inputs))
+    # One call per task: an engine cuts short what is clearly slower than the best of its
+    # call (racing), and these are different tasks' kernels.
+    timed = iter([m for item in inputs for m in engine.measure([item])])
     builder.release(builds)
     return [next(timed) if b.artifact else Measurement(None, b.error) for b in builds]

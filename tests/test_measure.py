@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import tvm
@@ -40,6 +41,16 @@ def add_one(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
         with T.sblock("B"):
             vi = T.axis.remap("S", [i])
             B[vi] = A[vi] + 1.0
+
+
+@T.prim_func(s_tir=True)
+def add_4096_times(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i, j in T.grid(16, 4096):  # thousands of times add_one's work
+        with T.sblock("B"):
+            vi, vj = T.axis.remap("SR", [i, j])
+            with T.init():
+                B[vi] = T.float32(0)
+            B[vi] = B[vi] * 0.5 + A[vi]
 
 
 @T.prim_func(s_tir=True)
@@ -238,6 +249,42 @@ def test_the_local_engine_times_one_at_a_time_in_order(pool, engine):
     assert "cannot find file" in results[1].error
     assert engine.stats()["candidates"] >= 3 and engine.stats()["candidates_per_s"] > 0
     pool.release(built)
+
+
+def test_the_local_engine_cuts_short_a_candidate_clearly_slower_than_the_best_so_far(pool):
+    fast, slow = pool.build([BuildInput(module(f), LLVM) for f in (add_one, add_4096_times)])
+    inputs = [MeasureInput(fast.artifact, ARGS), MeasureInput(slow.artifact, ARGS)]
+    timer = TimerConfig(repeat=3, min_repeat_ms=1, race=True, race_margin=0.5)
+    with LocalEngine(timer=timer, timeout_s=10) as racing:
+        alone = racing.measure(inputs[1:])  # no best yet: timed in full
+        first, second = racing.measure(inputs)  # the fast one is the best so far
+        late = racing.measure(inputs[1:], best_s=first.mean_s)  # the task's best, given
+        stats = racing.stats()
+    assert len(alone[0].run_secs) == 3 and not alone[0].raced
+    assert len(first.run_secs) == 3 and not first.raced
+    assert second.raced and len(second.run_secs) == 1 and second.ok  # valid, only slower
+    assert second.mean_s > 10 * first.mean_s
+    assert late[0].raced and stats["raced"] == 2
+    with LocalEngine(timer=TimerConfig(repeat=3, min_repeat_ms=1), timeout_s=10) as timed:
+        assert [len(m.run_secs) for m in timed.measure(inputs)] == [3, 3]  # racing off
+    pool.release([fast, slow])
+
+
+def test_untuned_kernels_of_different_tasks_are_not_raced_against_each_other(pool):
+    from orchestrator.measuring import measure_untuned_tasks
+    from orchestrator.tasks import Task
+
+    tasks = [
+        Task(i, f.__name__, 1, 1.0, module(f), f"{i:016x}")
+        for i, f in enumerate((add_one, add_4096_times))
+    ]
+    timer = TimerConfig(repeat=3, min_repeat_ms=1, race=True)
+    with LocalEngine(timer=timer, timeout_s=10) as racing:
+        fast, slow = measure_untuned_tasks(
+            tasks, SimpleNamespace(target=LLVM), pool, racing, [t.workload for t in tasks]
+        )
+    assert slow.mean_s > 10 * fast.mean_s  # would be raced against the other task's kernel
+    assert len(slow.run_secs) == 3 and not slow.raced
 
 
 # -- faults: real crashing and hanging candidates -------------------------------------------

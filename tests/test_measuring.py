@@ -18,6 +18,7 @@ from orchestrator.measuring import (
     dop_config,
     make_builder,
     target_and_fleet,
+    timer_config,
     timing_plan,
 )
 
@@ -69,10 +70,15 @@ def test_every_build_setting_reaches_the_pool():
         assert pool.timeout_s == 40.0  # until enough builds are timed
 
 
-def test_a_cpu_fleet_keeps_tvms_fixed_repeats():
-    settings = Settings.load(overrides={"measure.repeat": 5, "measure.min_repeat_ms": 20})
+def test_cpus_here_and_over_rpc_keep_tvms_fixed_repeats_and_race_as_gpus_do():
+    overrides = {"measure.repeat": 5, "measure.min_repeat_ms": 20, "measure.race_margin": 0.3}
+    settings = Settings.load(overrides=overrides)
     plan = timing_plan(settings, "cpu")
-    assert (plan.min_repeats, plan.max_repeats, plan.repeat_ms, plan.race) == (5, 5, 20, False)
+    assert (plan.min_repeats, plan.max_repeats, plan.repeat_ms) == (5, 5, 20)
+    assert (plan.race, plan.race_after, plan.race_margin) == (True, 1, 0.3)
+    assert timer_config(settings).plan() == plan  # the local engine's, the same
+    off = Settings.load(overrides={"measure.race": False})
+    assert not timing_plan(off, "cpu").race and not timer_config(off).plan().race
 
 
 def test_every_dop_setting_reaches_the_controller():
