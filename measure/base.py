@@ -69,6 +69,12 @@ class Measurement:
         return self.error is None
 
     @property
+    def can_lead(self) -> bool:
+        """Whether it may stand as the best that later candidates are raced against: timed,
+        and no NaN or Inf written."""
+        return self.ok and self.finite is not False
+
+    @property
     def mean_s(self) -> float:
         """Mean seconds per run over the repeats (what the database ranks records by);
         infinity for a failed measurement."""

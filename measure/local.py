@@ -52,8 +52,9 @@ class LocalEngine(Engine):
     """Times candidates serially in one worker process on device `device_type`:0.
 
     Serial measurement keeps candidates from disturbing each other; with racing on, one
-    clearly slower than the best so far (`best_s`, then this call's results) is cut short. A candidate that crashes
-    the worker or runs past `timeout_s` costs one failed Measurement; the worker is replaced.
+    clearly slower than the best so far (`best_s`, then this call's results) is cut short. A
+    candidate that crashes the worker or runs past `timeout_s` costs one failed Measurement;
+    the worker is replaced.
     """
 
     def __init__(
@@ -86,7 +87,7 @@ class LocalEngine(Engine):
         for index, item in enumerate(inputs):
             m = self._measure_one(item, best)
             results.append(m)
-            if m.ok and (best is None or m.mean_s < best):
+            if m.can_lead and (best is None or m.mean_s < best):
                 best = m.mean_s
             self.raced += m.raced
             if on_result is not None:

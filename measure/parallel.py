@@ -51,7 +51,7 @@ class _Call:
 
     def report(self, index: int, m: Measurement) -> None:
         self.results[index] = m
-        if m.ok:
+        if m.can_lead:
             self.best = min(self.best, m.mean_s)
         self._figures.reported(m.ok, m.raced)
         if self._on_result is not None:

@@ -267,7 +267,11 @@ def test_the_local_engine_cuts_short_a_candidate_clearly_slower_than_the_best_so
     assert late[0].raced and stats["raced"] == 2
     with LocalEngine(timer=TimerConfig(repeat=3, min_repeat_ms=1), timeout_s=10) as timed:
         assert [len(m.run_secs) for m in timed.measure(inputs)] == [3, 3]  # racing off
-    pool.release([fast, slow])
+    (nan,) = pool.build([BuildInput(module(writes_nan), LLVM)])
+    with LocalEngine(timer=timer, timeout_s=10) as racing:
+        wrong, after = racing.measure([MeasureInput(nan.artifact, ARGS), inputs[1]])
+    assert wrong.finite is False and not after.raced  # a kernel writing NaN sets no best
+    pool.release([fast, slow, nan])
 
 
 def test_untuned_kernels_of_different_tasks_are_not_raced_against_each_other(pool):
