@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -50,10 +51,11 @@ def main() -> None:
     settings = Settings.load(overrides=flat(config.get("settings", {})))
     target = tvm.target.Target(config["target"]["tvm"])
     by_task = replayed(args.run_dir, args.candidates)
-    off_timer = dataclass_replace(timer_config(settings), race=False)
+    timer = timer_config(settings)
+    off_timer = dataclasses.replace(timer, race=False)
     timers = {
         "racing off": off_timer,
-        "racing on": dataclass_replace(timer_config(settings), race=True),
+        "racing on": dataclasses.replace(timer, race=True),
         "off, again": off_timer,  # how much two timings of the same candidates differ anyway
     }
     passes: dict[str, dict[str, Any]] = {name: {"seconds": 0.0, "tasks": {}} for name in timers}
@@ -132,12 +134,6 @@ def main() -> None:
 def flat(settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """{"measure": {"repeat": 3}} -> {"measure.repeat": 3}, for the [measure] section only."""
     return {f"measure.{k}": v for k, v in settings.get("measure", {}).items()}
-
-
-def dataclass_replace(obj: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def args_info(sch: Any) -> Any:
