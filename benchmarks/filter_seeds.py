@@ -1,0 +1,164 @@
+"""filter_benchmark.py over many seeds: does `--filter xgb` reach `--filter none`'s final
+latency sooner more often than the search's luck would have it?
+
+    python benchmarks/filter_seeds.py benchmarks/results/filter-...-seed4-....json ... [--work DIR]
+
+Reads the raw figures of several filter_benchmark.py runs (one seed each) and prints, per model
+and seed: when each side first came within the tolerance of `none`'s final latency, xgb's time
+as a ratio of none's, the ratio of the final latencies, and the round in which the two sides'
+re-timed models first differed by more than the tolerance (after the shared rounds), with the
+side ahead there. Where the run directories are still under `--work` (default
+benchmarks/work), it adds how many candidates xgb's filter had set aside (rejected and not
+audited) before and in that round: a side that got ahead in a round before which the filter
+had set nothing aside got there by the search's luck, not by the filter.
+
+Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
+two-sided sign-test p-value of that count if the two sides were exchangeable (the filter made
+no difference, so each side is as likely to be sooner).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ("none", "xgb")
+
+
+def sign_test_p(wins: int, n: int) -> float:
+    """Two-sided binomial p-value of `wins` of `n` at 1/2."""
+    tail = min(wins, n - wins)
+    p = sum(math.comb(n, k) for k in range(tail + 1)) / 2**n
+    return min(1.0, 2 * p)
+
+
+def parted(none: list, xgb: list, shared: int, tolerance: float) -> tuple[int, str] | None:
+    """The first round (1-based) after the shared ones in which the two curves' latencies
+    differ by more than `tolerance`, and the side ahead; None if they never do (in the rounds
+    both had: one side may have one more)."""
+    for k, ((_, a), (_, b)) in enumerate(zip(none, xgb, strict=False), start=1):
+        if k > shared and abs(a - b) > tolerance * min(a, b):
+            return k, "xgb" if b < a else "none"
+    return None
+
+
+def run_directory(work: Path, model: str, config: str, figures: dict[str, Any]) -> Path | None:
+    """The run directory of one side of a benchmark run: the one whose report's wall time is
+    the figures' (the raw figures do not name their directory)."""
+    for report in sorted(work.glob(f"filter-*/{model}/{config}/report.json")):
+        summary = json.loads(report.read_text())["summary"]
+        if abs(summary["wall_s"] - figures["wall_s"]) < 1e-6:
+            return report.parent
+    return None
+
+
+def rounds(run: Path) -> dict[int, dict[str, Any]]:
+    """A run's round events by round number."""
+    events = (json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines())
+    return {e["round"]: e for e in events if e.get("type") == "round"}
+
+
+def set_aside(events: dict[int, dict[str, Any]], upto: int) -> int:
+    """Candidates the filter rejected and did not audit in rounds 1..`upto`."""
+    return sum(e["filtered"] - e["audited"] for k, e in events.items() if k <= upto)
+
+
+def margin(events: dict[str, dict[int, dict[str, Any]]], at: dict[str, int]) -> dict[str, float]:
+    """Seconds xgb spent minus none's, by phase, up to the rounds in which each reached
+    none's final latency (the shared rounds are the same on both sides)."""
+    phases = {c: events[c][at[c]]["spend"]["phases"] for c in CONFIGS}
+    return {p: phases["xgb"].get(p, 0.0) - phases["none"].get(p, 0.0) for p in phases["none"]}
+
+
+def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text())
+    out = []
+    for model, by_config in data["rows"].items():
+        none, xgb = by_config["none"], by_config["xgb"]
+        split = parted(none["curve"], xgb["curve"], data["shared_rounds"], data["tolerance"])
+        # The round (1-based) in which each side first came within the tolerance.
+        at = {
+            c: next(k for k, (s, _) in enumerate(by_config[c]["curve"], 1) if s == reached_s)
+            for c in CONFIGS
+            if (reached_s := by_config[c]["reached_none_final_s"]) is not None
+        }
+        runs = {c: run_directory(work, model, c, data["figures"][model][c]) for c in CONFIGS}
+        events = {c: rounds(run) for c, run in runs.items() if run}
+        out.append(
+            {
+                "model": model,
+                "seed": data["seed"],
+                "first": data.get("order", CONFIGS)[0],  # older runs: none first, always
+                "none_s": none["reached_none_final_s"],
+                "xgb_s": xgb["reached_none_final_s"],
+                "at": at,
+                "final_ratio": xgb["final_latency_s"] / none["final_latency_s"],
+                "recall": xgb["recall"],
+                "audited": xgb["audited"],
+                "parted": split,
+                "set_aside": set_aside(events["xgb"], split[0])
+                if "xgb" in events and split
+                else None,
+                "margin": margin(events, at) if len(events) == len(at) == 2 else None,
+            }
+        )
+    return out
+
+
+def fmt_s(s: float | None) -> str:
+    return "never" if s is None else f"{s:.0f} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="filter_benchmark.py JSON files")
+    parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work")
+    args = parser.parse_args()
+    rows = sorted(
+        (r for path in args.results for r in rows_of(path, args.work)),
+        key=lambda r: (r["model"], r["seed"]),
+    )
+    print(
+        f"{'model':<10} {'seed':>4} {'first':>5} {'none':>12} {'xgb':>12} {'xgb/none':>8} "
+        f"{'final':>6} {'recall':>11}  parted (set aside by then); xgb - none by phase"
+    )
+    for r in rows:
+        ratio = r["xgb_s"] / r["none_s"] if r["xgb_s"] is not None else math.inf
+        recall = f"{r['recall']:.0%} ({r['audited']})" if r["recall"] is not None else "-"
+        where = (
+            "never" if r["parted"] is None else f"round {r['parted'][0]}, {r['parted'][1]} ahead"
+        )
+        if r["set_aside"] is not None:
+            where += f" ({r['set_aside']})"
+        if r["margin"]:
+            big = sorted(r["margin"].items(), key=lambda kv: -abs(kv[1]))[:3]
+            where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big)
+        sides = {
+            c: fmt_s(r[f"{c}_s"]) + (f" r{r['at'][c]}" if c in r["at"] else "") for c in CONFIGS
+        }
+        print(
+            f"{r['model']:<10} {r['seed']:>4} {r['first']:>5} {sides['none']:>12} "
+            f"{sides['xgb']:>12} {ratio:>7.2f}x {r['final_ratio']:>5.3f}x {recall:>11}  {where}"
+        )
+        r["ratio"] = ratio
+    print()
+    for name in sorted({r["model"] for r in rows}) + ["all"]:
+        group = [r for r in rows if name in ("all", r["model"])]
+        wins = sum(r["ratio"] < 1 for r in group)
+        ties = sum(r["ratio"] == 1 for r in group)
+        n = len(group) - ties
+        print(
+            f"{name}: xgb sooner in {wins} of {len(group)} ({ties} ties), median xgb/none "
+            f"{statistics.median(r['ratio'] for r in group):.2f}x, sign test p = "
+            f"{sign_test_p(wins, n):.3f}; final latency median "
+            f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's"
+        )
+
+
+if __name__ == "__main__":
+    main()
