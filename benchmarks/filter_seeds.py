@@ -2,6 +2,7 @@
 latency sooner more often than the search's luck would have it?
 
     python benchmarks/filter_seeds.py benchmarks/results/filter-...-seed4-....json ... [--work DIR]
+                                      [--markdown]
 
 Reads the raw figures of several filter_benchmark.py runs (one seed each) and prints, per model
 and seed: when each side first came within the tolerance of `none`'s final latency, xgb's time
@@ -114,48 +115,53 @@ def fmt_s(s: float | None) -> str:
     return "never" if s is None else f"{s:.0f} s"
 
 
+HEADER = ("model", "seed", "first", "none reached", "xgb reached", "xgb/none", "final xgb/none",
+          "xgb recall (audits)", "parted (set aside by then); xgb - none by phase")  # fmt: skip
+
+
+def cells(r: dict[str, Any]) -> list[str]:
+    """One row of the table, as text cells."""
+    recall = f"{r['recall']:.0%} ({r['audited']})" if r["recall"] is not None else "-"
+    where = "never" if r["parted"] is None else f"round {r['parted'][0]}, {r['parted'][1]} ahead"
+    if r["set_aside"] is not None:
+        where += f" ({r['set_aside']})"
+    if r["margin"]:
+        big = sorted(r["margin"].items(), key=lambda kv: -abs(kv[1]))[:3]
+        where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big)
+    sides = [fmt_s(r[f"{c}_s"]) + (f" (r{r['at'][c]})" if c in r["at"] else "") for c in CONFIGS]
+    return [r["model"], str(r["seed"]), r["first"], *sides, f"{r['ratio']:.2f}x",
+            f"{r['final_ratio']:.3f}x", recall, where]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="filter_benchmark.py JSON files")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args()
     rows = sorted(
         (r for path in args.results for r in rows_of(path, args.work)),
         key=lambda r: (r["model"], r["seed"]),
     )
-    print(
-        f"{'model':<10} {'seed':>4} {'first':>5} {'none':>12} {'xgb':>12} {'xgb/none':>8} "
-        f"{'final':>6} {'recall':>11}  parted (set aside by then); xgb - none by phase"
-    )
     for r in rows:
-        ratio = r["xgb_s"] / r["none_s"] if r["xgb_s"] is not None else math.inf
-        recall = f"{r['recall']:.0%} ({r['audited']})" if r["recall"] is not None else "-"
-        where = (
-            "never" if r["parted"] is None else f"round {r['parted'][0]}, {r['parted'][1]} ahead"
-        )
-        if r["set_aside"] is not None:
-            where += f" ({r['set_aside']})"
-        if r["margin"]:
-            big = sorted(r["margin"].items(), key=lambda kv: -abs(kv[1]))[:3]
-            where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big)
-        sides = {
-            c: fmt_s(r[f"{c}_s"]) + (f" r{r['at'][c]}" if c in r["at"] else "") for c in CONFIGS
-        }
-        print(
-            f"{r['model']:<10} {r['seed']:>4} {r['first']:>5} {sides['none']:>12} "
-            f"{sides['xgb']:>12} {ratio:>7.2f}x {r['final_ratio']:>5.3f}x {recall:>11}  {where}"
-        )
-        r["ratio"] = ratio
+        r["ratio"] = r["xgb_s"] / r["none_s"] if r["xgb_s"] is not None else math.inf
+    table = [list(HEADER)] + [cells(r) for r in rows]
+    if args.markdown:
+        table.insert(1, ["---"] * len(HEADER))
+        print("\n".join("| " + " | ".join(row) + " |" for row in table))
+    else:
+        widths = [max(len(row[i]) for row in table) for i in range(len(HEADER) - 1)]
+        for row in table:
+            print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)), row[-1])
     print()
     for name in sorted({r["model"] for r in rows}) + ["all"]:
         group = [r for r in rows if name in ("all", r["model"])]
         wins = sum(r["ratio"] < 1 for r in group)
         ties = sum(r["ratio"] == 1 for r in group)
-        n = len(group) - ties
         print(
             f"{name}: xgb sooner in {wins} of {len(group)} ({ties} ties), median xgb/none "
             f"{statistics.median(r['ratio'] for r in group):.2f}x, sign test p = "
-            f"{sign_test_p(wins, n):.3f}; final latency median "
+            f"{sign_test_p(wins, len(group) - ties):.3f}; final latency median "
             f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's"
         )
 
