@@ -10,8 +10,10 @@ as a ratio of none's, the ratio of the final latencies, and the round in which t
 re-timed models first differed by more than the tolerance (after the shared rounds), with the
 side ahead there. Where the run directories are still under `--work` (default
 benchmarks/work), it adds how many candidates xgb's filter had set aside (rejected and not
-audited) before and in that round: a side that got ahead in a round before which the filter
-had set nothing aside got there by the search's luck, not by the filter.
+audited) before and in that round (a side that got ahead in a round before which the filter
+had set nothing aside got there by the search's luck, not by the filter), and the seconds xgb
+spent minus none's, by phase, until each reached none's final latency (the round it did so in
+is printed beside its time).
 
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count if the two sides were exchangeable (the filter made
