@@ -117,6 +117,11 @@ def fmt_s(s: float | None) -> str:
     return "never" if s is None else f"{s:.0f} s"
 
 
+def fmt_ratio(ratio: float) -> str:
+    """xgb's time over none's; inf (xgb never got there) as `never`."""
+    return "never" if math.isinf(ratio) else f"{ratio:.2f}x"
+
+
 HEADER = ("model", "seed", "first", "none reached", "xgb reached", "xgb/none", "final xgb/none",
           "xgb recall (audits)", "parted (set aside by then); xgb - none by phase")  # fmt: skip
 
@@ -128,10 +133,12 @@ def cells(r: dict[str, Any]) -> list[str]:
     if r["set_aside"] is not None:
         where += f" ({r['set_aside']})"
     if r["margin"]:
-        big = sorted(r["margin"].items(), key=lambda kv: -abs(kv[1]))[:3]
-        where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big)
+        big = sorted(
+            (kv for kv in r["margin"].items() if abs(kv[1]) >= 0.5), key=lambda kv: -abs(kv[1])
+        )
+        where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big[:3])
     sides = [fmt_s(r[f"{c}_s"]) + (f" (r{r['at'][c]})" if c in r["at"] else "") for c in CONFIGS]
-    return [r["model"], str(r["seed"]), r["first"], *sides, f"{r['ratio']:.2f}x",
+    return [r["model"], str(r["seed"]), r["first"], *sides, fmt_ratio(r["ratio"]),
             f"{r['final_ratio']:.3f}x", recall, where]  # fmt: skip
 
 
@@ -162,7 +169,7 @@ def main() -> None:
         ties = sum(r["ratio"] == 1 for r in group)
         print(
             f"{name}: xgb sooner in {wins} of {len(group)} ({ties} ties), median xgb/none "
-            f"{statistics.median(r['ratio'] for r in group):.2f}x, sign test p = "
+            f"{fmt_ratio(statistics.median(r['ratio'] for r in group))}, sign test p = "
             f"{sign_test_p(wins, len(group) - ties):.3f}; final latency median "
             f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's"
         )
