@@ -145,6 +145,7 @@ def main() -> None:
                 "shared_rounds": args.shared_rounds,
                 "order": list(order),
                 "tolerance": QUALITY_TOLERANCE,
+                "work": str(base.relative_to(ROOT)),  # the run directories, for filter_seeds.py
                 "rows": rows,
                 "figures": figures,
             },

@@ -8,12 +8,13 @@ Reads the raw figures of several filter_benchmark.py runs (one seed each) and pr
 and seed: when each side first came within the tolerance of `none`'s final latency, xgb's time
 as a ratio of none's, the ratio of the final latencies, and the round in which the two sides'
 re-timed models first differed by more than the tolerance (after the shared rounds), with the
-side ahead there. Where the run directories are still under `--work` (default
-benchmarks/work), it adds how many candidates xgb's filter had set aside (rejected and not
-audited) before and in that round (a side that got ahead in a round before which the filter
-had set nothing aside got there by the search's luck, not by the filter), and the seconds xgb
-spent minus none's, by phase, until each reached none's final latency (the round it did so in
-is printed beside its time).
+side ahead there. Where the run directories are still there (where the figures say; older
+figures do not say, and theirs are looked for under `--work`, default benchmarks/work), it
+adds how many candidates xgb's filter had set aside (rejected and not audited) before and in
+that round (a side that got ahead in a round before which the filter had set nothing aside
+got there by the search's luck, not by the filter), and the seconds xgb spent minus none's,
+by phase, until each reached none's final latency (the round it did so in is printed beside
+its time).
 
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count if the two sides were exchangeable (the filter made
@@ -50,9 +51,14 @@ def parted(none: list, xgb: list, shared: int, tolerance: float) -> tuple[int, s
     return None
 
 
-def run_directory(work: Path, model: str, config: str, figures: dict[str, Any]) -> Path | None:
-    """The run directory of one side of a benchmark run: the one whose report's wall time is
-    the figures' (the raw figures do not name their directory)."""
+def run_directory(
+    work: Path, data: dict[str, Any], model: str, config: str, figures: dict[str, Any]
+) -> Path | None:
+    """The run directory of one side of a benchmark run: where the raw figures say, or (older
+    figures do not say) the one under `work` whose report's wall time is the figures'."""
+    if "work" in data:
+        run = ROOT / data["work"] / model / config
+        return run if (run / "journal.jsonl").exists() else None
     for report in sorted(work.glob(f"filter-*/{model}/{config}/report.json")):
         summary = json.loads(report.read_text())["summary"]
         if abs(summary["wall_s"] - figures["wall_s"]) < 1e-6:
@@ -90,7 +96,7 @@ def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
             for c in CONFIGS
             if (reached_s := by_config[c]["reached_none_final_s"]) is not None
         }
-        runs = {c: run_directory(work, model, c, data["figures"][model][c]) for c in CONFIGS}
+        runs = {c: run_directory(work, data, model, c, data["figures"][model][c]) for c in CONFIGS}
         events = {c: rounds(run) for c, run in runs.items() if run}
         out.append(
             {
