@@ -44,9 +44,8 @@ def measure(
         dev = session.device(device_type, 0)
         with step(steps, "allocate"):
             tensors = _arguments(session, dev, args)
-        preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
         acquired = time.monotonic()
-        samples, reason = timed_repeats(module, dev, tensors, plan, best_s, preproc)
+        samples, reason = timed_repeats(module, dev, tensors, plan, best_s, cpu_cache_flush)
         released = time.monotonic()
         steps["timed"] = released - acquired
         with step(steps, "check"):

@@ -112,13 +112,14 @@ def timed_repeats(
     tensors: Sequence[Any],
     plan: TimingPlan,
     best_s: float | None,
-    preproc: str = "",
+    cpu_cache_flush: bool = False,
 ) -> tuple[list[float], str]:
     """Seconds per launch of `module`'s entry function, one sample per repeat, until
     `verdict` says stop; and why it stopped. TVM's time evaluator gives one repeat per call:
     the first call sizes a repeat (it raises the launches until one lasts `repeat_ms`) and is
-    the first sample; every call makes one untimed launch first. Used by the CPU workers,
-    local and over RPC."""
+    the first sample; every call makes one untimed launch first, and with `cpu_cache_flush`
+    the CPU caches are flushed before each repeat. Used by the local and the RPC worker."""
+    preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
     first = module.time_evaluator(
         module.entry_name,
         dev,

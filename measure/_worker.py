@@ -63,8 +63,7 @@ def measure(
     rt_mod = tvm.runtime.load_module(artifact)
     tensors = _arguments(dev, device_type, args)
     dev.sync()
-    preproc = "cache_flush_cpu_non_first_arg" if cpu_cache_flush else ""
-    run_secs, reason = timed_repeats(rt_mod, dev, tensors, plan, best_s, preproc)
+    run_secs, reason = timed_repeats(rt_mod, dev, tensors, plan, best_s, cpu_cache_flush)
     finite = _all_finite(tensors)
     if not finite:  # the next candidate of this workload gets fresh inputs, not these NaNs
         _arguments_cache.pop((device_type, args), None)
