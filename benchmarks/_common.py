@@ -158,6 +158,23 @@ def tune_ours(
     }
 
 
+def committed_records(run_dir: Path) -> list[tuple[int, Any]]:
+    """A run's tuning records (TuningRecord) in the order it committed them (the database
+    file's line order; TVM's own reader sorts them), each with its workload's index."""
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    def lines(name: str) -> list[Any]:
+        text = (run_dir / name).read_text().splitlines()
+        return [json.loads(line) for line in text if line.strip()]
+
+    workloads = [Workload.from_json(tvm_ffi.convert(w)) for w in lines("database_workload.json")]
+    return [
+        (index, TuningRecord.from_json(tvm_ffi.convert(raw), workloads[index]))
+        for index, raw in lines("database_tuning_record.json")
+    ]
+
+
 def prefix_database(run_dir: Path, records: int, into: Path) -> Path:
     """A copy of a run's database holding only its first `records` records (commit order)."""
     into.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
+from _common import ROOT, committed_records
 
 
 def main() -> None:
@@ -147,28 +147,20 @@ def replayed(run_dir: Path, limit: int) -> dict[int, list[Any]]:
     the order the run committed them; each task's first record (its default schedule) is
     left out, and so are failed candidates."""
     from tvm import s_tir
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    workloads = [
-        Workload.from_json(json.loads(line))
-        for line in (run_dir / "database_workload.json").read_text().splitlines()
-        if line.strip()
-    ]
     seen: set[int] = set()
     by_task: dict[int, list[Any]] = collections.defaultdict(list)
     count = 0
-    for line in (run_dir / "database_tuning_record.json").read_text().splitlines():
+    for index, tuned in committed_records(run_dir):
         if count >= limit:
             break
-        index, record = json.loads(line)
         if index not in seen:  # the default schedule's record comes first
             seen.add(index)
             continue
-        tuned = TuningRecord.from_json(record, workloads[index])
         secs = [float(s) for s in (tuned.run_secs or [])]
         if not secs or min(secs) >= 1e9:
             continue
-        sch = s_tir.Schedule(workloads[index].mod)
+        sch = s_tir.Schedule(tuned.workload.mod)
         tuned.trace.apply_to_schedule(sch, remove_postproc=False)
         by_task[index].append(sch)
         count += 1

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT
+from _common import ROOT, committed_records
 
 MIN_ROUND = 8  # rounds with fewer records are not judged (a deadline can cut a round short)
 _WORK = ("build", "measure")  # what the filter saves on each candidate it rejects
@@ -66,23 +66,11 @@ def main() -> None:
 
 
 def load_run(run: Path) -> tuple[list[np.ndarray], list[str], np.ndarray]:
-    """Store features, task keys and latencies (inf: failed) of a run's records, in commit order
-    (the database file's line order; TVM's own reader sorts them)."""
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
+    """Store features, task keys and latencies (inf: failed) of a run's records, in commit
+    order."""
     from filters._predictor import record_features
 
-    def lines(name: str) -> list[Any]:
-        text = (run / name).read_text().splitlines()
-        return [json.loads(line) for line in text if line.strip()]
-
-    workloads = [Workload.from_json(tvm_ffi.convert(w)) for w in lines("database_workload.json")]
-    records = [
-        TuningRecord.from_json(tvm_ffi.convert(raw), workloads[index])
-        for index, raw in lines("database_tuning_record.json")
-    ]
-    tasks, features, latencies = record_features(records)
+    tasks, features, latencies = record_features([r for _, r in committed_records(run)])
     return features, tasks, latencies
 
 
