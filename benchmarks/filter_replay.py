@@ -76,9 +76,10 @@ def load_run(run: Path) -> tuple[list[np.ndarray], list[str], np.ndarray]:
 
 def journal_rounds(run: Path) -> list[dict[str, Any]]:
     """The run's round events, each with its own build and measure seconds."""
-    events = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+    from orchestrator.rundir import RunDir
+
     rounds, before = [], {}
-    for event in events:
+    for event in RunDir(run).journal():
         if event["type"] == "round":
             phases = event["spend"]["phases"]
             event["work_s"] = sum(phases.get(p, 0.0) - before.get(p, 0.0) for p in _WORK)

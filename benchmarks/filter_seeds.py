@@ -68,8 +68,9 @@ def run_directory(
 
 def rounds(run: Path) -> dict[int, dict[str, Any]]:
     """A run's round events by round number."""
-    events = (json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines())
-    return {e["round"]: e for e in events if e.get("type") == "round"}
+    from orchestrator.rundir import RunDir
+
+    return {e["round"]: e for e in RunDir(run).journal() if e.get("type") == "round"}
 
 
 def set_aside(events: dict[int, dict[str, Any]], upto: int) -> int:
