@@ -1,8 +1,9 @@
-"""Does the Trimmer filter pay? `--filter none` against `--filter xgb` on the bundled model and
-a larger one, in one run of this script.
+"""Does the Trimmer filter pay? `--filter none` against `--filter xgb` on the bundled model, a
+larger CNN and an MLP, in one run of this script.
 
-    python benchmarks/filter_benchmark.py [--trials 320,384] [--seed 0] [--repeats 10]
-                                          [--shared-rounds 2] [--label vm-2core]
+    python benchmarks/filter_benchmark.py [--trials 320,384,512] [--only smallcnn,mlpish]
+                                          [--seed 0] [--repeats 10] [--shared-rounds 2]
+                                          [--label vm-2core]
 
 Same target, trial cap and seed for both configurations of a model; each tunes in a fresh
 process, one after the other: `none` first on even seeds, `xgb` first on odd ones, so that
@@ -46,6 +47,7 @@ from _common import (
 )
 
 CONFIGS = ("none", "xgb")
+MODELS = ("smallcnn", "resnetish", "mlpish")  # --trials gives their caps in this order
 SHARED = "shared"  # the run directory of the rounds both configurations start from
 
 
@@ -59,13 +61,17 @@ def checkpoint_keys(figures: dict[str, Any], config: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", default="320,384", help="trial caps for smallcnn,resnetish")
+    parser.add_argument(
+        "--trials", default="320,384,512", help="trial caps for smallcnn,resnetish,mlpish"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=10, help="latency samples per database")
     parser.add_argument(
         "--shared-rounds", type=int, default=2, help="rounds both configurations start from"
     )
-    parser.add_argument("--only", help="comma-separated models to run (smallcnn, resnetish)")
+    parser.add_argument(
+        "--only", help="comma-separated models to run (smallcnn, resnetish, mlpish)"
+    )
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     parser.add_argument("--side", choices=CONFIGS, help=argparse.SUPPRESS)
     for hidden in ("--model", "--target-json", "--work"):
@@ -79,8 +85,7 @@ def main() -> None:
         print(json.dumps(figures))
         return
 
-    import onnx
-    from models import resnetish
+    from models import write
 
     from orchestrator.config import Settings
     from orchestrator.targets import resolve_target
@@ -89,11 +94,14 @@ def main() -> None:
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / f"filter-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True)
-    onnx.save(resnetish(), base / "resnetish.onnx")
-    models = {"smallcnn": ROOT / "examples" / "smallcnn.onnx", "resnetish": base / "resnetish.onnx"}
-    caps = dict(zip(models, (int(t) for t in args.trials.split(",")), strict=True))
-    if args.only:
-        models = {k: v for k, v in models.items() if k in args.only.split(",")}
+    caps = dict(zip(MODELS, (int(t) for t in args.trials.split(",")), strict=False))
+    chosen = [m for m in MODELS if not args.only or m in args.only.split(",")]
+    if missing := [m for m in chosen if m not in caps]:
+        parser.error(f"--trials gives no cap for {', '.join(missing)}: one per model, in order")
+    models = {
+        m: ROOT / "examples" / "smallcnn.onnx" if m == "smallcnn" else write(m, base)
+        for m in chosen
+    }
     figures: dict[str, dict[str, Any]] = {m: {} for m in models}
 
     def tune(model: str, config: str, trials: int, work: Path) -> dict[str, Any]:
