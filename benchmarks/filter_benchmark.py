@@ -62,7 +62,9 @@ def checkpoint_keys(figures: dict[str, Any], config: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--trials", default="320,384,512", help="trial caps for smallcnn,resnetish,mlpish"
+        "--trials",
+        default="320,384,512",
+        help="trial caps for smallcnn,resnetish,mlpish: the models given one are run",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=10, help="latency samples per database")
@@ -85,6 +87,13 @@ def main() -> None:
         print(json.dumps(figures))
         return
 
+    # The models given a cap (in MODELS' order), or those of them --only names.
+    caps = dict(zip(MODELS, (int(t) for t in args.trials.split(",")), strict=False))
+    only = args.only.split(",") if args.only else list(caps)
+    if missing := [m for m in only if m not in caps]:
+        parser.error(f"--trials gives no cap for {', '.join(missing)}: one per model, in order")
+    chosen = [m for m in caps if m in only]
+
     from models import write
 
     from orchestrator.config import Settings
@@ -94,10 +103,6 @@ def main() -> None:
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / f"filter-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True)
-    caps = dict(zip(MODELS, (int(t) for t in args.trials.split(",")), strict=False))
-    chosen = [m for m in MODELS if not args.only or m in args.only.split(",")]
-    if missing := [m for m in chosen if m not in caps]:
-        parser.error(f"--trials gives no cap for {', '.join(missing)}: one per model, in order")
     models = {
         m: ROOT / "examples" / "smallcnn.onnx" if m == "smallcnn" else write(m, base)
         for m in chosen
