@@ -34,11 +34,11 @@ ROUND_BASE_S = 15.0
 # benchmarks/estimate_accuracy.py on the 2-core VM (2026-11-23, three models, 3 min runs): a
 # candidate 0.32-0.69 times what one task's default schedule took to build and measure in the
 # baseline (which pays the build workers' start and builds one candidate per task), 35-58% of
-# it measuring. Search and learning a round, since the search is sized to the round and shares
-# one model with the filter: 3.3-3.7 s on the two CNNs and about 0.8 s on the MLP (the same
-# runs at c4dfa71, 2026-11-25), 5.2-5.3 s in three 512-trial smallcnn runs later that day on a
-# slower VM (untuned 8.6-9.5 ms against 6.2 ms); learning 4-7% of it on the CNNs, 15-17% on
-# the MLP.
+# it measuring. Search and learning a round of 64, since the search is sized to the round and
+# shares one model with the filter: about 3.7-3.8 s on the two CNNs and 0.8 s on the MLP (the
+# same runs at c4dfa71, 2026-11-25, rounds counted as trials / 64), 5.4-5.7 s in three
+# 512-trial smallcnn runs later that day on a slower VM (untuned 8.6-9.5 ms against 6.2 ms);
+# learning 4-7% of it on the CNNs, 15-17% on the MLP.
 ROUND_S_ON_2_CORES = 4.0
 CANDIDATE_VS_BASELINE = 0.5
 ROUND_FIXED_SPLIT = {"search": 0.93, "learn": 0.07}
