@@ -190,9 +190,11 @@ def time_databases(
     databases: Mapping[str, Path],
     repeats: int,
     device_type: str = "cpu",
-) -> dict[str, dict[str, float]]:
+    samples: bool = False,
+) -> dict[str, dict[str, Any]]:
     """Compile the model with each database (stock compile_relax) and time them all
-    interleaved, so drift on the machine hits every one alike. Median, min, max in seconds."""
+    interleaved, so drift on the machine hits every one alike. Median, min, max in seconds
+    (and with `samples`, every timing as `samples_s`)."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -216,13 +218,18 @@ def time_databases(
         )
         vm = relax.VirtualMachine(ex, dev)
         timers[name] = vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
-    samples: dict[str, list[float]] = {name: [] for name in databases}
+    timings: dict[str, list[float]] = {name: [] for name in databases}
     for _ in range(repeats):
         for name, timer in timers.items():
-            samples[name].append(timer(*inputs).mean)
+            timings[name].append(timer(*inputs).mean)
     return {
-        name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s)}
-        for name, s in samples.items()
+        name: {
+            "median_s": statistics.median(s),
+            "min_s": min(s),
+            "max_s": max(s),
+            **({"samples_s": s} if samples else {}),
+        }
+        for name, s in timings.items()
     }
 
 
