@@ -5,6 +5,7 @@ record each round changed.
     python benchmarks/retime_rounds.py RESULT --model mlpish --sides none --rounds 7,8,9,10
                                        [--repeats 40] [--label vm-2core]
     python benchmarks/retime_rounds.py RESULT --model mlpish --sides none,xgb --rounds last
+    python benchmarks/retime_rounds.py RESULT --model mlpish --sides none,xgb --rounds all
 
 RESULT is a filter_benchmark.py raw-figures file whose run directories (its `work`) are still
 on this machine. A round's database is a side's records up to that round's end, compiled with
@@ -13,7 +14,9 @@ stock compile_relax. All are timed interleaved, as the benchmark does, but `--re
 benchmark always times `none`'s databases before `xgb`'s, so a place in the order that runs
 faster would favour one side. If a step is still there with many repeats in both orders, the
 round's new "best" schedule is slower (or faster) inside the model; if not, it was the timing.
-Raw figures go to benchmarks/results/retime-<model>-<sides>-seed<S>-<label>-<date>.json.
+With both sides and all rounds it also says when each side first came within 2% of `none`'s
+re-timed final, as the benchmark does with its own timings. Raw figures go to
+benchmarks/results/retime-<model>-<sides>-<rounds>-seed<S>-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import platform
 import statistics
 from pathlib import Path
 
-from _common import ROOT, prefix_database, scratch, time_databases
+from _common import ROOT, prefix_database, reached, scratch, time_databases
 
 
 def changed_tasks(run_dir: Path) -> dict[int, list[str]]:
@@ -52,7 +55,9 @@ def main() -> None:
     parser.add_argument("result", type=Path, help="a filter_benchmark.py raw-figures file")
     parser.add_argument("--model", required=True)
     parser.add_argument("--sides", required=True, help="none, xgb or both (none,xgb)")
-    parser.add_argument("--rounds", required=True, help="comma-separated rounds from 1, or last")
+    parser.add_argument(
+        "--rounds", required=True, help="comma-separated rounds from 1, last or all"
+    )
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     args = parser.parse_args()
@@ -74,7 +79,8 @@ def main() -> None:
     picked: list[tuple[str, int]] = []
     for side in sides:
         count = len(saved["figures"][args.model][side]["checkpoints"])
-        rounds = [count] if args.rounds == "last" else [int(r) for r in args.rounds.split(",")]
+        named = {"last": [count], "all": list(range(1, count + 1))}
+        rounds = named.get(args.rounds) or [int(r) for r in args.rounds.split(",")]
         if bad := [r for r in rounds if not 1 <= r <= count]:
             parser.error(f"{side}: rounds {bad} out of 1-{count}")
         picked += [(side, r) for r in rounds]
@@ -119,8 +125,30 @@ def main() -> None:
             f"{backward[key]['median_s'] * 1e6:.1f}; the benchmark's {benchmark * 1e6:.1f})  "
             f"{'; '.join(changes) or '-'}"
         )
+    which = (
+        args.rounds if args.rounds in ("last", "all") else "rounds" + args.rounds.replace(",", "-")
+    )
+    reach = None
+    if args.rounds == "all" and set(sides) == {"none", "xgb"}:
+        curves = {
+            side: [
+                (saved["rows"][args.model][side]["curve"][row["round"] - 1][0], row["median_s"])
+                for row in rows
+                if row["side"] == side
+            ]
+            for side in sides
+        }
+        goal = curves["none"][-1][1]
+        reach = {side: reached(curves[side], goal) for side in sides}
+        print(
+            f"within 2% of none's final ({goal * 1e6:.1f} us): "
+            + ", ".join(
+                f"{side} {'never' if at is None else f'at {at:.0f} s'}"
+                for side, at in reach.items()
+            )
+        )
     out = ROOT / "benchmarks" / "results" / (
-        f"retime-{args.model}-{'-'.join(sides)}-seed{saved['seed']}-{args.label}-"
+        f"retime-{args.model}-{'-'.join(sides)}-{which}-seed{saved['seed']}-{args.label}-"
         f"{dt.date.today().isoformat()}.json"
     )  # fmt: skip
     out.write_text(
@@ -132,6 +160,7 @@ def main() -> None:
                 "repeats": args.repeats,
                 "machine": platform.processor() or platform.machine(),
                 "rows": rows,
+                "reached_none_final_s": reach,
             },
             indent=2,
         )
