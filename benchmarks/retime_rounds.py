@@ -33,7 +33,7 @@ from _common import ROOT, prefix_database, reached, scratch, time_databases
 
 def changed_tasks(run_dir: Path) -> dict[int, list[str]]:
     """Per round of the run directory's journal, the tasks whose best record it improved
-    (name: old -> new best, in microseconds)."""
+    ("task i: old -> new", in microseconds)."""
     from orchestrator.rundir import RunDir
 
     best: dict[int, float] = {}
@@ -100,10 +100,11 @@ def main() -> None:
     backward = time_databases(
         model_path, target_json, dict(reversed(databases.items())), args.repeats, samples=True
     )
+    changed = {side: changed_tasks(work / args.model / side) for side in sides}
     rows = []
     for side, r in picked:
         key = f"{side}/{r}"
-        changes = changed_tasks(work / args.model / side).get(r, [])
+        changes = changed[side].get(r, [])
         both = forward[key]["samples_s"] + backward[key]["samples_s"]
         q1, median, q3 = statistics.quantiles(both, n=4)
         benchmark = saved["rows"][args.model][side]["curve"][r - 1][1]
