@@ -59,6 +59,14 @@ def checkpoint_keys(figures: dict[str, Any], config: str) -> list[str]:
     return [f"{SHARED}/{k}" if k < shared else f"{config}/{k}" for k in range(rounds)]
 
 
+def model_file(name: str, base: Path) -> Path:
+    """Where a run of this script keeps a model's ONNX file: the bundled one for smallcnn,
+    the others made under the run's folder `base` (once)."""
+    from models import write
+
+    return ROOT / "examples" / "smallcnn.onnx" if name == "smallcnn" else write(name, base)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -96,8 +104,6 @@ def main() -> None:
         parser.error(f"--trials gives no cap for {', '.join(missing)}: one per model, in order")
     chosen = [m for m in caps if m in only]
 
-    from models import write
-
     from orchestrator.config import Settings
     from orchestrator.targets import resolve_target
 
@@ -105,10 +111,7 @@ def main() -> None:
     target_json = json.dumps(resolved.to_json())
     base = ROOT / "benchmarks" / "work" / f"filter-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True)
-    models = {
-        m: ROOT / "examples" / "smallcnn.onnx" if m == "smallcnn" else write(m, base)
-        for m in chosen
-    }
+    models = {m: model_file(m, base) for m in chosen}
     figures: dict[str, dict[str, Any]] = {m: {} for m in models}
 
     def tune(model: str, config: str, trials: int, work: Path) -> dict[str, Any]:

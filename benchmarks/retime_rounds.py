@@ -29,6 +29,7 @@ import statistics
 from pathlib import Path
 
 from _common import ROOT, prefix_database, reached, scratch, time_databases
+from filter_benchmark import CONFIGS, model_file
 
 
 def changed_tasks(run_dir: Path) -> dict[int, list[str]]:
@@ -67,15 +68,11 @@ def main() -> None:
         parser.error(f"{args.result} names no run directories for {args.model}")
     work = ROOT / saved["work"]
     sides = args.sides.split(",")
-    if bad := [side for side in sides if side not in ("none", "xgb")]:
-        parser.error(f"unknown sides {bad}: none, xgb")
+    if bad := [side for side in sides if side not in CONFIGS]:
+        parser.error(f"unknown sides {bad}: {', '.join(CONFIGS)}")
     if gone := [side for side in sides if not (work / args.model / side).is_dir()]:
         parser.error(f"{work / args.model} has no {gone}: re-timing needs the pair's run dirs")
-    model_path = (
-        ROOT / "examples" / "smallcnn.onnx"
-        if args.model == "smallcnn"
-        else work / f"{args.model}.onnx"
-    )
+    model_path = model_file(args.model, work)
     picked: list[tuple[str, int]] = []
     for side in sides:
         count = len(saved["figures"][args.model][side]["checkpoints"])
@@ -130,7 +127,7 @@ def main() -> None:
         args.rounds if args.rounds in ("last", "all") else "rounds" + args.rounds.replace(",", "-")
     )
     reach = None
-    if args.rounds == "all" and set(sides) == {"none", "xgb"}:
+    if args.rounds == "all" and set(sides) == set(CONFIGS):
         curves = {
             side: [
                 (saved["rows"][args.model][side]["curve"][row["round"] - 1][0], row["median_s"])
