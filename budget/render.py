@@ -140,6 +140,8 @@ def describe_filter(stats: Mapping[str, Any]) -> str | None:
         return None
     kept, offered = total["kept"], total["kept"] + total["rejected"]
     line = f"{stats['name']} kept {kept} of {offered} offered ({kept / offered:.0%})"
+    if total.get("explored"):
+        line += f", {total['explored']} of them the search's random picks, kept unjudged"
     if stats.get("threshold") is None:
         return f"{line}; not calibrated yet, so everything offered was kept"
     line += f", the best-ranked {stats['threshold']:.0%} of a round at the end"

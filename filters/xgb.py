@@ -69,7 +69,8 @@ class Audit:
     """What the filter did to one task, and how good its judgement was when measured."""
 
     proposed: int = 0
-    kept: int = 0
+    kept: int = 0  # the exploration picks included
+    explored: int = 0  # the search's random picks, kept unjudged
     rejected: int = 0
     audited: int = 0
     false_negatives: int = 0
@@ -224,23 +225,37 @@ class TrimmerFilter(Filter):
             self._remember(task, candidates, features, None, keep, {})
             audit.kept += len(keep)
             return Selection(tuple(keep))
-        places = positions(self.predictor.predict(features))
+        # The search's random picks are exploration its cost model did not choose: the same
+        # model does not veto them here. The rest are ranked among themselves.
+        explore = [i for i, cand in enumerate(candidates) if cand.explore][: c.max_keep]
+        judged = [i for i, cand in enumerate(candidates) if not cand.explore]
+        places = np.full(n, math.nan)
+        if judged:
+            places[judged] = positions(self.predictor.predict([features[i] for i in judged]))
         threshold = self.calibration.threshold()
-        keep = choose(
-            places,
-            threshold=math.inf if threshold is None else threshold,
-            min_keep=c.min_keep,
-            max_keep=c.max_keep,
+        room = c.max_keep - len(explore)
+        picked = (
+            choose(
+                places[judged],
+                threshold=math.inf if threshold is None else threshold,
+                min_keep=min(c.min_keep, room),
+                max_keep=room,
+            )
+            if judged and room > 0
+            else []
         )
+        keep = [judged[i] for i in picked]
         kept = set(keep)
-        rejected = [int(i) for i in np.argsort(places, kind="stable") if int(i) not in kept]
+        rejected = [judged[int(i)] for i in np.argsort(places[judged], kind="stable")]
+        rejected = [i for i in rejected if i not in kept]
         count = max(c.min_audit, math.ceil(c.audit_share * len(rejected)))
         audited = dict(stratified_sample(rejected, count, self._rng))
         self._remember(task, candidates, features, places, keep, audited)
-        audit.kept += len(keep)
+        audit.kept += len(keep) + len(explore)
+        audit.explored += len(explore)
         audit.rejected += len(rejected)
         audit.audited += len(audited)
-        return Selection(tuple(keep + list(audited)), audit=tuple(audited))
+        return Selection(tuple(keep + explore + list(audited)), audit=tuple(audited))
 
     def learn(
         self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
@@ -323,7 +338,11 @@ class TrimmerFilter(Filter):
                 features={c.key: features[i] for i, c in enumerate(candidates)},
                 places={}
                 if places is None
-                else {c.key: float(places[i]) for i, c in enumerate(candidates)},
+                else {
+                    c.key: float(places[i])
+                    for i, c in enumerate(candidates)
+                    if not math.isnan(places[i])  # the exploration picks are not ranked
+                },
                 kept={candidates[i].key for i in keep},
                 audited={candidates[i].key: w for i, w in audited.items()},
                 best_before=self._best.get(task.key, math.inf),

@@ -37,6 +37,9 @@ class Candidate:
     measure_candidate: Any  # MetaSchedule MeasureCandidate (schedule + argument info)
     key: int  # structural hash of the scheduled module: the same schedule has the same key
     features: Any = None  # its per-store feature matrix (numpy), once extracted
+    # One of the search's random picks (eps-greedy): exploration the cost model did not
+    # choose, which the filter, ranking with that model, lets through unjudged.
+    explore: bool = False
 
     @property
     def mod(self) -> Any:

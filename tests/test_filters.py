@@ -285,7 +285,9 @@ def run_synthetic_rounds(
     true_recall, kept_share = [], []
     for r in range(rounds):
         keys = range(r * offered, (r + 1) * offered)
-        candidates = [types.SimpleNamespace(key=k, features=np.array([k])) for k in keys]
+        candidates = [
+            types.SimpleNamespace(key=k, features=np.array([k]), explore=False) for k in keys
+        ]
         selection = flt.select(task, candidates)  # type: ignore[arg-type]
         chosen = [candidates[i] for i in selection.keep]
         flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
@@ -331,6 +333,36 @@ def test_the_filter_keeps_everything_until_its_threshold_is_calibrated():
     assert kept_share[:2] == [1.0, 1.0]  # two rounds of evidence first
     assert kept_share[2] < 0.5
     assert flt.stats()["threshold"] is not None and flt.stats()["seconds"] > 0
+
+
+def test_the_searchs_random_picks_are_kept_unjudged_and_the_rest_filtered_as_before():
+    """Exploration the search's model did not choose is not vetoed by that model: the random
+    picks are measured however badly they rank, and neither the threshold nor the recall
+    counts them."""
+    task = types.SimpleNamespace(key="t", name="t", index=0)
+    offered, explore = 64, 4
+    truth = {k: float(k % offered) for k in range(20 * offered)}  # the last of a round slowest
+    flt = TrimmerFilter(
+        target=None,
+        config=TrimmerConfig(min_keep=4, max_keep=offered),
+        predictor=RankingPredictor(truth, lambda k: 0.0, 0),  # type: ignore[arg-type]
+    )
+    for r in range(20):
+        keys = range(r * offered, (r + 1) * offered)
+        candidates = [
+            types.SimpleNamespace(key=k, features=np.array([k]), explore=k % offered >= 60)
+            for k in keys
+        ]
+        selection = flt.select(task, candidates)  # type: ignore[arg-type]
+        chosen = [candidates[i] for i in selection.keep]
+        assert {c.key for c in chosen if c.explore} == set(keys[-explore:])
+        assert not {candidates[i].key for i in selection.audit} & set(keys[-explore:])
+        flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
+    assert len(selection.keep) < offered // 2  # the rest was filtered: a perfect ranking
+    total = flt.stats()["total"]
+    assert total["explored"] == 20 * explore
+    assert total["recall"] == pytest.approx(1.0)
+    assert flt.calibration.threshold() < 0.5  # the slow random picks did not widen it
 
 
 def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(proposals, tmp_path):

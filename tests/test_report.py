@@ -264,6 +264,11 @@ def test_the_filter_line_counts_one_false_negative_in_the_singular():
     assert "round at the end (aiming at 94% of its top after rounds that kept less than 90%)" in (
         describe_filter(stats)
     )
+    total["explored"] = 3
+    assert describe_filter(stats).startswith(
+        "xgb kept 40 of 64 offered (62%), 3 of them the search's random picks, kept unjudged, "
+        "the best-ranked 60% of a round at the end"
+    )
 
 
 def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):

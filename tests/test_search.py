@@ -27,12 +27,12 @@ def conv(tiny_model):
     return target, found[0]
 
 
-def task_search(conv, cost_model, proposals=8):
+def task_search(conv, cost_model, proposals=8, settings=None):
     target, task = conv
     return TaskSearch(
         task,
         target=target,
-        settings=Settings.load(),
+        settings=settings or Settings.load(),
         database=ms.database.MemoryDatabase(),
         cost_model=cost_model,
         rand_state=5,
@@ -73,6 +73,17 @@ def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedul
     assert search.best_s == pytest.approx(1e-4)  # the fastest measured: the next parents
     assert (search.times.searches, search.times.proposed) == (3, 24)
     assert search.times.sampling > 0 and search.times.mutation > 0
+
+
+def test_the_search_says_which_proposals_are_its_random_picks(conv):
+    """The eps-greedy share of a round is fresh random schedules, not the cost model's
+    choice: the search names them, so the filter does not veto them with that model."""
+    settings = Settings.load(overrides={"search.eps_greedy": 0.25})
+    search = task_search(conv, ms.cost_model.RandomModel(seed=0), settings=settings)
+    for _ in range(2):
+        proposed = search.propose()
+        assert len(search.explored) == 2 and search.explored <= keys(proposed)
+        search.learn(list(zip(proposed, latencies(proposed), strict=True)))
 
 
 def test_each_schedules_features_are_extracted_once_for_the_search_the_filter_and_learning(

@@ -119,7 +119,10 @@ class Proposer:
         features = candidate_features(self.cost_model, search.ctx, mcs) if mcs else []
         added = self.pool.add(
             task.index,
-            [Candidate(task, mc, key, f) for (mc, key), f in zip(fresh, features, strict=True)],
+            [
+                Candidate(task, mc, key, f, explore=key in search.explored)
+                for (mc, key), f in zip(fresh, features, strict=True)
+            ],
         )
         return TopUp(len(added), len(found) - len(fresh), search.last, seconds)
 

@@ -158,6 +158,7 @@ class TaskSearch:
         self._elites: list[tuple[float, Any]] = []  # (seconds, schedule), fastest first
         self._recent: list[Any] = []  # the last round's proposals: next round's parents
         self._seen: set[int] = set()  # structural keys of everything proposed
+        self.explored: set[int] = set()  # structural keys of the last search's random picks
         self._empty = 0
 
     def _late_verify(
@@ -225,7 +226,7 @@ class TaskSearch:
         bests = list(self._evolve(self._evolution, parents + fresh, ranked))
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
-        picks, invalid = self._with_random(bests, fresh, wanted)
+        picks, invalid, self.explored = self._with_random(bests, fresh, wanted)
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
@@ -273,15 +274,15 @@ class TaskSearch:
 
     def _with_random(
         self, bests: list[Any], fresh: list[Any], wanted: int
-    ) -> tuple[list[Any], int]:
+    ) -> tuple[list[Any], int, set[int]]:
         """The evolution's bests, with an `eps_greedy` share of the places given to fresh
         random schedules (exploration the cost model cannot veto); none proposed twice. With
         the late check, the bests are checked as their turn comes, as many at once as places
-        are left, and those that fail are dropped; returns the picks and how many were
-        dropped."""
+        are left, and those that fail are dropped; returns the picks, how many were dropped,
+        and the structural keys of the random ones."""
         picks: list[Any] = []
         dropped = 0
-        ranked, randoms = iter(bests), iter(fresh)
+        randoms: set[int] = set()
 
         def take(source: Any, upto: int, check: bool) -> None:
             nonlocal dropped
@@ -291,19 +292,24 @@ class TaskSearch:
                     key = structural_key(sch.mod)
                     if key not in self._seen:
                         self._seen.add(key)  # picked or failed, it is not proposed again
-                        batch.append(sch)
+                        batch.append((sch, key))
                         if len(batch) == upto - len(picks):
                             break
                 if not batch:
                     return
-                passed = self._verify(batch) if check else [True] * len(batch)
-                picks.extend(sch for sch, ok in zip(batch, passed, strict=True) if ok)
+                passed = self._verify([sch for sch, _ in batch]) if check else [True] * len(batch)
+                for (sch, key), ok in zip(batch, passed, strict=True):
+                    if ok:
+                        picks.append(sch)
+                        if not check:
+                            randoms.add(key)
                 dropped += passed.count(False)
 
+        ranked = iter(bests)
         take(ranked, wanted - int(wanted * self.eps_greedy), True)
-        take(randoms, wanted, False)
+        take(iter(fresh), wanted, False)
         take(ranked, wanted, True)
-        return picks, dropped
+        return picks, dropped, randoms
 
     def _verify(self, batch: list[Any]) -> list[bool]:
         """VerifyGPUCode's verdict on each schedule (all pass without the late check), on up to
