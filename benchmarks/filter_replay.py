@@ -13,17 +13,18 @@ predicted position (the share of the round ranked ahead) with its own calibratio
 true top 10% of the last rounds, its aim moved after each round by `--recall-step` times the
 round's shortfall from 90% (default: [filter] recall_step). For each, over the rounds it
 filtered: the share kept, the true recall of each round's top 10% (every candidate was
-measured, so no audit is needed), the round's best kept
-over its best, and the share of the round that had to be kept, best-ranked first, to hold 90%
-of its top 10% (what a perfect calibration would keep). Also the rank correlation with the
-measured latency within rounds.
+measured, so no audit is needed), the round's best kept over its best (`best`), the task's
+best after the round with the filter over its best without it (`task`: above 1 only where the
+filter cut a candidate that would have been a new best of its task), and the share of the
+round that had to be kept, best-ranked first, to hold 90% of its top 10% (what a perfect
+calibration would keep). Also the rank correlation with the measured latency within rounds.
 
 Paired, the same proposals with and without the filter, so the search's run-to-run variance
 (two live runs diverge before the filter first acts) does not blur the comparison: each
 filtered round is charged the build and measure time of only what the filter keeps and audits
-(the run's own per-round build and measure seconds, pro rata), and wherever every filtered
-round kept its best candidate, the run's tuning curve is the same, so `none`'s final latency
-is reached that much sooner. What it leaves out: that the search would then learn from fewer
+(the run's own per-round build and measure seconds, pro rata), and wherever no filtered round
+cut a new best of its task, the run's tuning curve is the same, so `none`'s final latency is
+reached that much sooner. What it leaves out: that the search would then learn from fewer
 measurements (and see the rejected candidates offered again). Raw figures go to
 benchmarks/results/filter_replay-<label>-<date>.json.
 """
@@ -166,6 +167,12 @@ def replay(
                     max_keep=len(measured),
                 )
                 kept_best = min(measured[keep]) if len(keep) else math.inf
+                # The task's best before the round: a lost round best changes the curve only
+                # where it would have been a new best for its task.
+                before = min(
+                    (latencies[i] for i in range(start) if tasks[i] == tasks[members[0]]),
+                    default=math.inf,
+                )
                 rejected = len(measured) - len(keep)
                 audits = min(
                     rejected, max(config.min_audit, math.ceil(config.audit_share * rejected))
@@ -180,13 +187,15 @@ def replay(
                         "top": sum(tops),
                         "top_kept": sum(tops[i] for i in keep),
                         "best_ratio": float(kept_best / measured.min()),
+                        "task_ratio": float(min(before, kept_best) / min(before, measured.min())),
                     }
                 )
                 if sum(tops):
                     recall = sum(tops[i] for i in keep) / sum(tops)
             calibration.add(samples, recall)
     # When the run first came within 2% of its final latency, and when it would have with the
-    # filter's savings (the curve unchanged while every filtered round kept its best).
+    # filter's savings (the curve unchanged while no filtered round lost a new best of its
+    # task).
     curve = [(e["spend"]["wall_s"], e["model_latency_s"]) for e in rounds]
     goal = curve[-1][1] * 1.02 if curve else math.inf
     reached = next((i for i, (_, lat) in enumerate(curve) if lat <= goal), None)
@@ -210,11 +219,13 @@ def replay(
             ),
             "recall": sum(r["top_kept"] for r in judgements) / top if top else None,
             "worst_best_ratio": max((r["best_ratio"] for r in judgements), default=None),
+            "worst_task_ratio": max((r["task_ratio"] for r in judgements), default=None),
             "saved_s": sum(saved[key]),
-            # None where a filtered round before it lost its best: the curve would differ.
+            # None where a filtered round before it lost a new best of its task: the curve
+            # would differ.
             "reached_final_s": (
                 None
-                if reached is None or any(r["best_ratio"] > 1.0 for r in upto)
+                if reached is None or any(r["task_ratio"] > 1.0 for r in upto)
                 else curve[reached][0] - sum(saved[key][: reached + 1])
             ),
             "rounds": judgements,
@@ -244,7 +255,7 @@ def print_table(rows: dict[str, Any]) -> None:
         )
         print(
             f"  {'model':<11}{'rho':>5}{'needed':>7}{'rounds':>7}{'kept':>7}{'built':>7}"
-            f"{'recall':>8}{'best':>7}{'saved':>8}{'reached':>9}"
+            f"{'recall':>8}{'best':>7}{'task':>7}{'saved':>8}{'reached':>9}"
         )
         for key in OBJECTIVES:
             j = r[key]
@@ -257,6 +268,7 @@ def print_table(rows: dict[str, Any]) -> None:
             print(
                 f"  {key:<11}{rho:>5}{needed:>7}{j['filtered_rounds']:>7}{j['kept_share']:>7.0%}"
                 f"{j['measured_share']:>7.0%}{j['recall']:>8.0%}{j['worst_best_ratio']:>7.3f}"
+                f"{j['worst_task_ratio']:>7.3f}"
                 f"{j['saved_s']:>6.0f} s{'-' if then is None else f'{then:.0f} s':>9}"
             )
 
