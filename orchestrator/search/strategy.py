@@ -208,6 +208,7 @@ class TaskSearch:
         from tvm.s_tir.meta_schedule import MeasureCandidate
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+        self.explored = set()
         if self.exhausted:
             return []
         wanted = wanted or self.proposals
