@@ -365,11 +365,16 @@ class TrimmerFilter(Filter):
         pending: _Pending,
     ) -> None:
         measured = list(zip(candidates, latencies, strict=True))
+        # The search's random picks were measured unjudged: an audit slower than one of them
+        # missed nothing the round did not find.
+        unjudged = [
+            lat for c, lat in measured if c.key not in pending.kept and c.key not in pending.audited
+        ]
         round_ = Audit()
         round_.judge(
             [lat for c, lat in measured if c.key in pending.kept],
             [(lat, pending.audited[c.key]) for c, lat in measured if c.key in pending.audited],
-            best_before=pending.best_before,
+            best_before=min([pending.best_before, *unjudged]),
             share=self.config.top_share,
         )
         self.audits[task.key].add(round_)

@@ -365,6 +365,39 @@ def test_the_searchs_random_picks_are_kept_unjudged_and_the_rest_filtered_as_bef
     assert flt.calibration.threshold() < 0.5  # the slow random picks did not widen it
 
 
+def test_an_audit_slower_than_the_rounds_random_picks_is_no_false_negative():
+    """Each round, the search's random picks are a new best and every judged candidate is
+    faster than the task's best before the round: an audit that beats every kept candidate
+    still found nothing the round did not, so it is no false negative."""
+    task = types.SimpleNamespace(key="t", name="t", index=0)
+    offered, rounds = 64, 20
+    rng = np.random.default_rng(1)
+    truth = {  # log latencies: each round 10 faster; its random picks (60-63) 5 more
+        k: -10.0 * (k // offered) - (5.0 if k % offered >= 60 else float(rng.normal()))
+        for k in range(rounds * offered)
+    }
+    flt = TrimmerFilter(
+        target=None,
+        config=TrimmerConfig(min_keep=4, max_keep=offered, recall_target=0.5),  # keeps little
+        predictor=RankingPredictor(truth, lambda k: 1.0, 0),  # type: ignore[arg-type]
+    )
+    beaten = 0  # rounds where an audit beat every kept candidate
+    for r in range(rounds):
+        keys = range(r * offered, (r + 1) * offered)
+        candidates = [
+            types.SimpleNamespace(key=k, features=np.array([k]), explore=k % offered >= 60)
+            for k in keys
+        ]
+        selection = flt.select(task, candidates)  # type: ignore[arg-type]
+        chosen = [candidates[i] for i in selection.keep]
+        audited = {candidates[i].key for i in selection.audit}
+        kept = [truth[c.key] for c in chosen if c.key not in audited and not c.explore]
+        beaten += any(truth[k] < min(kept) for k in audited)
+        flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
+    assert beaten > 0  # the case arose
+    assert flt.stats()["total"]["false_negatives"] == 0
+
+
 def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(proposals, tmp_path):
     """Pipelining selects a task's next round before its current round is measured."""
     target, task, candidates = proposals
