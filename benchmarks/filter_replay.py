@@ -139,6 +139,12 @@ def replay(
             continue
         measured = latencies[members]
         finite = np.isfinite(measured)
+        # The task's best before the round: a lost round best changes the curve only where it
+        # would have been a new best for its task.
+        before = min(
+            (latencies[i] for i in range(start) if tasks[i] == tasks[members[0]]),
+            default=math.inf,
+        )
         scores = {}
         for key in calibrations:
             predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=key)
@@ -167,12 +173,6 @@ def replay(
                     max_keep=len(measured),
                 )
                 kept_best = min(measured[keep]) if len(keep) else math.inf
-                # The task's best before the round: a lost round best changes the curve only
-                # where it would have been a new best for its task.
-                before = min(
-                    (latencies[i] for i in range(start) if tasks[i] == tasks[members[0]]),
-                    default=math.inf,
-                )
                 rejected = len(measured) - len(keep)
                 audits = min(
                     rejected, max(config.min_audit, math.ceil(config.audit_share * rejected))

@@ -260,6 +260,20 @@ class RankingPredictor:
         return np.asarray([self.table[int(row[0])] for row in features])
 
 
+def synthetic_round(r: int, offered: int, random_from: int | None = None):
+    """Round `r`'s candidates (keys r * offered onwards, each key its own feature); those at
+    place `random_from` or later in the round are the search's random picks."""
+    keys = range(r * offered, (r + 1) * offered)
+    return keys, [
+        types.SimpleNamespace(
+            key=k,
+            features=np.array([k]),
+            explore=random_from is not None and k % offered >= random_from,
+        )
+        for k in keys
+    ]
+
+
 def run_synthetic_rounds(
     error: float,
     rounds: int = 40,
@@ -284,10 +298,7 @@ def run_synthetic_rounds(
     )
     true_recall, kept_share = [], []
     for r in range(rounds):
-        keys = range(r * offered, (r + 1) * offered)
-        candidates = [
-            types.SimpleNamespace(key=k, features=np.array([k]), explore=False) for k in keys
-        ]
+        keys, candidates = synthetic_round(r, offered)
         selection = flt.select(task, candidates)  # type: ignore[arg-type]
         chosen = [candidates[i] for i in selection.keep]
         flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
@@ -348,11 +359,7 @@ def test_the_searchs_random_picks_are_kept_unjudged_and_the_rest_filtered_as_bef
         predictor=RankingPredictor(truth, lambda k: 0.0, 0),  # type: ignore[arg-type]
     )
     for r in range(20):
-        keys = range(r * offered, (r + 1) * offered)
-        candidates = [
-            types.SimpleNamespace(key=k, features=np.array([k]), explore=k % offered >= 60)
-            for k in keys
-        ]
+        keys, candidates = synthetic_round(r, offered, random_from=60)
         selection = flt.select(task, candidates)  # type: ignore[arg-type]
         chosen = [candidates[i] for i in selection.keep]
         assert {c.key for c in chosen if c.explore} == set(keys[-explore:])
@@ -383,11 +390,7 @@ def test_an_audit_slower_than_the_rounds_random_picks_is_no_false_negative():
     )
     beaten = 0  # rounds where an audit beat every kept candidate
     for r in range(rounds):
-        keys = range(r * offered, (r + 1) * offered)
-        candidates = [
-            types.SimpleNamespace(key=k, features=np.array([k]), explore=k % offered >= 60)
-            for k in keys
-        ]
+        keys, candidates = synthetic_round(r, offered, random_from=60)
         selection = flt.select(task, candidates)  # type: ignore[arg-type]
         chosen = [candidates[i] for i in selection.keep]
         audited = {candidates[i].key for i in selection.audit}
