@@ -3,7 +3,7 @@ larger CNN and an MLP, in one run of this script.
 
     python benchmarks/filter_benchmark.py [--trials 320,384,512] [--only smallcnn,mlpish]
                                           [--seed 0] [--repeats 40] [--shared-rounds 2]
-                                          [--label vm-2core]
+                                          [--control] [--label vm-2core]
 
 Same target, trial cap and seed for both configurations of a model; each tunes in a fresh
 process, one after the other: `none` first on even seeds, `xgb` first on odd ones, so that
@@ -22,6 +22,10 @@ the final end-to-end latency, the wall time (from the start of the first tuning 
 it first came within 2% of `none`'s final latency, the filter's audited recall of each round's
 top 10%, and the filter's own time as a share of the wall time (the shared rounds' calls
 included). Raw figures go to benchmarks/results/filter-<models>-<label>-<date>.json.
+
+`--control` is an A/A run: the second side, `again`, is `--filter none` too. What its two sides
+differ by is the benchmark's own noise (the search's luck after the shared rounds, the
+machine's drift), and over several seeds, whether the side tuned first has an edge.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from _common import (
 )
 
 CONFIGS = ("none", "xgb")
+CONTROL = ("none", "again")  # --control: the second side is `none` again
+FILTER = {"none": "none", "xgb": "xgb", "again": "none"}  # each side's --filter
 MODELS = ("smallcnn", "resnetish", "mlpish")  # --trials gives their caps in this order
 SHARED = "shared"  # the run directory of the rounds both configurations start from
 
@@ -84,8 +90,11 @@ def main() -> None:
     parser.add_argument(
         "--only", help="comma-separated models to run (smallcnn, resnetish, mlpish)"
     )
+    parser.add_argument(
+        "--control", action="store_true", help="A/A: the second side is --filter none too"
+    )
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
-    parser.add_argument("--side", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=sorted(set(FILTER.values())), help=argparse.SUPPRESS)
     for hidden in ("--model", "--target-json", "--work"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -117,12 +126,13 @@ def main() -> None:
     def tune(model: str, config: str, trials: int, work: Path) -> dict[str, Any]:
         return run_child(
             Path(__file__),
-            ["--side", config, "--model", str(models[model]), "--trials", str(trials),
+            ["--side", FILTER[config], "--model", str(models[model]), "--trials", str(trials),
              "--seed", str(args.seed), "--target-json", target_json, "--work", str(work)],
         )  # fmt: skip
 
     shared_trials = args.shared_rounds * Settings.load().tune.trials_per_round
-    order = CONFIGS if args.seed % 2 == 0 else CONFIGS[::-1]
+    sides = CONTROL if args.control else CONFIGS
+    order = sides if args.seed % 2 == 0 else sides[::-1]
     for model in models:
         if shared_trials:
             print(f"{model}: tuning the {args.shared_rounds} shared rounds ...", flush=True)
@@ -138,7 +148,7 @@ def main() -> None:
         print(f"{model}: compiling and timing every round's database ...", flush=True)
         databases = {
             key: prefix_database(base / model / key.split("/")[0], records, scratch())
-            for config in CONFIGS
+            for config in sides
             for key, (_, records) in zip(
                 checkpoint_keys(figures[model], config),
                 figures[model][config]["checkpoints"],
@@ -146,7 +156,7 @@ def main() -> None:
             )
         }
         latency = time_databases(models[model], target_json, databases, args.repeats)
-        rows[model] = summarize(figures[model], latency)
+        rows[model] = summarize(figures[model], latency, sides)
     machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
     print_table(rows, caps, args.seed, machine)
     out = ROOT / "benchmarks" / "results" / (
@@ -161,6 +171,7 @@ def main() -> None:
                 "caps": caps,
                 "repeats": args.repeats,
                 "shared_rounds": args.shared_rounds,
+                "sides": list(sides),
                 "order": list(order),
                 "tolerance": QUALITY_TOLERANCE,
                 "work": str(base.relative_to(ROOT)),  # the run directories, for filter_seeds.py
@@ -173,9 +184,11 @@ def main() -> None:
     print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
 
 
-def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Per configuration: its curve (wall s, end-to-end latency s), when it reached none's
-    final latency, its filter's recall and own time."""
+def summarize(
+    figures: dict[str, Any], latency: dict[str, dict[str, float]], sides: tuple[str, ...] = CONFIGS
+) -> dict[str, Any]:
+    """Per side (configuration): its curve (wall s, end-to-end latency s), when it reached
+    none's final latency, its filter's recall and own time."""
     curves = {
         config: [
             (s, latency[key]["median_s"])
@@ -183,12 +196,12 @@ def summarize(figures: dict[str, Any], latency: dict[str, dict[str, float]]) -> 
                 checkpoint_keys(figures, config), figures[config]["checkpoints"], strict=True
             )
         ]
-        for config in CONFIGS
+        for config in sides
     }
     # The shared rounds' calls are part of each configuration's wall time.
     shared_s = figures.get(SHARED, {}).get("total_s", 0.0)
     rows = {}
-    for config in CONFIGS:
+    for config in sides:
         f = figures[config]
         stats = f.get("filter", {})
         total = stats.get("total", {})
