@@ -18,7 +18,9 @@ its time).
 
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count if the two sides were exchangeable (the filter made
-no difference, so each side is as likely to be sooner).
+no difference, so each side is as likely to be sooner); and in how many the side tuned first
+ended with the faster model, with the same test. Runs of `filter_benchmark.py --control` (A/A:
+the second side, `again`, is `none` too) are tabled and counted apart, in `again`'s name.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ def sign_test_p(wins: int, n: int) -> float:
     return min(1.0, 2 * p)
 
 
-def parted(none: list, xgb: list, shared: int, tolerance: float) -> tuple[int, str] | None:
+def parted(
+    none: list, xgb: list, shared: int, tolerance: float, other: str = "xgb"
+) -> tuple[int, str] | None:
     """The first round (1-based) after the shared ones in which the two curves' latencies
     differ by more than `tolerance`, and the side ahead; None if they never do (in the rounds
     both had: one side may have one more)."""
     for k, ((_, a), (_, b)) in enumerate(zip(none, xgb, strict=False), start=1):
         if k > shared and abs(a - b) > tolerance * min(a, b):
-            return k, "xgb" if b < a else "none"
+            return k, other if b < a else "none"
     return None
 
 
@@ -78,43 +82,50 @@ def set_aside(events: dict[int, dict[str, Any]], upto: int) -> int:
     return sum(e["filtered"] - e["audited"] for k, e in events.items() if k <= upto)
 
 
-def margin(events: dict[str, dict[int, dict[str, Any]]], at: dict[str, int]) -> dict[str, float]:
-    """Seconds xgb spent minus none's, by phase, up to the rounds in which each reached
-    none's final latency (the shared rounds are the same on both sides)."""
-    phases = {c: events[c][at[c]]["spend"]["phases"] for c in CONFIGS}
-    return {p: phases["xgb"].get(p, 0.0) - phases["none"].get(p, 0.0) for p in phases["none"]}
+def margin(
+    events: dict[str, dict[int, dict[str, Any]]], at: dict[str, int], other: str
+) -> dict[str, float]:
+    """Seconds the other side (xgb) spent minus none's, by phase, up to the rounds in which
+    each reached none's final latency (the shared rounds are the same on both sides)."""
+    phases = {c: events[c][at[c]]["spend"]["phases"] for c in ("none", other)}
+    return {p: phases[other].get(p, 0.0) - phases["none"].get(p, 0.0) for p in phases["none"]}
 
 
 def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
     data = json.loads(path.read_text())
+    sides = tuple(data.get("sides", CONFIGS))  # ("none", "again") for an A/A run
+    other = sides[1]
     out = []
     for model, by_config in data["rows"].items():
-        none, xgb = by_config["none"], by_config["xgb"]
-        split = parted(none["curve"], xgb["curve"], data["shared_rounds"], data["tolerance"])
+        none, second = by_config["none"], by_config[other]
+        split = parted(
+            none["curve"], second["curve"], data["shared_rounds"], data["tolerance"], other
+        )
         # The round (1-based) in which each side first came within the tolerance.
         at = {
             c: next(k for k, (s, _) in enumerate(by_config[c]["curve"], 1) if s == reached_s)
-            for c in CONFIGS
+            for c in sides
             if (reached_s := by_config[c]["reached_none_final_s"]) is not None
         }
-        runs = {c: run_directory(work, data, model, c, data["figures"][model][c]) for c in CONFIGS}
+        runs = {c: run_directory(work, data, model, c, data["figures"][model][c]) for c in sides}
         events = {c: rounds(run) for c, run in runs.items() if run}
         out.append(
             {
                 "model": model,
+                "other": other,
                 "seed": data["seed"],
                 "first": data.get("order", CONFIGS)[0],  # older runs: none first, always
                 "none_s": none["reached_none_final_s"],
-                "xgb_s": xgb["reached_none_final_s"],
+                "other_s": second["reached_none_final_s"],
                 "at": at,
-                "final_ratio": xgb["final_latency_s"] / none["final_latency_s"],
-                "recall": xgb["recall"],
-                "audited": xgb["audited"],
+                "final_ratio": second["final_latency_s"] / none["final_latency_s"],
+                "recall": second["recall"],
+                "audited": second["audited"],
                 "parted": split,
                 "set_aside": set_aside(events["xgb"], split[0])
                 if "xgb" in events and split
                 else None,
-                "margin": margin(events, at) if len(events) == len(at) == 2 else None,
+                "margin": margin(events, at, other) if len(events) == len(at) == 2 else None,
             }
         )
     return out
@@ -133,6 +144,13 @@ HEADER = ("model", "seed", "first", "none reached", "xgb reached", "xgb/none", "
           "xgb recall (audits)", "parted (set aside by then); xgb - none by phase")  # fmt: skip
 
 
+def first_faster(r: dict[str, Any]) -> bool | None:
+    """Whether the side tuned first ended with the faster model (None: the same latency)."""
+    if r["final_ratio"] == 1:
+        return None
+    return (r["final_ratio"] < 1) == (r["first"] != "none")
+
+
 def cells(r: dict[str, Any]) -> list[str]:
     """One row of the table, as text cells."""
     recall = f"{r['recall']:.0%} ({r['audited']})" if r["recall"] is not None else "-"
@@ -144,7 +162,10 @@ def cells(r: dict[str, Any]) -> list[str]:
             (kv for kv in r["margin"].items() if abs(kv[1]) >= 0.5), key=lambda kv: -abs(kv[1])
         )
         where += "; " + ", ".join(f"{p} {d:+.0f} s" for p, d in big[:3])
-    sides = [fmt_s(r[f"{c}_s"]) + (f" (r{r['at'][c]})" if c in r["at"] else "") for c in CONFIGS]
+    sides = [
+        fmt_s(r[f"{key}_s"]) + (f" (r{r['at'][c]})" if c in r["at"] else "")
+        for key, c in (("none", "none"), ("other", r["other"]))
+    ]
     return [r["model"], str(r["seed"]), r["first"], *sides, fmt_ratio(r["ratio"]),
             f"{r['final_ratio']:.3f}x", recall, where]  # fmt: skip
 
@@ -157,10 +178,12 @@ def main() -> None:
     args = parser.parse_args()
     rows = sorted(
         (r for path in args.results for r in rows_of(path, args.work)),
-        key=lambda r: (r["model"], r["seed"]),
+        key=lambda r: (r["other"] != "xgb", r["model"], r["seed"]),
     )
     for r in rows:
-        r["ratio"] = r["xgb_s"] / r["none_s"] if r["xgb_s"] is not None else math.inf
+        r["ratio"] = r["other_s"] / r["none_s"] if r["other_s"] is not None else math.inf
+        if r["other"] != "xgb":  # an A/A run's rows, under a name of their own
+            r["model"] = f"{r['model']} (A/A: {r['other']})"
     table = [list(HEADER)] + [cells(r) for r in rows]
     if args.markdown:
         table.insert(1, ["---"] * len(HEADER))
@@ -170,15 +193,24 @@ def main() -> None:
         for row in table:
             print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)), row[-1])
     print()
-    for name in sorted({r["model"] for r in rows}) + ["all"]:
-        group = [r for r in rows if name in ("all", r["model"])]
+    groups = {
+        name: [r for r in rows if r["model"] == name] for name in sorted({r["model"] for r in rows})
+    }
+    for other, label in (("xgb", "all"), ("again", "all A/A")):
+        if len(picked := [r for r in rows if r["other"] == other]) > len(picked[:1]):
+            groups[label] = picked
+    for name, group in groups.items():
+        other = group[0]["other"]
         wins = sum(r["ratio"] < 1 for r in group)
         ties = sum(r["ratio"] == 1 for r in group)
+        first = [f for r in group if (f := first_faster(r)) is not None]
         print(
-            f"{name}: xgb sooner in {wins} of {len(group)} ({ties} ties), median xgb/none "
-            f"{fmt_ratio(statistics.median(r['ratio'] for r in group))}, sign test p = "
-            f"{sign_test_p(wins, len(group) - ties):.3f}; final latency median "
-            f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's"
+            f"{name}: {other} sooner in {wins} of {len(group)} ({ties} ties), median "
+            f"{other}/none {fmt_ratio(statistics.median(r['ratio'] for r in group))}, sign test "
+            f"p = {sign_test_p(wins, len(group) - ties):.3f}; final latency median "
+            f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's; the side tuned "
+            f"first ended faster in {sum(first)} of {len(first)} (p = "
+            f"{sign_test_p(sum(first), len(first)):.3f})"
         )
 
 
