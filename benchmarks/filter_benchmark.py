@@ -138,7 +138,7 @@ def main() -> None:
             print(f"{model}: tuning the {args.shared_rounds} shared rounds ...", flush=True)
             figures[model][SHARED] = tune(model, "xgb", shared_trials, base / model / SHARED)
         for config in order:
-            print(f"{model}: tuning with --filter {config} ...", flush=True)
+            print(f"{model}: tuning {config} (--filter {FILTER[config]}) ...", flush=True)
             if shared_trials:
                 shutil.copytree(base / model / SHARED, base / model / config)
             figures[model][config] = tune(model, config, caps[model], base / model / config)

@@ -6,6 +6,7 @@ record each round changed.
                                        [--repeats 40] [--label vm-2core]
     python benchmarks/retime_rounds.py RESULT --model mlpish --sides none,xgb --rounds last
     python benchmarks/retime_rounds.py RESULT --model mlpish --sides none,xgb --rounds all
+    python benchmarks/retime_rounds.py AA-RESULT --model smallcnn --sides none,again --rounds last
 
 RESULT is a filter_benchmark.py raw-figures file whose run directories (its `work`) are still
 on this machine. A round's database is a side's records up to that round's end, compiled with
@@ -68,8 +69,9 @@ def main() -> None:
         parser.error(f"{args.result} names no run directories for {args.model}")
     work = ROOT / saved["work"]
     sides = args.sides.split(",")
-    if bad := [side for side in sides if side not in CONFIGS]:
-        parser.error(f"unknown sides {bad}: {', '.join(CONFIGS)}")
+    known = saved.get("sides", CONFIGS)  # an A/A run's (--control): none and again
+    if bad := [side for side in sides if side not in known]:
+        parser.error(f"unknown sides {bad}: {', '.join(known)}")
     if gone := [side for side in sides if not (work / args.model / side).is_dir()]:
         parser.error(f"{work / args.model} has no {gone}: re-timing needs the pair's run dirs")
     model_path = model_file(args.model, work)
@@ -127,7 +129,7 @@ def main() -> None:
         args.rounds if args.rounds in ("last", "all") else "rounds" + args.rounds.replace(",", "-")
     )
     reach = None
-    if args.rounds == "all" and set(sides) == set(CONFIGS):
+    if args.rounds == "all" and set(sides) == set(known):
         curves = {
             side: [
                 (saved["rows"][args.model][side]["curve"][row["round"] - 1][0], row["median_s"])
