@@ -14,7 +14,9 @@ adds how many candidates xgb's filter had set aside (rejected and not audited) b
 that round (a side that got ahead in a round before which the filter had set nothing aside
 got there by the search's luck, not by the filter), and the seconds xgb spent minus none's,
 by phase, until each reached none's final latency (the round it did so in is printed beside
-its time).
+its time). With the run directories it also finds the candidates both sides measured after the
+shared rounds and compares their first repeats: drift on the host between the first-tuned side
+and the second would show there.
 
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count against one half. The goal is `none`'s own final,
@@ -70,6 +72,29 @@ def run_directory(
         if abs(summary["wall_s"] - figures["wall_s"]) < 1e-6:
             return report.parent
     return None
+
+
+def first_repeats(run: Path) -> dict[tuple[int, str], float]:
+    """A run's measured candidates (workload index, trace) and the first repeat of each (racing
+    may have cut the others short); failed ones left out."""
+    out = {}
+    for line in (run / "database_tuning_record.json").read_text().splitlines():
+        if line.strip():
+            index, (trace, secs, *_) = json.loads(line)
+            if secs and float(secs[0]) < 1e9:  # failures are recorded as 1e10 s
+                out[(index, json.dumps(trace, sort_keys=True))] = float(secs[0])
+    return out
+
+
+def common_timing(runs: dict[str, Path], sides: tuple[str, ...], shared: Path) -> dict[str, Any]:
+    """The candidates both sides measured after the shared rounds: how many, and the median of
+    the second-tuned side's time over the first's (drift on the host between the sides would
+    move it off 1)."""
+    first, second = (first_repeats(runs[c]) for c in sides)
+    before = first_repeats(shared) if (shared / "database_tuning_record.json").exists() else {}
+    both = [k for k in first if k in second and k not in before]
+    ratio = statistics.median(second[k] / first[k] for k in both) if both else None
+    return {"candidates": len(both), "second_over_first": ratio}
 
 
 def rounds(run: Path) -> dict[int, dict[str, Any]]:
@@ -128,6 +153,11 @@ def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
                 if "xgb" in events and split
                 else None,
                 "margin": margin(events, at, other) if len(events) == len(at) == 2 else None,
+                "common": common_timing(
+                    runs, tuple(data["order"]), next(iter(runs.values())).parent / "shared"
+                )
+                if all(runs.values()) and "order" in data
+                else None,
             }
         )
     return out
@@ -207,6 +237,7 @@ def main() -> None:
         ties = sum(r["ratio"] == 1 for r in group)
         first = [f for r in group if (f := first_faster(r)) is not None]
         close = sum(abs(r["final_ratio"] - 1) < 0.01 for r in group)
+        common = [r["common"] for r in group if r["common"] and r["common"]["candidates"]]
         print(
             f"{name}: {other} sooner in {wins} of {len(group)} ({ties} ties), median "
             f"{other}/none {fmt_ratio(statistics.median(r['ratio'] for r in group))}, sign test "
@@ -215,6 +246,14 @@ def main() -> None:
             f"first ended faster in {sum(first)} of {len(first)} (p = "
             f"{sign_test_p(sum(first), len(first)):.3f}; {close} of the finals within 1%)"
         )
+        if common:
+            counts = [c["candidates"] for c in common]
+            ratios = [c["second_over_first"] for c in common]
+            print(
+                f"  candidates both sides measured: {min(counts)}-{max(counts)} a pair in "
+                f"{len(common)} pairs, the second side's first repeat over the first's "
+                f"{min(ratios):.2f}x-{max(ratios):.2f}x (medians)"
+            )
 
 
 if __name__ == "__main__":
