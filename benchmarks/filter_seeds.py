@@ -21,7 +21,8 @@ and the second would show there.
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count against one half. The goal is `none`'s own final,
 which `none` always reaches and the other side may not, so with no difference between the sides
-the other is sooner in fewer than half the pairs: A/A runs say how many. And in how many pairs
+the other is sooner in fewer than half the pairs: A/A runs say how many. The same for the
+slower of each pair's two finals, a goal both sides reach, whose null is one half. And in how many pairs
 the side tuned first ended with the faster model, with the same test (and how many of the
 pairs' finals were within 1% of each other, which a timing can reverse). Runs of `filter_benchmark.py --control` (A/A:
 the second side, `again`, is `none` too) are tabled and counted apart, in `again`'s name.
@@ -35,6 +36,8 @@ import math
 import statistics
 from pathlib import Path
 from typing import Any
+
+from _common import reached
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("none", "xgb")
@@ -146,6 +149,7 @@ def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
                 "other_s": second["reached_none_final_s"],
                 "at": at,
                 "final_ratio": second["final_latency_s"] / none["final_latency_s"],
+                "to_slower": to_slower(none["curve"], second["curve"]),
                 "recall": second["recall"],
                 "audited": second["audited"],
                 "parted": split,
@@ -174,6 +178,14 @@ def fmt_ratio(ratio: float) -> str:
 
 HEADER = ("model", "seed", "first", "none reached", "xgb reached", "xgb/none", "final xgb/none",
           "xgb recall (audits)", "parted (set aside by then); xgb - none by phase")  # fmt: skip
+
+
+def to_slower(none: list, other: list) -> float:
+    """The other side's time over none's to come within the tolerance of the slower of their
+    two finals: a goal both reach, so with no difference between the sides either is as likely
+    to get there first."""
+    goal = max(none[-1][1], other[-1][1])
+    return reached(other, goal) / reached(none, goal)
 
 
 def first_faster(r: dict[str, Any]) -> bool | None:
@@ -245,6 +257,12 @@ def main() -> None:
             f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's; the side tuned "
             f"first ended faster in {sum(first)} of {len(first)} (p = "
             f"{sign_test_p(sum(first), len(first)):.3f}; {close} of the finals within 1%)"
+        )
+        slower = sum(r["to_slower"] < 1 for r in group)
+        print(
+            f"  to the slower of each pair's two finals: {other} sooner in {slower} of "
+            f"{len(group)} (p = {sign_test_p(slower, len(group)):.3f}), median {other}/none "
+            f"{statistics.median(r['to_slower'] for r in group):.2f}x"
         )
         if common:
             counts = [c["candidates"] for c in common]
