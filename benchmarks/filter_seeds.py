@@ -20,12 +20,13 @@ and the second would show there.
 
 Then, per model and over all: in how many pairs xgb was sooner, the median ratio, and the
 two-sided sign-test p-value of that count against one half. The goal is `none`'s own final,
-which `none` always reaches and the other side may not, so with no difference between the sides
-the other is sooner in fewer than half the pairs: A/A runs say how many. The same for the
-slower of each pair's two finals, a goal both sides reach, whose null is one half. And in how many pairs
-the side tuned first ended with the faster model, with the same test (and how many of the
-pairs' finals were within 1% of each other, which a timing can reverse). Runs of `filter_benchmark.py --control` (A/A:
-the second side, `again`, is `none` too) are tabled and counted apart, in `again`'s name.
+which `none` always reaches and the other side may not, so with no difference between the
+sides the other is sooner in fewer than half the pairs: A/A runs say how many. The same for the
+slower of each pair's two finals, a goal both sides reach, whose null is one half. And in how
+many pairs the side tuned first ended with the faster model, with the same test (and how many
+of the pairs' finals were within 1% of each other, which a timing can reverse). Runs of
+`filter_benchmark.py --control` (A/A: the second side, `again`, is `none` too) are tabled and
+counted apart, in `again`'s name.
 """
 
 from __future__ import annotations
@@ -228,7 +229,10 @@ def main() -> None:
         r["ratio"] = r["other_s"] / r["none_s"] if r["other_s"] is not None else math.inf
         if r["other"] != "xgb":  # an A/A run's rows, under a name of their own
             r["model"] = f"{r['model']} (A/A: {r['other']})"
-    table = [list(HEADER)] + [cells(r) for r in rows]
+    others = {r["other"] for r in rows}  # the columns name the other side where all rows agree
+    name = others.pop() if len(others) == 1 else "xgb"
+    header = [h.replace("xgb", name) for h in HEADER]
+    table = [header] + [cells(r) for r in rows]
     if args.markdown:
         table.insert(1, ["---"] * len(HEADER))
         print("\n".join("| " + " | ".join(row) + " |" for row in table))
