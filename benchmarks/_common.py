@@ -175,6 +175,22 @@ def committed_records(run_dir: Path) -> list[tuple[int, Any]]:
     ]
 
 
+def record_schedule(record: Any) -> Any:
+    """A tuning record's schedule: its trace replayed on its workload, postprocessors kept."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(record.workload.mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
+
+
+def args_info(sch: Any) -> Any:
+    """The ArgInfo of a schedule's entry function, as a measurement needs it."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+
+
 def prefix_database(run_dir: Path, records: int, into: Path) -> Path:
     """A copy of a run's database holding only its first `records` records (commit order)."""
     into.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, committed_records
+from _common import ROOT, args_info, committed_records, record_schedule
 
 
 def main() -> None:
@@ -136,18 +136,10 @@ def flat(settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {f"measure.{k}": v for k, v in settings.get("measure", {}).items()}
 
 
-def args_info(sch: Any) -> Any:
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-
-
 def replayed(run_dir: Path, limit: int) -> dict[int, list[Any]]:
     """Per task (workload index), the schedules of the first `limit` measured candidates, in
     the order the run committed them; each task's first record (its default schedule) is
     left out, and so are failed candidates."""
-    from tvm import s_tir
-
     seen: set[int] = set()
     by_task: dict[int, list[Any]] = collections.defaultdict(list)
     count = 0
@@ -160,9 +152,7 @@ def replayed(run_dir: Path, limit: int) -> dict[int, list[Any]]:
         secs = [float(s) for s in (tuned.run_secs or [])]
         if not secs or min(secs) >= 1e9:
             continue
-        sch = s_tir.Schedule(tuned.workload.mod)
-        tuned.trace.apply_to_schedule(sch, remove_postproc=False)
-        by_task[index].append(sch)
+        by_task[index].append(record_schedule(tuned))
         count += 1
     return dict(by_task)
 

@@ -38,10 +38,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _common import reached
-
-ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ("none", "xgb")
+from _common import ROOT, reached
+from filter_benchmark import CONFIGS, SHARED
 
 
 def sign_test_p(wins: int, n: int) -> float:
@@ -159,7 +157,7 @@ def rows_of(path: Path, work: Path) -> list[dict[str, Any]]:
                 else None,
                 "margin": margin(events, at, other) if len(events) == len(at) == 2 else None,
                 "common": common_timing(
-                    runs, tuple(data["order"]), next(iter(runs.values())).parent / "shared"
+                    runs, tuple(data["order"]), next(iter(runs.values())).parent / SHARED
                 )
                 if all(runs.values()) and "order" in data
                 else None,

@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, committed_records
+from _common import ROOT, args_info, committed_records, record_schedule
 
 
 @dataclasses.dataclass
@@ -43,8 +43,6 @@ class Kernel:
 
 def fastest(run_dir: Path, top: int, min_records: int, names: dict[Any, str]) -> list[Kernel]:
     """A run's `top` fastest measured records of each task it tuned, as kernels to re-time."""
-    from tvm import s_tir
-
     from orchestrator.tasks import structural_key
 
     by_workload: dict[Any, list[tuple[float, Any]]] = {}
@@ -60,16 +58,12 @@ def fastest(run_dir: Path, top: int, min_records: int, names: dict[Any, str]) ->
         name = names.setdefault(key, f"task{len(names)}")
         records.sort(key=lambda r: r[0])
         for rank, (seconds, record) in enumerate(records[:top]):
-            sch = s_tir.Schedule(record.workload.mod)
-            record.trace.apply_to_schedule(sch, remove_postproc=False)
-            kernels.append(Kernel("", name, rank, seconds, sch))
+            kernels.append(Kernel("", name, rank, seconds, record_schedule(record)))
     return kernels
 
 
 def retime(kernels: list[Kernel], target: Any, settings: Any, passes: int) -> None:
     """Build every kernel and time them all `passes` times, alternating the order."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
     from measure import BuildInput, BuildPool, LocalEngine, MeasureInput
     from orchestrator.measuring import timer_config
     from orchestrator.tasks import arg_specs
@@ -82,9 +76,7 @@ def retime(kernels: list[Kernel], target: Any, settings: Any, passes: int) -> No
         if failed := [k for k, b in zip(kernels, builds, strict=True) if not b.ok]:
             raise RuntimeError(f"{len(failed)} kernels did not build again, first {failed[0]}")
         inputs = [
-            MeasureInput(
-                b.artifact, arg_specs(ArgInfo.from_entry_func(k.schedule.mod, remove_preproc=True))
-            )
+            MeasureInput(b.artifact, arg_specs(args_info(k.schedule)))
             for k, b in zip(kernels, builds, strict=True)
         ]
         engine.measure(inputs[:1])  # the measuring process started before anything is timed
