@@ -89,7 +89,8 @@ def main() -> None:
                 )
     summary = summarize(runs, layouts)
     print(f"\n{path.name}, {len(tasks)} tasks, {target.kind.name}, {cores} cores ({args.label})")
-    print(f"  {'round':<8}{'layout':<10}{'wall (median)':>15}{'vs 1x1':>10}{'CPU busy':>10}")
+    first = "vs " + summary[0]["vs"]
+    print(f"  {'round':<8}{'layout':<10}{'wall (median)':>15}{first:>10}{'CPU busy':>10}")
     for row in summary:
         print(
             f"  {row['mode']:<8}{row['layout']:<10}{row['wall_s']:>13.1f} s"
@@ -209,11 +210,11 @@ class Bench:
 
 
 def summarize(runs: list[dict[str, Any]], layouts: list[tuple[int, int]]) -> list[dict]:
-    """Per round kind and layout: the median wall, its speedup over one search at a time on
-    one thread, and the cores kept busy (CPU seconds / wall)."""
+    """Per round kind and layout: the median wall, its speedup over the first layout (one
+    search at a time on one thread by default), and the cores kept busy (CPU s / wall)."""
     rows = []
     for mode in ("cold", "guided"):
-        base = None
+        base = None  # the first layout's wall: the ratios are against it (1x1 by default)
         for searches, threads in layouts:
             mine = [
                 r
@@ -222,14 +223,14 @@ def summarize(runs: list[dict[str, Any]], layouts: list[tuple[int, int]]) -> lis
             ]
             wall = statistics.median(r["wall_s"] for r in mine)
             busy = statistics.median(r["cpu_s"] / r["wall_s"] for r in mine)
-            if (searches, threads) == (1, 1):
-                base = wall
+            base = base or wall
             rows.append(
                 {
                     "mode": mode,
                     "layout": f"{searches}x{threads}",
                     "wall_s": wall,
-                    "speedup": base / wall if base else float("nan"),
+                    "speedup": base / wall,
+                    "vs": "{}x{}".format(*layouts[0]),
                     "cores_busy": busy,
                     "runs": len(mine),
                 }
