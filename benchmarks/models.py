@@ -1,6 +1,7 @@
 """Models for benchmarks, made here so nothing large is committed.
 
-    python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish] [--out PATH]
+    python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish]
+                                [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
 global pooling, dense) on a 1x3x64x64 image: ~12 tuning tasks, ~0.2 GFLOP, several tasks
@@ -14,6 +15,9 @@ most of its weights and little of its time): ~15 GFLOP (7.6 G multiply-adds), fp
 batch 1; 28 tuning tasks.
 `mlpish`: three dense layers (768 -> 1024 -> 1024 -> 10, ReLU between) on a flattened
 1x3x16x16 image: ~3.9 MFLOP, dense tasks only.
+`mobilenetish`: MobileNet-v1's layout cut to six depthwise-separable blocks (a 3x3
+depthwise convolution, then a 1x1 one; 32 to 512 channels), batch-normalised, on a 1x3x96x96
+image, 10-way dense: ~0.1 GFLOP, depthwise and pointwise convolution tasks.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -50,12 +54,27 @@ class _Graph:
         self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
         return out
 
-    def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, bias: bool = False) -> str:
-        w = self.param(self.rng.standard_normal((cout, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5)
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int,
+        stride: int = 1,
+        bias: bool = False,
+        group: int = 1,
+    ) -> str:
+        fan_in = cin // group * k * k
+        w = self.param(self.rng.standard_normal((cout, cin // group, k, k)) * (2.0 / fan_in) ** 0.5)
         inputs = [x, w] + ([self.param(0.1 * self.rng.standard_normal(cout))] if bias else [])
         pad = k // 2
         return self.node(
-            "Conv", inputs, kernel_shape=[k, k], pads=[pad] * 4, strides=[stride, stride]
+            "Conv",
+            inputs,
+            kernel_shape=[k, k],
+            pads=[pad] * 4,
+            strides=[stride, stride],
+            group=group,
         )
 
     def batch_norm(self, x: str, channels: int) -> str:
@@ -65,8 +84,10 @@ class _Graph:
         var = self.param(self.rng.uniform(0.5, 1.5, channels))
         return self.node("BatchNormalization", [x, scale, shift, mean, var], epsilon=1e-5)
 
-    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int, relu: bool) -> str:
-        y = self.batch_norm(self.conv(x, cin, cout, k, stride), cout)
+    def conv_bn(
+        self, x: str, cin: int, cout: int, k: int, stride: int, relu: bool, group: int = 1
+    ) -> str:
+        y = self.batch_norm(self.conv(x, cin, cout, k, stride, group=group), cout)
         return self.node("Relu", [y]) if relu else y
 
     def dense(self, x: str, features: int, out: int) -> str:
@@ -122,6 +143,18 @@ def vggish(seed: int = 0) -> onnx.ModelProto:
     return g.model("vggish", "image", 224, "logits", 1000)
 
 
+def mobilenetish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x = g.conv_bn("image", 3, 32, 3, 2, relu=True)
+    cin = 32
+    for cout, stride in [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]:
+        x = g.conv_bn(x, cin, cin, 3, stride, relu=True, group=cin)  # depthwise
+        x = g.conv_bn(x, cin, cout, 1, 1, relu=True)  # pointwise
+        cin = cout
+    g.head(x, cin, 10)
+    return g.model("mobilenetish", "image", 96, "logits", 10)
+
+
 def mlpish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
     x = g.node("Flatten", ["image"], axis=1)
@@ -158,6 +191,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vggish": vggish,
     "resnet50ish": resnet50ish,
     "mlpish": mlpish,
+    "mobilenetish": mobilenetish,
 }
 
 
