@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, args_info, committed_records, record_schedule
+from _common import ROOT, args_info, committed_records, measured_secs, record_schedule
 
 
 def main() -> None:
@@ -149,8 +149,7 @@ def replayed(run_dir: Path, limit: int) -> dict[int, list[Any]]:
         if index not in seen:  # the default schedule's record comes first
             seen.add(index)
             continue
-        secs = [float(s) for s in (tuned.run_secs or [])]
-        if not secs or min(secs) >= 1e9:
+        if not measured_secs(tuned.run_secs):
             continue
         by_task[index].append(record_schedule(tuned))
         count += 1

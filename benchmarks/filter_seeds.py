@@ -38,7 +38,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, reached
+from _common import ROOT, json_lines, measured_secs, reached
 from filter_benchmark import CONFIGS, SHARED
 
 
@@ -80,11 +80,9 @@ def first_repeats(run: Path) -> dict[tuple[int, str], float]:
     """A run's measured candidates (workload index, trace) and the first repeat of each (racing
     may have cut the others short); failed ones left out."""
     out = {}
-    for line in (run / "database_tuning_record.json").read_text().splitlines():
-        if line.strip():
-            index, (trace, secs, *_) = json.loads(line)
-            if secs and float(secs[0]) < 1e9:  # failures are recorded as 1e10 s
-                out[(index, json.dumps(trace, sort_keys=True))] = float(secs[0])
+    for index, (trace, secs, *_) in json_lines(run / "database_tuning_record.json"):
+        if secs := measured_secs(secs):
+            out[(index, json.dumps(trace, sort_keys=True))] = secs[0]
     return out
 
 

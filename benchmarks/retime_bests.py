@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, args_info, committed_records, record_schedule
+from _common import ROOT, args_info, committed_records, measured_secs, record_schedule
 
 
 @dataclasses.dataclass
@@ -47,8 +47,7 @@ def fastest(run_dir: Path, top: int, min_records: int, names: dict[Any, str]) ->
 
     by_workload: dict[Any, list[tuple[float, Any]]] = {}
     for _, record in committed_records(run_dir):
-        secs = [float(s) for s in (record.run_secs or [])]
-        if secs and min(secs) < 1e9:  # failed candidates are recorded as 1e10 s
+        if secs := measured_secs(record.run_secs):
             key = structural_key(record.workload.mod)
             by_workload.setdefault(key, []).append((statistics.fmean(secs), record))
     kernels = []
