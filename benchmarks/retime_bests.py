@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--min-records", type=int, default=20, help="a tuned task's fewest")
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     args = parser.parse_args()
+    if args.passes < 2:
+        parser.error("--passes must be 2 or more: the spread between passes needs two timings")
 
     import tvm
 
