@@ -1,6 +1,7 @@
 """Models for benchmarks, made here so nothing large is committed.
 
-    python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish]
+    python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish|
+                                         smallvgg]
                                 [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
@@ -18,6 +19,9 @@ batch 1; 28 tuning tasks.
 `mobilenetish`: MobileNet-v1's layout cut to six depthwise-separable blocks (a 3x3
 depthwise convolution, then a 1x1 one; 32 to 512 channels), batch-normalised, on a 1x3x96x96
 image, 10-way dense: ~0.09 GFLOP; 16 tuning tasks, mostly depthwise and pointwise convolutions.
+`smallvgg`: a VGG of plain 3x3 convolutions with bias and ReLU (32 to 256 channels, a max-pool
+after each of four stages) on a 1x3x64x64 image, 10-way dense: about resnetish's work without
+its residual adds, 1x1 shortcuts and batch norms.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -143,6 +147,18 @@ def vggish(seed: int = 0) -> onnx.ModelProto:
     return g.model("vggish", "image", 224, "logits", 1000)
 
 
+def smallvgg(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x, cin = "image", 3
+    for stage in ([32], [64], [128, 128], [256, 256]):
+        for cout in stage:
+            x = g.node("Relu", [g.conv(x, cin, cout, 3, bias=True)])
+            cin = cout
+        x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    g.head(x, 256, 10)
+    return g.model("smallvgg", "image", 64, "logits", 10)
+
+
 def mobilenetish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
     x = g.conv_bn("image", 3, 32, 3, 2, relu=True)
@@ -192,6 +208,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet50ish": resnet50ish,
     "mlpish": mlpish,
     "mobilenetish": mobilenetish,
+    "smallvgg": smallvgg,
 }
 
 
