@@ -2,7 +2,10 @@
 # The GPU checks of a session lent a GPU, as one call on the device machine (step 3 of
 # ../shared/gpu/README.md, after call 1 unpacked TVM into /root/site):
 #
-#   bash benchmarks/gpu_checks.sh [SECONDS]        (default 500: all steps end within it)
+#   bash benchmarks/gpu_checks.sh [SECONDS [STEP...]]   (default 500 s, every step)
+#
+# SECONDS bounds the whole call; STEP names pick steps (test_gpu, orchestrate_real,
+# search_cost_simulated, search_cost_512, search_threads), in this file's order.
 #
 # Steps, in order, each cut to the time left (on the lent H200's host, 2026-11-26: test_gpu
 # 125 s; the 192-trial simulated run 112 s with its import; search_threads 126 s):
@@ -13,11 +16,14 @@
 #   3. search_cost.py --simulate: the search's share of a CUDA run on this host's cores
 #      (vggish, 192 trials, timings from the simulated GPU: issue 11's 16-core target; 512
 #      trials did not finish in 220 s there);
-#   4. search_threads.py: do several searches at once scale in threads on this many cores?
+#   4. the same at 512 trials (its own step: it needs more than 220 s there);
+#   5. search_threads.py: do several searches at once scale in threads on this many cores?
 # Everything printed goes to $OUT/log.txt; the results the steps wrote (benchmarks/results and
 # the run's report) to $OUT/results.tar, refreshed after each step so a cut call keeps them.
 set -u
 seconds=${1:-500}
+shift $(($# > 0 ? 1 : 0))
+wanted=" ${*:-test_gpu orchestrate_real search_cost_simulated search_cost_512 search_threads} "
 deadline=$(($(date +%s) + seconds))
 out=${OUT:-/tmp/gpu-checks}
 mkdir -p "$out"
@@ -36,6 +42,7 @@ python3 benchmarks/models.py --model vggish --out "$work/vggish.onnx"
 step() {  # step NAME SECONDS COMMAND...: run COMMAND for at most SECONDS (less if time is short)
   local name=$1 want=$2 left=$((deadline - $(date +%s)))
   shift 2
+  if [[ $wanted != *" $name "* ]]; then return; fi
   local limit=$((want < left ? want : left))
   if ((limit < 30)); then echo "== $name skipped: ${left}s left"; return; fi
   echo "== $name: at most ${limit}s, from $(date +%T)"
@@ -50,6 +57,9 @@ step orchestrate_real 330 python3 -m orchestrator tune --budget 4min --target cu
   --out "$run_dir" "$work/vggish.onnx"
 step search_cost_simulated 150 python3 benchmarks/search_cost.py --simulate \
   --target nvidia/nvidia-h100 --model "$work/vggish.onnx" --trials 192 --seeds 1 \
+  --presets sized --label gpu-host-16core-seed1
+step search_cost_512 330 python3 benchmarks/search_cost.py --simulate \
+  --target nvidia/nvidia-h100 --model "$work/vggish.onnx" --trials 512 --seeds 0 \
   --presets sized --label gpu-host-16core
 step search_threads 150 python3 benchmarks/search_threads.py --model vggish \
   --target nvidia/nvidia-h100 --tasks 8 --layouts 1x16,4x4,8x2 --repeats 1 \
