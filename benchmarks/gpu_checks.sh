@@ -8,15 +8,15 @@
 # search_cost_simulated, search_cost_512, search_threads), in this file's order.
 #
 # Steps, in order, each cut to the time left (on the lent H200's host, 2026-11-26: test_gpu
-# 125 s; the 192-trial simulated run 112 s with its import; search_threads 126 s):
+# 125 s; orchestrate_real 238 s; the simulated runs 112-141 s at 192 trials, 237 s at 512;
+# search_threads 126 s):
 #   1. tests/test_gpu.py on the real GPU;
 #   2. an `orchestrate` run of vggish on the real GPU, 4 minutes of wall (it refuses 2: the
 #      untuned baseline, compile and check were forecast at 2m27s there): what tuning buys over
 #      TVM's untuned kernels, and the search's share with real timings;
 #   3. search_cost.py --simulate: the search's share of a CUDA run on this host's cores
-#      (vggish, 192 trials, timings from the simulated GPU: issue 11's 16-core target; 512
-#      trials did not finish in 220 s there);
-#   4. the same at 512 trials (its own step: it needs more than 220 s there);
+#      (vggish, 192 trials, seed 1, timings from the simulated GPU: issue 11's 16-core target);
+#   4. the same at 512 trials, seed 0;
 #   5. search_threads.py: do several searches at once scale in threads on this many cores?
 # Everything printed goes to $OUT/log.txt; the results the steps wrote (benchmarks/results and
 # the run's report) to $OUT/results.tar, refreshed after each step so a cut call keeps them.
