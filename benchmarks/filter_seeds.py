@@ -249,13 +249,16 @@ def main() -> None:
         ties = sum(r["ratio"] == 1 for r in group)
         first = [f for r in group if (f := first_faster(r)) is not None]
         close = sum(abs(r["final_ratio"] - 1) < 0.01 for r in group)
+        behind = sum(r["final_ratio"] > 1 for r in group)  # the other side's final the slower
+        level = sum(r["final_ratio"] == 1 for r in group)
         common = [r["common"] for r in group if r["common"] and r["common"]["candidates"]]
         print(
             f"{name}: {other} sooner in {wins} of {len(group)} ({ties} ties), median "
             f"{other}/none {fmt_ratio(statistics.median(r['ratio'] for r in group))}, sign test "
             f"p = {sign_test_p(wins, len(group) - ties):.3f}; final latency median "
-            f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's; the side tuned "
-            f"first ended faster in {sum(first)} of {len(first)} (p = "
+            f"{statistics.median(r['final_ratio'] for r in group):.3f}x none's (behind in "
+            f"{behind} of {len(group)}, p = {sign_test_p(behind, len(group) - level):.3f}); the "
+            f"side tuned first ended faster in {sum(first)} of {len(first)} (p = "
             f"{sign_test_p(sum(first), len(first)):.3f}; {close} of the finals within 1%)"
         )
         slower = sum(r["to_slower"] < 1 for r in group)
