@@ -5,7 +5,10 @@
 #   bash benchmarks/gpu_checks.sh [SECONDS [STEP...]]   (default 500 s, every step)
 #
 # SECONDS bounds the whole call; STEP names pick steps (test_gpu, orchestrate_real,
-# search_cost_simulated, search_cost_512, search_threads), in this file's order.
+# search_cost_simulated, search_cost_512, search_threads), in this file's order. All five took
+# about 870 s on the H200's host, more than one device call may run (600 s): name the steps
+# of each call, as the session of 2026-11-26 did (orchestrate_real search_cost_simulated in
+# 490 s, then search_cost_512 in 345 s).
 #
 # Steps, in order, each cut to the time left (on the lent H200's host, 2026-11-26: test_gpu
 # 125 s; orchestrate_real 238 s; the simulated runs 112-141 s at 192 trials, 237 s at 512;
