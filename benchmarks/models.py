@@ -135,28 +135,26 @@ def resnetish(seed: int = 0) -> onnx.ModelProto:
     return g.model("resnetish", "image", 64, "logits", 10)
 
 
-def vggish(seed: int = 0) -> onnx.ModelProto:
+def _vgg(name: str, stages: list[list[int]], size: int, classes: int, seed: int) -> onnx.ModelProto:
+    """A VGG: stages of 3x3 convolutions with bias and ReLU, a 2x2 max-pool after each, then
+    global pooling and a dense layer."""
     g = _Graph(seed)
     x, cin = "image", 3
-    for stage in ([64], [128], [256, 256], [512, 512], [512, 512]):
+    for stage in stages:
         for cout in stage:
             x = g.node("Relu", [g.conv(x, cin, cout, 3, bias=True)])
             cin = cout
         x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
-    g.head(x, 512, 1000)
-    return g.model("vggish", "image", 224, "logits", 1000)
+    g.head(x, cin, classes)
+    return g.model(name, "image", size, "logits", classes)
+
+
+def vggish(seed: int = 0) -> onnx.ModelProto:
+    return _vgg("vggish", [[64], [128], [256, 256], [512, 512], [512, 512]], 224, 1000, seed)
 
 
 def smallvgg(seed: int = 0) -> onnx.ModelProto:
-    g = _Graph(seed)
-    x, cin = "image", 3
-    for stage in ([32], [64], [128, 128], [256, 256]):
-        for cout in stage:
-            x = g.node("Relu", [g.conv(x, cin, cout, 3, bias=True)])
-            cin = cout
-        x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
-    g.head(x, 256, 10)
-    return g.model("smallvgg", "image", 64, "logits", 10)
+    return _vgg("smallvgg", [[32], [64], [128, 128], [256, 256]], 64, 10, seed)
 
 
 def mobilenetish(seed: int = 0) -> onnx.ModelProto:
