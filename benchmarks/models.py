@@ -1,7 +1,7 @@
 """Models for benchmarks, made here so nothing large is committed.
 
     python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish|
-                                         smallvgg]
+                                         smallvgg|resnet18ish]
                                 [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
@@ -22,6 +22,8 @@ image, 10-way dense: ~0.09 GFLOP; 16 tuning tasks, mostly depthwise and pointwis
 `smallvgg`: a VGG of plain 3x3 convolutions with bias and ReLU (32 to 256 channels, a max-pool
 after each of four stages) on a 1x3x64x64 image, 10-way dense: ~0.27 GFLOP, 13 tuning tasks;
 about resnetish's work without its residual adds, 1x1 shortcuts and batch norms.
+`resnet18ish`: ResNet-18's layout (a 7x7 stem and a max-pool, then four stages of two basic
+blocks, 64 to 512 channels), batch-normalised, on a 1x3x64x64 image, 10-way dense.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -118,21 +120,36 @@ class _Graph:
         return model
 
 
+def _basic_block(g: _Graph, x: str, cin: int, cout: int, stride: int) -> str:
+    """ResNet's basic block: two 3x3 convolutions, batch-normalised, and a shortcut (a strided
+    1x1 convolution where the shape changes)."""
+    y = g.conv_bn(x, cin, cout, 3, stride, relu=True)
+    y = g.conv_bn(y, cout, cout, 3, 1, relu=False)
+    shortcut = x if stride == 1 and cin == cout else g.conv_bn(x, cin, cout, 1, stride, False)
+    return g.node("Relu", [g.node("Add", [y, shortcut])])
+
+
 def resnetish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
-
-    def block(x: str, cin: int, cout: int, stride: int) -> str:
-        y = g.conv_bn(x, cin, cout, 3, stride, relu=True)
-        y = g.conv_bn(y, cout, cout, 3, 1, relu=False)
-        shortcut = x if stride == 1 and cin == cout else g.conv_bn(x, cin, cout, 1, stride, False)
-        return g.node("Relu", [g.node("Add", [y, shortcut])])
-
     x = g.conv_bn("image", 3, 16, 3, 1, relu=True)
     for cin, cout, stride in [(16, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2)]:
-        x = block(x, cin, cout, stride)
-    x = block(x, 64, 64, 1)
+        x = _basic_block(g, x, cin, cout, stride)
+    x = _basic_block(g, x, 64, 64, 1)
     g.head(x, 64, 10)
     return g.model("resnetish", "image", 64, "logits", 10)
+
+
+def resnet18ish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    x = g.conv_bn("image", 3, 64, 7, 2, relu=True)
+    x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        for i in range(2):
+            x = _basic_block(g, x, cin, cout, stride if i == 0 else 1)
+            cin = cout
+    g.head(x, 512, 10)
+    return g.model("resnet18ish", "image", 64, "logits", 10)
 
 
 def _vgg(name: str, stages: list[list[int]], size: int, classes: int, seed: int) -> onnx.ModelProto:
@@ -207,6 +224,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mlpish": mlpish,
     "mobilenetish": mobilenetish,
     "smallvgg": smallvgg,
+    "resnet18ish": resnet18ish,
 }
 
 
