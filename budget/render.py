@@ -199,8 +199,15 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
             if overlap
             else "DOP (preparing workers per GPU)"
         )
+        first = batches[0]
+        took = (
+            f"; its first {first['candidates']} candidates (DOP {first['dop']}) took "
+            f"{fmt_duration(first['seconds'])}"
+            if first.get("seconds")
+            else ""
+        )
         lines.append(
-            f"{what} over time {shown} (now {m['dop']}, ceiling {m['ceiling']}); "
+            f"{what} over time {shown} (now {m['dop']}, ceiling {m['ceiling']}){took}; "
             f"{m.get('isolated_runs', 0)} re-timings in isolation"
         )
         checks = m.get("checks") or []
@@ -211,6 +218,7 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
                 f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
                 f"off; worst median relative error {worst:.1%}"
             )
+    lines += _workers_ready(m.get("workers_ready_s") or {})
     lines += _telemetry(m.get("telemetry") or {})
     if m.get("caveat"):
         lines.append(f"caveat: {m['caveat']}")
@@ -245,6 +253,19 @@ def _throughput(m: Mapping[str, Any]) -> list[str]:
             "(kept as valid, slower results)"
         )
     return lines
+
+
+def _workers_ready(w: Mapping[str, Any]) -> list[str]:
+    """How long the measuring processes, all started with the engine, took to start."""
+    if not w.get("started"):
+        return []
+    line = f"{w['started']} measuring workers started with the engine"
+    if not w.get("ready"):
+        return [f"{line}; none ready yet"]
+    return [
+        f"{line}; {w['ready']} ready, the first after {fmt_duration(w['first'])}, the last "
+        f"after {fmt_duration(w['last'])}"
+    ]
 
 
 def _telemetry(t: Mapping[str, Any]) -> list[str]:

@@ -40,6 +40,11 @@ class Span:
     def open(self, now: float) -> None:
         self._opened = now
 
+    @property
+    def seconds(self) -> float:
+        """Time inside measure() calls so far (closed calls only)."""
+        return sum(hi - lo for lo, hi in self.segments)
+
     def close(self, now: float) -> None:
         if self._opened is not None:
             self.segments.append((self._opened, now))

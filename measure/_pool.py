@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -45,6 +47,8 @@ class WorkerPool:
             stdout=self._log,
             stderr=self._log,
         )
+        # Per worker started by start(): seconds until it could take a job.
+        self.ready_s: list[float] = []
 
     @property
     def timeout_s(self) -> float:
@@ -60,6 +64,22 @@ class WorkerPool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         return self._executor.submit(fn, *args)
+
+    def start(self, workers: int) -> list[Future]:
+        """Start `workers` processes now instead of at their first jobs, so that their start-up
+        overlaps the caller's own work. Each one's seconds from this call until it could take
+        a job (its process up, its initializer run) go to `ready_s` as it gets there; the
+        futures are done when it did or failed."""
+        began = time.monotonic()
+
+        def ready(future: Future) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self.ready_s.append(time.monotonic() - began)
+
+        futures = [self.submit(os.getpid) for _ in range(workers)]
+        for future in futures:
+            future.add_done_callback(ready)
+        return futures
 
     def outcome(self, future: Future, what: str) -> tuple[Any, str | None]:
         """(value, None) or (None, a one-line message naming `what` failed and how)."""

@@ -64,8 +64,7 @@ class BuildPool(Builder):
         )
         sweep_stale_build_dirs(Path(tempfile.gettempdir()))
         self._dir = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
-        # Start every worker now, so its start-up overlaps the caller's own work.
-        self._started = [self._pool.submit(os.getpid) for _ in range(workers)]
+        self._pool.start(workers)
 
     def build(
         self, inputs: Sequence[BuildInput], until: Callable[[], bool] | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -57,6 +56,7 @@ class CudaWorkers(Workers):
         if not gpus:
             raise ValueError("gpus cannot be empty.")
         self.gpus = list(gpus)
+        self.per_gpu = per_gpu
         self.timeout_s = timeout_s
         self._pools = [
             WorkerPool(
@@ -67,9 +67,8 @@ class CudaWorkers(Workers):
             )
             for gpu in self.gpus
         ]
-        for pool in self._pools:  # start every worker now
-            for _ in range(per_gpu):
-                pool.submit(os.getpid)
+        for pool in self._pools:
+            pool.start(per_gpu)
         self._windows = [window_path(gpu) for gpu in self.gpus]
         self._running: dict[concurrent.futures.Future, Job] = {}
         self.telemetry = GpuTelemetry(self.gpus)
@@ -105,7 +104,16 @@ class CudaWorkers(Workers):
         )
 
     def stats(self) -> dict[str, Any]:
-        return {"telemetry": GpuTelemetry.summary(self.batch_telemetry)}
+        ready = sorted(s for pool in self._pools for s in pool.ready_s)
+        return {
+            "telemetry": GpuTelemetry.summary(self.batch_telemetry),
+            "workers_ready_s": {
+                "started": self.per_gpu * len(self._pools),
+                "ready": len(ready),
+                "first": ready[0] if ready else None,
+                "last": ready[-1] if ready else None,
+            },
+        }
 
     def close(self) -> None:
         for pool in self._pools:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._figures import Figures, Span
 from ._timing import TimingPlan
@@ -241,11 +242,11 @@ class ParallelEngine(Engine):
         """Close the span, let the controller pace the workers, open the next one."""
         span, now = self._span, self.workers.now()
         span.close(now)
-        busy = span.busy()
-        self.batches.append({"dop": self.dop, "candidates": span.count, "busy": busy})
+        entry = self._entry(span)
+        self.batches.append(entry)
         if self.fixed_dop is None:
             self.controller.pace(
-                busy=busy,
+                busy=entry["busy"],
                 cycle_s=sum(span.cycles) / span.count,
                 wait_s=sum(span.waits) / span.count,
                 timed_s=sum(span.timed) / span.count,
@@ -300,7 +301,16 @@ class ParallelEngine(Engine):
         """The span still collecting results, so that a short run shows its DOP too."""
         if self.overlap_timing or not self._span.count:
             return []
-        return [{"dop": self.dop, "candidates": self._span.count, "busy": self._span.busy()}]
+        return [self._entry(self._span)]
+
+    def _entry(self, span: Span) -> dict[str, Any]:
+        """A span as `batches` lists it: its DOP, candidates, busy share and seconds."""
+        return {
+            "dop": self.dop,
+            "candidates": span.count,
+            "busy": span.busy(),
+            "seconds": span.seconds,
+        }
 
     def close(self) -> None:
         self.workers.close()

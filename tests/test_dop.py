@@ -306,6 +306,27 @@ def test_the_report_says_how_fast_how_busy_and_where_the_time_went():
     assert lines[2].startswith("per candidate: load ") and "timed " in lines[2]
     assert lines[3].startswith(f"{stats['raced']} raced") and stats["raced"] > 0
     assert lines[4].startswith("DOP (preparing workers per GPU) over time 1 -> ")
+    # Each span's time, so that a slow start (workers still starting) shows in the report.
+    assert all(b["seconds"] > 0 for b in stats["batches"])
+    first = stats["batches"][0]
+    assert f"its first {first['candidates']} candidates (DOP 1) took " in lines[4]
+
+
+def test_the_report_says_how_long_the_measuring_workers_took_to_start():
+    from budget.render import describe_measurement
+    from budget.report import schema
+
+    base = {"engine": "CudaEngine", "device": "cuda", "gpus": [0], "measuring_share": 0.1}
+    ready = {"started": 16, "ready": 16, "first": 9.81, "last": 17.2}
+    jsonschema.validate({**base, "workers_ready_s": ready}, schema()["properties"]["measurement"])
+    assert describe_measurement({**base, "workers_ready_s": ready})[1] == (
+        "16 measuring workers started with the engine; 16 ready, the first after 9.8s, the "
+        "last after 17.2s"
+    )
+    starting = {"started": 16, "ready": 0, "first": None, "last": None}
+    assert describe_measurement({**base, "workers_ready_s": starting})[1] == (
+        "16 measuring workers started with the engine; none ready yet"
+    )
 
 
 def test_the_report_tells_how_the_overlapping_dop_moved_and_why():

@@ -1,5 +1,7 @@
 """Builders and engines: conformance, and real failing candidates (compile error, crash, hang)."""
 
+import concurrent.futures
+import functools
 import math
 import os
 import statistics
@@ -327,6 +329,25 @@ def test_a_pool_closed_while_a_worker_starts_kills_it_and_closes():
     pool.close()
     assert process.wait(timeout=10) != 0  # killed, not left to sleep
     assert pool._executor._shutdown  # its __del__ will not shut it down a second time
+
+
+def test_a_pool_started_ahead_says_when_each_worker_was_ready():
+    """What the report's `workers_ready_s` rests on: a worker started with start() books the
+    seconds until it could take a job; one whose initializer fails books nothing."""
+    pool = WorkerPool(workers=2, timeout_s=30)
+    concurrent.futures.wait(pool.start(2), timeout=60)
+    deadline = time.monotonic() + 5  # a future's waiters wake before its callbacks run
+    while len(pool.ready_s) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(pool.ready_s) == 2 and all(0 < s < 60 for s in pool.ready_s)
+    assert pool.outcome(pool.submit(os.getpid), "a job")[1] is None  # still takes jobs
+    pool.close()
+
+    broken = WorkerPool(workers=1, timeout_s=30, initializer=functools.partial(int, "x"))
+    (started,) = broken.start(1)
+    assert started.exception(timeout=60) is not None
+    broken.close()
+    assert broken.ready_s == []
 
 
 def test_measurement_holds_either_times_or_an_error():
