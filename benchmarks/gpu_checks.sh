@@ -40,6 +40,9 @@ run_dir=$work/gpu-run
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,utilization.gpu --format=csv
 lscpu | grep -E "^(Model name|Thread|Core|Socket)"; nproc && python3 -c "import tvm, xgboost, cupy; print('tvm', tvm.__version__, 'cupy', cupy.__version__)"
+# TVM 0.27 compiles CUDA with NVRTC through cuda-bindings unless TVM_CUDA_COMPILE_MODE=nvcc:
+# which one the builds use here (the real run's builds took 88 s of its 4 minutes).
+python3 -c "import importlib.util as u, os; ok = u.find_spec('cuda') is not None and u.find_spec('cuda.bindings') is not None; print('cuda-bindings', ok, 'TVM_CUDA_COMPILE_MODE', os.environ.get('TVM_CUDA_COMPILE_MODE', 'nvrtc (default)'))"
 python3 benchmarks/models.py --model vggish --out "$work/vggish.onnx"
 
 step() {  # step NAME SECONDS COMMAND...: run COMMAND for at most SECONDS (less if time is short)
