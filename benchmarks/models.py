@@ -1,7 +1,7 @@
 """Models for benchmarks, made here so nothing large is committed.
 
     python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish|
-                                         smallvgg|resnet18ish]
+                                         smallvgg|resnet18ish|tinybert]
                                 [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
@@ -25,6 +25,10 @@ about resnetish's work without its residual adds, 1x1 shortcuts and batch norms.
 `resnet18ish`: ResNet-18's layout (a 7x7 stem and a max-pool, then four stages of two basic
 blocks, 64 to 512 channels), batch-normalised, on a 1x3x64x64 image, 10-way dense: ~0.3 GFLOP,
 19 tuning tasks, five of them called twice.
+`tinybert`: a two-layer transformer encoder (token ids through a 1000x128 embedding, 4-head
+self-attention over 32 tokens, LayerNormalization, an erf GELU in a 512-wide feed-forward
+layer), mean over the tokens, 2-way dense: ~31 MFLOP; 16 tuning tasks called 36 times, most
+of its time in the feed-forward matmuls.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -106,12 +110,22 @@ class _Graph:
         pooled = self.node("GlobalAveragePool", [x])
         return self.dense(self.node("Flatten", [pooled], axis=1), features, classes)
 
+    def ints(self, values: list[int]) -> str:
+        name = self._name("p")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        return name
+
     def model(self, name: str, image: str, size: int, logits: str, classes: int) -> onnx.ModelProto:
+        source = helper.make_tensor_value_info(image, TensorProto.FLOAT, [1, 3, size, size])
+        return self.finish(name, source, classes)
+
+    def finish(self, name: str, source: onnx.ValueInfoProto, classes: int) -> onnx.ModelProto:
+        """The graph as an ONNX model whose last node gives the `logits`."""
         self.nodes[-1].output[0] = "logits"
         graph = helper.make_graph(
             self.nodes,
             name,
-            [helper.make_tensor_value_info(image, TensorProto.FLOAT, [1, 3, size, size])],
+            [source],
             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
             initializer=self.inits,
         )
@@ -196,6 +210,48 @@ def mlpish(seed: int = 0) -> onnx.ModelProto:
     return g.model("mlpish", "image", 16, "logits", 10)
 
 
+def tinybert(seed: int = 0) -> onnx.ModelProto:
+    """Token ids -> embeddings, two post-norm encoder layers, mean over tokens -> 2 classes."""
+    seq, vocab, width, heads, hidden = 32, 1000, 128, 4, 512
+    g = _Graph(seed)
+
+    def norm(x: str) -> str:
+        gamma, beta = g.param(np.ones(width)), g.param(np.zeros(width))
+        return g.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+
+    def linear(x: str, features: int, out: int) -> str:
+        w = g.param(g.rng.standard_normal((features, out)) * features**-0.5)
+        return g.node("Add", [g.node("MatMul", [x, w]), g.param(np.zeros(out))])
+
+    per_head = g.ints([1, seq, heads, width // heads])
+    joined = g.ints([1, seq, width])
+
+    def split(x: str, perm: list[int]) -> str:  # (1, seq, width) -> heads, permuted
+        return g.node("Transpose", [g.node("Reshape", [x, per_head])], perm=perm)
+
+    table = g.param(0.02 * g.rng.standard_normal((vocab, width)))
+    places = g.param(0.02 * g.rng.standard_normal((1, seq, width)))
+    x = norm(g.node("Add", [g.node("Gather", [table, "input_ids"], axis=0), places]))
+    scale, half = g.param(np.array((width // heads) ** -0.5)), g.param(np.array(0.5))
+    one, root_half = g.param(np.array(1.0)), g.param(np.array(0.5**0.5))
+    for _ in range(2):
+        q = split(linear(x, width, width), [0, 2, 1, 3])
+        k = split(linear(x, width, width), [0, 2, 3, 1])
+        v = split(linear(x, width, width), [0, 2, 1, 3])
+        scores = g.node("Mul", [g.node("MatMul", [q, k]), scale])
+        heads_out = g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
+        merged = g.node("Transpose", [heads_out], perm=[0, 2, 1, 3])
+        attended = linear(g.node("Reshape", [merged, joined]), width, width)
+        x = norm(g.node("Add", [x, attended]))
+        h = linear(x, width, hidden)  # GELU, as exported: h/2 * (1 + erf(h/sqrt(2)))
+        erf = g.node("Erf", [g.node("Mul", [h, root_half])])
+        h = g.node("Mul", [g.node("Mul", [h, half]), g.node("Add", [erf, one])])
+        x = norm(g.node("Add", [x, linear(h, hidden, width)]))
+    linear(g.node("ReduceMean", [x], axes=[1], keepdims=0), width, 2)
+    source = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])
+    return g.finish("tinybert", source, 2)
+
+
 def resnet50ish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
 
@@ -226,6 +282,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mobilenetish": mobilenetish,
     "smallvgg": smallvgg,
     "resnet18ish": resnet18ish,
+    "tinybert": tinybert,
 }
 
 
