@@ -120,7 +120,6 @@ class Session:
             self.tasks,
             device_type=self.target.device_type,
             device_present=self.target.device_present,
-            cores=host_cores(),
             timing=self.builds.timing,
         )
         # The final compile, check and report are kept back from the start.

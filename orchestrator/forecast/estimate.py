@@ -172,7 +172,6 @@ def estimate(
         tasks,
         device_type=resolved.device_type,
         device_present=resolved.device_present,
-        cores=host_cores(),
         timing=timing,
     )
     fixed = FixedPhases(import_s, guess.untuned_s, guess.compile_s, guess.check_s, 0.0, None)

@@ -14,15 +14,28 @@ from collections.abc import Sequence
 from ..deploy.timing import Timing
 from ..tasks import Task
 
-# Measured on a loaded 2-core VM (llvm) and padded; a GPU builds the same way on the host.
-# Seconds to build and measure one task's default schedule (the untuned baseline; a round
-# pays about as much per candidate), and to compile the model, per call site plus a base.
-UNTUNED_TASK_S = 3.0
+# The untuned baseline builds and times each task's default schedule; compiling the model
+# builds every task's kernel once, however often the model calls it. Measured by
+# `orchestrate estimate` on nine models (2-core VM, llvm, znver3, 2026-11-26: 4-28 tasks,
+# 4 MFLOP-15 GFLOP): the baseline 0.2-0.9 s a task beyond timing the kernels, a compile
+# 0.13-1.08 s a task; on an H200 host (cuda, vggish, 15 tasks) the baseline 3.07 s a task (each
+# measuring worker makes a CUDA context) and a compile about 0.5 s a task. Padded: a guess too
+# high refuses budgets that would have fitted, one too low spends the baseline and then stops.
+UNTUNED_BASE_S = 2.0
+UNTUNED_TASK_S = {"cpu": 1.0, "cuda": 3.0}
+# The baseline runs each default kernel about this many times (a first run, three repeats).
+UNTUNED_RUNS = 5
 COMPILE_BASE_S = 3.0
-COMPILE_CALL_S = 2.0
-# Untuned end-to-end throughput: FLOP/s per host core (llvm), per GPU (cuda). Low on
-# purpose: a slow guess refuses a budget that might have fitted, a fast one overshoots.
-UNTUNED_FLOPS = {"cpu": 0.25e9, "cuda": 20e9}
+COMPILE_TASK_S = 1.2
+# Untuned end-to-end throughput, FLOP/s: TVM's default CPU schedules run on one thread, so
+# not scaled by cores (measured 1.3-2.7 GFLOP/s on the seven CNNs and the transformer above,
+# alike with 1 and 2 threads; the MLP's 4 MFLOP took 11 ms, which only the timings' floor
+# covers); per GPU for cuda. Low on purpose: a heavy model's check and timings are forecast
+# from it.
+UNTUNED_FLOPS = {"cpu": 1.0e9, "cuda": 20e9}
+# Before a baseline was measured, what the first round's candidates are guessed to cost each
+# (building and measuring one took 0.2-3.1 s a task above).
+CANDIDATE_GUESS_S = 3.0
 # Rendering report.json, report.md, report.html and the plots, and writing them out.
 REPORT_S = 4.0
 # A round's search on 2 host cores at TVM's population of 512 and 3 genetic iterations, and
@@ -81,12 +94,11 @@ class FixedCosts:
         }
 
 
-def untuned_latency_s(tasks: Sequence[Task], device_type: str, cores: int) -> float:
+def untuned_latency_s(tasks: Sequence[Task], device_type: str) -> float:
     """A guess of the untuned model's seconds per inference from its FLOPs."""
-    rate = UNTUNED_FLOPS.get(device_type, UNTUNED_FLOPS["cpu"])
-    if device_type == "cpu":
-        rate *= max(1, cores)
-    return sum(t.weight * t.flops for t in tasks) / rate
+    return sum(t.weight * t.flops for t in tasks) / UNTUNED_FLOPS.get(
+        device_type, UNTUNED_FLOPS["cpu"]
+    )
 
 
 def timing_s(latency_s: float, timing: Timing) -> float:
@@ -101,14 +113,16 @@ def forecast_fixed(
     *,
     device_type: str,
     device_present: bool,
-    cores: int,
     timing: Timing,
 ) -> FixedCosts:
     """The fixed phases of a run of `tasks` on this target, before any of them is timed."""
-    latency = untuned_latency_s(tasks, device_type, cores) if device_present else 0.0
+    latency = untuned_latency_s(tasks, device_type) if device_present else 0.0
+    per_task = UNTUNED_TASK_S.get(device_type, UNTUNED_TASK_S["cpu"])
     return FixedCosts(
-        untuned_s=UNTUNED_TASK_S * len(tasks) if device_present else 0.0,
-        compile_s=COMPILE_BASE_S + COMPILE_CALL_S * sum(t.weight for t in tasks),
+        untuned_s=UNTUNED_BASE_S + per_task * len(tasks) + UNTUNED_RUNS * latency
+        if device_present
+        else 0.0,
+        compile_s=COMPILE_BASE_S + COMPILE_TASK_S * len(tasks),
         check_s=2 * latency,  # the model, and onnxruntime about as long
         timing_s=timing_s(latency, timing) if device_present else 0.0,
     )
@@ -125,8 +139,8 @@ def baseline_task_s(untuned_s: float, tasks: int) -> float:
     `untuned_s` (0: not measured); the baseline also pays the build workers' start, so never
     more than the guess."""
     if not untuned_s or tasks < 1:
-        return UNTUNED_TASK_S
-    return min(untuned_s / tasks, UNTUNED_TASK_S)
+        return CANDIDATE_GUESS_S
+    return min(untuned_s / tasks, CANDIDATE_GUESS_S)
 
 
 def reserve_s(compile_s: float, check_s: float) -> float:
