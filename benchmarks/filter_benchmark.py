@@ -1,6 +1,6 @@
 """Does the Trimmer filter pay? `--filter none` against `--filter xgb` on the bundled model, a
-larger CNN, an MLP and (given caps) a MobileNet-like CNN, a small VGG and a ResNet-18 layout, in
-one run of this script.
+larger CNN, an MLP and (given caps) a MobileNet-like CNN, a small VGG, a ResNet-18 layout and a
+two-layer transformer encoder, in one run of this script.
 
     python benchmarks/filter_benchmark.py [--trials 320,384,512] [--only smallcnn,mlpish]
                                           [--seed 0] [--repeats 40] [--shared-rounds 2]
@@ -55,7 +55,7 @@ CONFIGS = ("none", "xgb")
 CONTROL = ("none", "again")  # --control: the second side is `none` again
 FILTER = {"none": "none", "xgb": "xgb", "again": "none"}  # each side's --filter
 # --trials: caps in this order
-MODELS = ("smallcnn", "resnetish", "mlpish", "mobilenetish", "smallvgg", "resnet18ish")
+MODELS = ("smallcnn", "resnetish", "mlpish", "mobilenetish", "smallvgg", "resnet18ish", "tinybert")
 SHARED = "shared"  # the run directory of the rounds both configurations start from
 
 
@@ -81,7 +81,7 @@ def main() -> None:
         "--trials",
         default="320,384,512",
         help="trial caps, in this order: smallcnn,resnetish,mlpish,mobilenetish,smallvgg,"
-        "resnet18ish",
+        "resnet18ish,tinybert",
     )
     parser.add_argument("--seed", type=int, default=0)
     # 10 was too few: on mlpish (~140 us) medians of 10 moved by 3-11% from round to round and
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         help="comma-separated models to run (smallcnn, resnetish, mlpish, mobilenetish, smallvgg, "
-        "resnet18ish)",
+        "resnet18ish, tinybert)",
     )
     parser.add_argument(
         "--control", action="store_true", help="A/A: the second side is --filter none too"
