@@ -1,0 +1,134 @@
+"""Would a second ranking signal let the filter keep less of a round? Replays runs tuned with
+`--filter none` (every candidate measured) and ranks each round's candidates several ways.
+
+    python benchmarks/filter_signals.py RUN_DIR [RUN_DIR ...] [--label vm-2core]
+
+The rounds and their records are those of benchmarks/filter_replay.py. Before each round the
+rankers are trained on every earlier record of the run: `packsum` (the one model the search and
+the filter share), `rank` (XGBoost's rank:ndcg, the filter's own ranker before it), `local`
+(packsum fitted on the round's task's records only, blind to the other tasks; on a task's
+first round, with only its default schedule measured, the shared model's order), and the sums of
+their places in the round (`packsum+rank`, `packsum+local`, `all`), which a filter with a
+model of its own beside the shared one could use. For each: the share of a round that must be
+kept, best-ranked first, to hold 90% of its true top 10% (what a perfect calibration would
+keep; the filter saves only what this leaves out), and the rank correlation with the measured
+latency within the round; means over the rounds of each run. Raw figures go to
+benchmarks/results/filter_signals-<label>-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import ROOT
+from filter_replay import MIN_ROUND, journal_rounds, load_run, rounds_of, share_needed
+
+SIGNALS = ("packsum", "rank", "local", "packsum+rank", "packsum+local", "all")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories tuned --filter none")
+    parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
+    args = parser.parse_args()
+    rows = {}
+    for run in args.runs:
+        print(f"{run}: extracting features ...", flush=True)
+        rows[str(run)] = replay(*load_run(run), journal_rounds(run))
+    print(f"\n{'run':<60}{'rounds':>7}" + "".join(f"{s:>15}" for s in SIGNALS))
+    for run, row in rows.items():
+        cells = "".join(
+            f"{row[s]['share_needed']:>8.0%} {row[s]['rank_correlation']:>5.2f} " for s in SIGNALS
+        )
+        print(f"{run[-60:]:<60}{row['rounds']:>7}{cells}")
+    print("(each signal: share of a round needed to hold 90% of its top 10%, rank correlation)")
+    out = ROOT / "benchmarks" / "results" / f"filter_signals-{args.label}-{dt.date.today()}.json"
+    out.write_text(json.dumps({"machine": args.label, "rows": rows}, indent=2))
+    print(f"raw figures: {out.relative_to(ROOT)}")
+
+
+def places(
+    features: list[np.ndarray],
+    tasks: list[str],
+    latencies: np.ndarray,
+    start: int,
+    members: list[int],
+) -> dict[str, np.ndarray]:
+    """Each signal's places for the round's `members`, trained on the records before `start`."""
+    from filters import TrimmerConfig
+    from filters._predictor import Predictor
+    from filters.xgb import positions
+
+    config = TrimmerConfig()
+    out = {}
+    for name, objective in (("packsum", "packsum"), ("rank", "rank")):
+        predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=objective)
+        for task in dict.fromkeys(tasks[:start]):
+            mine = [i for i in range(start) if tasks[i] == task]
+            predictor.add(task, [features[i] for i in mine], latencies[mine])
+        predictor.fit()
+        out[name] = positions(predictor.predict([features[i] for i in members]))
+    own = [i for i in range(start) if tasks[i] == tasks[members[0]]]
+    local = Predictor(seed=config.seed, min_samples=1)
+    local.add(tasks[members[0]], [features[i] for i in own], latencies[own])
+    local.fit()
+    out["local"] = (
+        positions(local.predict([features[i] for i in members]))
+        if local.booster is not None
+        else out["packsum"]  # the task's first round: one record of its own, nothing to fit
+    )
+    out["packsum+rank"] = positions(out["packsum"] + out["rank"])
+    out["packsum+local"] = positions(out["packsum"] + out["local"])
+    out["all"] = positions(out["packsum"] + out["rank"] + out["local"])
+    return out
+
+
+def replay(
+    features: list[np.ndarray],
+    tasks: list[str],
+    latencies: np.ndarray,
+    rounds: list[dict[str, Any]],
+) -> dict[str, Any]:
+    from scipy.stats import spearmanr
+
+    from filters import TrimmerConfig
+
+    config = TrimmerConfig()
+    needed: dict[str, list[float]] = {s: [] for s in SIGNALS}
+    correlations: dict[str, list[float]] = {s: [] for s in SIGNALS}
+    judged = 0
+    for _, members in rounds_of(tasks, rounds):
+        start = min(members, default=0)
+        if len(members) < MIN_ROUND or start < config.min_samples:
+            continue
+        judged += 1
+        measured = latencies[members]
+        finite = np.isfinite(measured)
+        for signal, place in places(features, tasks, latencies, start, members).items():
+            needed[signal].append(share_needed(place, measured, config))
+            if finite.sum() >= 3 and np.ptp(place[finite]) > 0:
+                correlations[signal].append(float(spearmanr(place[finite], measured[finite])[0]))
+    return {
+        "rounds": judged,
+        **{
+            s: {
+                "share_needed": float(np.mean(needed[s])) if needed[s] else math.nan,
+                "rank_correlation": (
+                    float(np.mean(correlations[s])) if correlations[s] else math.nan
+                ),
+                "per_round": needed[s],
+            }
+            for s in SIGNALS
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()
