@@ -17,7 +17,7 @@ from ..tasks import Task
 # The untuned baseline builds and times each task's default schedule; compiling the model
 # builds every task's kernel once, however often the model calls it. Measured by
 # `orchestrate estimate` on nine models (2-core VM, llvm, znver3, 2026-11-26: 4-28 tasks,
-# 4 MFLOP-15 GFLOP): the baseline 0.2-0.9 s a task beyond timing the kernels, a compile
+# 4 MFLOP-15 GFLOP): the baseline 0.4-0.9 s a task (vggish's heavy kernels 3.9 s), a compile
 # 0.13-1.08 s a task; on an H200 host (cuda, vggish, 15 tasks) the baseline 3.07 s a task (each
 # measuring worker makes a CUDA context) and a compile about 0.5 s a task. Padded: a guess too
 # high refuses budgets that would have fitted, one too low spends the baseline and then stops.
@@ -34,7 +34,7 @@ COMPILE_TASK_S = 1.2
 # from it.
 UNTUNED_FLOPS = {"cpu": 1.0e9, "cuda": 20e9}
 # Before a baseline was measured, what the first round's candidates are guessed to cost each
-# (building and measuring one took 0.2-3.1 s a task above).
+# (the baselines above took 0.4-3.9 s a task).
 CANDIDATE_GUESS_S = 3.0
 # Rendering report.json, report.md, report.html and the plots, and writing them out.
 REPORT_S = 4.0
