@@ -27,7 +27,7 @@ blocks, 64 to 512 channels), batch-normalised, on a 1x3x64x64 image, 10-way dens
 19 tuning tasks, five of them called twice.
 `tinybert`: a two-layer transformer encoder (token ids through a 1000x128 embedding, 4-head
 self-attention over 32 tokens, LayerNormalization, an erf GELU in a 512-wide feed-forward
-layer), mean over the tokens, 2-way dense: ~31 MFLOP; 16 tuning tasks called 36 times, most
+layer), mean over the tokens, 2-way dense: ~27 MFLOP; 16 tuning tasks called 36 times, most
 of its time in the feed-forward matmuls.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
