@@ -116,7 +116,6 @@ def replay(
 
     from filters import TrimmerConfig
     from filters._calibration import Calibration, top_weights
-    from filters._predictor import Predictor
     from filters.xgb import choose, positions
 
     config = TrimmerConfig(recall_step=recall_step)
@@ -147,12 +146,7 @@ def replay(
         )
         scores = {}
         for key in calibrations:
-            predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=key)
-            for task in dict.fromkeys(tasks[:start]):
-                mine = [i for i in range(start) if tasks[i] == task]
-                predictor.add(task, [features[i] for i in mine], latencies[mine])
-            predictor.fit()
-            predicted = predictor.predict([features[i] for i in members])
+            predicted = predict(key, config, features, tasks, latencies, start, members)
             scores[key] = positions(predicted)
             if finite.sum() >= 3 and np.ptp(predicted[finite]) > 0:
                 rho = spearmanr(predicted[finite], measured[finite]).correlation
@@ -231,6 +225,27 @@ def replay(
             "rounds": judgements,
         }
     return result
+
+
+def predict(
+    objective: str,
+    config: Any,
+    features: list[np.ndarray],
+    tasks: list[str],
+    latencies: np.ndarray,
+    start: int,
+    members: list[int],
+) -> np.ndarray:
+    """What a predictor of `objective`, trained on every record before `start` (as the live
+    filter's is after each round), predicts for the round's `members`."""
+    from filters._predictor import Predictor
+
+    predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=objective)
+    for task in dict.fromkeys(tasks[:start]):
+        mine = [i for i in range(start) if tasks[i] == task]
+        predictor.add(task, [features[i] for i in mine], latencies[mine])
+    predictor.fit()
+    return predictor.predict([features[i] for i in members])
 
 
 def share_needed(places: np.ndarray, measured: np.ndarray, config: Any) -> float:

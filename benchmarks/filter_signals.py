@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 from _common import ROOT
-from filter_replay import MIN_ROUND, journal_rounds, load_run, rounds_of, share_needed
+from filter_replay import (
+    MIN_ROUND,
+    journal_rounds,
+    load_run,
+    predict,
+    rounds_of,
+    share_needed,
+)
 
 SIGNALS = ("packsum", "rank", "local", "packsum+rank", "packsum+local", "all")
 
@@ -68,13 +75,10 @@ def places(
 
     config = TrimmerConfig()
     out = {}
-    for name, objective in (("packsum", "packsum"), ("rank", "rank")):
-        predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=objective)
-        for task in dict.fromkeys(tasks[:start]):
-            mine = [i for i in range(start) if tasks[i] == task]
-            predictor.add(task, [features[i] for i in mine], latencies[mine])
-        predictor.fit()
-        out[name] = positions(predictor.predict([features[i] for i in members]))
+    for objective in ("packsum", "rank"):
+        out[objective] = positions(
+            predict(objective, config, features, tasks, latencies, start, members)
+        )
     own = [i for i in range(start) if tasks[i] == tasks[members[0]]]
     local = Predictor(seed=config.seed, min_samples=1)
     local.add(tasks[members[0]], [features[i] for i in own], latencies[own])
