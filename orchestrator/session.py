@@ -397,6 +397,7 @@ class Session:
             population=population_size(self.settings, proposals),
             genetic_iters=self.settings.search.genetic_num_iters,
             cores=host_cores(),
+            device_type=self.target.device_type,
         )
         return RoundCost(search_s, per_candidate, 0)
 
