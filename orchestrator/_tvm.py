@@ -5,19 +5,27 @@
 scans all of `sys.modules` each time: ~16 of the ~18 s. TVMScript reads only `frame` from all
 stack entries and `code_context` from the third, so a stack built from `linecache` yields the
 same intrinsics (tests/test_tvm_import.py compares all of them against the plain import).
+Of the ~4 s left, CUDA's intrinsics take ~3.3 s (2-core VM), and only CUDA schedules use them:
+for a CPU target the package is set up without running its `__init__`, which imports them
+all, and its CPU modules are imported alone; CUDA's follow when a CUDA target needs them.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import linecache
 import logging
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 _lock = threading.Lock()
-_intrinsics_loaded = False
+_PACKAGE = "tvm.s_tir.tensor_intrin"
+# What the package's __init__ imports: cuda always, these where TVM has LLVM.
+_CPU_MODULES = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
 
 
 def _light_stack(context: int = 1) -> list[inspect.FrameInfo]:
@@ -42,20 +50,31 @@ def _light_stack(context: int = 1) -> list[inspect.FrameInfo]:
     return frames
 
 
-def load_tensor_intrinsics() -> None:
-    """Import `tvm.s_tir.tensor_intrin` (needed by TuneContext) the fast way, once."""
-    global _intrinsics_loaded
+def load_tensor_intrinsics(target: Any = None) -> None:
+    """Register the tensor intrinsics TuneContext needs for `target` (a tvm Target; None: all
+    of them, as `import tvm.s_tir.tensor_intrin` does), the fast way, each module once."""
+    from tvm.runtime import enabled
+
+    cpu = getattr(getattr(target, "kind", None), "name", None) in ("llvm", "c")
+    wanted = ([] if cpu else ["cuda"]) + (list(_CPU_MODULES) if enabled("llvm") else [])
     with _lock:
-        if _intrinsics_loaded or "tvm.s_tir.tensor_intrin" in sys.modules:
-            _intrinsics_loaded = True
+        missing = [name for name in wanted if f"{_PACKAGE}.{name}" not in sys.modules]
+        if not missing:
             return
+        if _PACKAGE not in sys.modules:  # the package alone: its __init__ would import cuda
+            spec = importlib.util.find_spec(_PACKAGE)
+            assert spec is not None, _PACKAGE
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[_PACKAGE] = package
+            parent, _, child = _PACKAGE.rpartition(".")
+            setattr(importlib.import_module(parent), child, package)
         original = inspect.stack
         inspect.stack = _light_stack
         try:
-            import tvm.s_tir.tensor_intrin  # noqa: F401
+            for name in missing:
+                importlib.import_module(f"{_PACKAGE}.{name}")
         finally:
             inspect.stack = original
-        _intrinsics_loaded = True
 
 
 def quiet_logger(name: str = "orchestrator.metaschedule") -> logging.Logger:

@@ -181,7 +181,7 @@ def _retrain(
 
     from .. import _tvm
 
-    _tvm.load_tensor_intrinsics()
+    _tvm.load_tensor_intrinsics(target)
     # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.
     add = getattr(cost_model, "add", None) or cost_model.update
     for index, (candidates, results) in learn.items():

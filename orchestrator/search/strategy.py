@@ -113,7 +113,7 @@ class TaskSearch:
         import tvm_ffi
         from tvm.s_tir import meta_schedule as ms
 
-        _tvm.load_tensor_intrinsics()
+        _tvm.load_tensor_intrinsics(target)
         s = settings.search
         self.population = population_size(settings, proposals)
         self._strategy = evolutionary_search(settings, self.population)
