@@ -43,7 +43,8 @@ REPORT_S = 4.0
 # on 2 host cores at TVM's population of 512 and 3 genetic iterations. The first rounds of
 # population 128 (a round of 64), their wall less building and measuring: llvm 5.4-12.9 s on
 # the 2-core VM (seven models, 61 runs of the filter benchmark, 2026-11-25/26; sampling and
-# mutation 0.5-5.1 s of it); cuda (vggish, real builds, timings simulated) 46.4 s on the
+# mutation 0.5-5.1 s of it, registering the tensor intrinsics ~4 s, ~1.4 s since CPU runs
+# leave CUDA's out); cuda (vggish, real builds, timings simulated) 46.4 s on the
 # 2-core VM and 24.3-28.6 s on a 16-core H200 host, where a real 4 min run's first round of
 # 42 took 9.8 s. Padded as the fixed phases are, with the forecast's margin on top; one
 # figure for both (15 s and 40 s) was twice the slowest CPU round and under CUDA's.
