@@ -195,6 +195,8 @@ def test_the_fixed_phases_are_forecast_above_what_they_took_but_not_many_times_o
     assert untuned <= guess.untuned_s <= 3 * untuned + 5
     assert compile_ <= guess.compile_s <= 12 * compile_ + 5
     if check is not None:
+        assert check <= guess.check_s <= 4 * check + 1
+        assert timing <= guess.timing_s <= 4 * timing + 1
         took = overheads.FixedCosts(untuned, compile_, check, timing)
         needed = took.minimum_s(baseline=True, untuned_model=True)
         assert needed <= guess.minimum_s(baseline=True, untuned_model=True) <= 4 * needed
