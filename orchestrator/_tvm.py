@@ -63,7 +63,8 @@ def load_tensor_intrinsics(target: Any = None) -> None:
             return
         if _PACKAGE not in sys.modules:  # the package alone: its __init__ would import cuda
             spec = importlib.util.find_spec(_PACKAGE)
-            assert spec is not None, _PACKAGE
+            if spec is None:
+                raise ImportError(f"this TVM has no {_PACKAGE}")
             package = importlib.util.module_from_spec(spec)
             sys.modules[_PACKAGE] = package
             parent, _, child = _PACKAGE.rpartition(".")
