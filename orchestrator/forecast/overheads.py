@@ -51,8 +51,9 @@ TIMING_BASE_S = 0.6
 # the 2-core VM (seven models, 61 runs of the filter benchmark, 2026-11-25/26; sampling and
 # mutation 0.5-5.1 s of it, registering the tensor intrinsics ~4 s, ~1.4 s since CPU runs
 # leave CUDA's out); cuda (vggish, real builds, timings simulated) 46.4 s on the
-# 2-core VM and 24.3-28.6 s on a 16-core H200 host, where a real 4 min run's first round of
-# 42 took 9.8 s. Padded as the fixed phases are, with the forecast's margin on top; one
+# 2-core VM, 30.6 s of it waiting on the next round's search and builds, which a pipelined
+# round prepares while it measures and the simulated GPU measured in ~1 s, and 24.3-28.6 s on
+# a 16-core H200 host, where a real 4 min run's first round of 42 took 9.8 s. Padded as the fixed phases are, with the forecast's margin on top; one
 # figure for both (15 s and 40 s) was twice the slowest CPU round and under CUDA's.
 ROUND_BASE_S = {"cpu": 7.0, "cuda": 30.0}
 SEARCH_S_ON_2_CORES = {"cpu": 20.0, "cuda": 80.0}
@@ -116,8 +117,8 @@ def untuned_latency_s(tasks: Sequence[Task], device_type: str) -> float:
 
 
 def timing_s(latency_s: float, timing: Timing) -> float:
-    """Seconds `time_models` spends on one model of `latency_s`: a first run to size the
-    timings, then as many timings as fit in `timing.max_s`."""
+    """Seconds `time_models` spends on one model of `latency_s`: setting up, a first run to
+    size the timings, then as many timings as fit in `timing.max_s`."""
     per_timing = max(latency_s, timing.min_repeat_ms / 1e3)
     return TIMING_BASE_S + latency_s + timing.repeats(per_timing) * per_timing
 
