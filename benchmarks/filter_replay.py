@@ -36,6 +36,7 @@ import datetime as dt
 import json
 import math
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,28 @@ def rounds_of(tasks: list[str], rounds: list[dict[str, Any]]) -> list[tuple[int,
     return out
 
 
+def judged_rounds(
+    tasks: list[str], rounds: list[dict[str, Any]], min_samples: int
+) -> Iterator[tuple[int, list[int], int]]:
+    """The rounds a replay judges, as (round index, record indices, first record): at least
+    MIN_ROUND records, after the filter's first `min_samples` measurements."""
+    for index, members in rounds_of(tasks, rounds):
+        start = min(members, default=0)
+        if len(members) >= MIN_ROUND and start >= min_samples:
+            yield index, members, start
+
+
+def rank_correlation(scores: np.ndarray, measured: np.ndarray) -> float | None:
+    """Spearman's correlation of `scores` with the measured latencies of a round (None with
+    fewer than 3 measured or scores all alike)."""
+    from scipy.stats import spearmanr
+
+    finite = np.isfinite(measured)
+    if finite.sum() < 3 or not np.ptp(scores[finite]) > 0:
+        return None
+    return float(spearmanr(scores[finite], measured[finite]).correlation)
+
+
 def replay(
     features: list[np.ndarray],
     tasks: list[str],
@@ -112,8 +135,6 @@ def replay(
     *,
     recall_step: float,
 ) -> dict[str, Any]:
-    from scipy.stats import spearmanr
-
     from filters import TrimmerConfig
     from filters._calibration import Calibration, top_weights
     from filters.xgb import choose, positions
@@ -132,12 +153,8 @@ def replay(
     saved: dict[str, list[float]] = {key: [0.0] * len(rounds) for key in calibrations}
     correlations: dict[str, list[float]] = {key: [] for key in calibrations}
     needed: dict[str, list[float]] = {key: [] for key in calibrations}
-    for index, members in rounds_of(tasks, rounds):
-        start = min(members, default=0)
-        if len(members) < MIN_ROUND or start < config.min_samples:
-            continue
+    for index, members, start in judged_rounds(tasks, rounds, config.min_samples):
         measured = latencies[members]
-        finite = np.isfinite(measured)
         # The task's best before the round: a lost round best changes the curve only where it
         # would have been a new best for its task.
         before = min(
@@ -148,9 +165,9 @@ def replay(
         for key in calibrations:
             predicted = predict(key, config, features, tasks, latencies, start, members)
             scores[key] = positions(predicted)
-            if finite.sum() >= 3 and np.ptp(predicted[finite]) > 0:
-                rho = spearmanr(predicted[finite], measured[finite]).correlation
-                correlations[key].append(float(rho))
+            rho = rank_correlation(predicted, measured)
+            if rho is not None:
+                correlations[key].append(rho)
             needed[key].append(share_needed(scores[key], measured, config))
         for key, calibration in calibrations.items():
             threshold = calibration.threshold()

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 from _common import ROOT
 from filter_replay import (
-    MIN_ROUND,
     journal_rounds,
+    judged_rounds,
     load_run,
     predict,
-    rounds_of,
+    rank_correlation,
     share_needed,
 )
 
@@ -100,25 +100,20 @@ def replay(
     latencies: np.ndarray,
     rounds: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    from scipy.stats import spearmanr
-
     from filters import TrimmerConfig
 
     config = TrimmerConfig()
     needed: dict[str, list[float]] = {s: [] for s in SIGNALS}
     correlations: dict[str, list[float]] = {s: [] for s in SIGNALS}
     judged = 0
-    for _, members in rounds_of(tasks, rounds):
-        start = min(members, default=0)
-        if len(members) < MIN_ROUND or start < config.min_samples:
-            continue
+    for _, members, start in judged_rounds(tasks, rounds, config.min_samples):
         judged += 1
         measured = latencies[members]
-        finite = np.isfinite(measured)
         for signal, place in places(features, tasks, latencies, start, members).items():
             needed[signal].append(share_needed(place, measured, config))
-            if finite.sum() >= 3 and np.ptp(place[finite]) > 0:
-                correlations[signal].append(float(spearmanr(place[finite], measured[finite])[0]))
+            rho = rank_correlation(place, measured)
+            if rho is not None:
+                correlations[signal].append(rho)
     return {
         "rounds": judged,
         **{
