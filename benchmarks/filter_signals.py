@@ -62,18 +62,18 @@ def main() -> None:
 
 
 def places(
+    config: Any,
     features: list[np.ndarray],
     tasks: list[str],
     latencies: np.ndarray,
     start: int,
     members: list[int],
 ) -> dict[str, np.ndarray]:
-    """Each signal's places for the round's `members`, trained on the records before `start`."""
-    from filters import TrimmerConfig
+    """Each signal's places for the round's `members`, trained on the records before `start`
+    with the filter's `config` (a TrimmerConfig)."""
     from filters._predictor import Predictor
     from filters.xgb import positions
 
-    config = TrimmerConfig()
     out = {}
     for objective in ("packsum", "rank"):
         out[objective] = positions(
@@ -109,7 +109,7 @@ def replay(
     for _, members, start in judged_rounds(tasks, rounds, config.min_samples):
         judged += 1
         measured = latencies[members]
-        for signal, place in places(features, tasks, latencies, start, members).items():
+        for signal, place in places(config, features, tasks, latencies, start, members).items():
             needed[signal].append(share_needed(place, measured, config))
             rho = rank_correlation(place, measured)
             if rho is not None:
