@@ -50,11 +50,12 @@ TIMING_BASE_S = 0.6
 # population 128 (a round of 64), their wall less building and measuring: llvm 5.4-12.9 s on
 # the 2-core VM (seven models, 61 runs of the filter benchmark, 2026-11-25/26; sampling and
 # mutation 0.5-5.1 s of it, registering the tensor intrinsics ~4 s, ~1.4 s since CPU runs
-# leave CUDA's out); cuda (vggish, real builds, timings simulated) 46.4 s on the
-# 2-core VM, 30.6 s of it waiting on the next round's search and builds, which a pipelined
-# round prepares while it measures and the simulated GPU measured in ~1 s, and 24.3-28.6 s on
-# a 16-core H200 host, where a real 4 min run's first round of 42 took 9.8 s. Padded as the fixed phases are, with the forecast's margin on top; one
-# figure for both (15 s and 40 s) was twice the slowest CPU round and under CUDA's.
+# leave CUDA's out); cuda (vggish, real builds, timings simulated) 46.4 s on the 2-core VM,
+# 30.6 s of it waiting on the next round's search and builds, which a pipelined round
+# prepares while it measures and the simulated GPU measured in ~1 s, and 24.3-28.6 s on a
+# 16-core H200 host, where a real 4 min run's first round of 42 took 9.8 s. Padded as the
+# fixed phases are, with the forecast's margin on top; one figure for both (15 s and 40 s)
+# was twice the slowest CPU round and under CUDA's.
 ROUND_BASE_S = {"cpu": 7.0, "cuda": 30.0}
 SEARCH_S_ON_2_CORES = {"cpu": 20.0, "cuda": 80.0}
 # What `estimate` expects a round to cost before any run here was timed (the run's own
