@@ -218,7 +218,8 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
                 f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
                 f"off; worst median relative error {worst:.1%}"
             )
-    lines += _workers_ready(m.get("workers_ready_s") or {})
+    lines += _workers_ready(m.get("workers_ready_s") or {}, "measuring", "the engine")
+    lines += _workers_ready(m.get("builders_ready_s") or {}, "building", "the run")
     lines += _telemetry(m.get("telemetry") or {})
     if m.get("caveat"):
         lines.append(f"caveat: {m['caveat']}")
@@ -255,11 +256,11 @@ def _throughput(m: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _workers_ready(w: Mapping[str, Any]) -> list[str]:
-    """How long the measuring processes, all started with the engine, took to start."""
+def _workers_ready(w: Mapping[str, Any], doing: str, began: str) -> list[str]:
+    """How long the measuring or building processes, all started at once, took to start."""
     if not w.get("started"):
         return []
-    line = f"{w['started']} measuring workers started with the engine"
+    line = f"{w['started']} {doing} workers started with {began}"
     if not w.get("ready"):
         return [f"{line}; none ready yet"]
     return [

@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
@@ -102,6 +102,18 @@ class WorkerPool:
         self._executor.shutdown(wait=True)
         if not isinstance(self._log, int):
             self._log.close()
+
+
+def ready_summary(started: int, ready_s: Sequence[float]) -> dict[str, Any]:
+    """For the report: workers started ahead (WorkerPool.start), how many were ready, and the
+    seconds until the first and the last of those were."""
+    ready = sorted(ready_s)
+    return {
+        "started": started,
+        "ready": len(ready),
+        "first": ready[0] if ready else None,
+        "last": ready[-1] if ready else None,
+    }
 
 
 def _executor_class() -> type:

@@ -95,6 +95,10 @@ class Builder(abc.ABC):
     def release(self, builds: Sequence[Build]) -> None:
         """Called once the artifacts of `builds` have been measured and are not needed."""
 
+    def stats(self) -> dict[str, Any]:
+        """For the report: how this builder's workers started."""
+        return {}
+
     def close(self) -> None:
         """Release workers and temporary files."""
 

@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
+from typing import Any
 
 from . import _worker
-from ._pool import WorkerPool
+from ._pool import WorkerPool, ready_summary
 from .base import Build, Builder, BuildInput
 
 
@@ -93,6 +94,9 @@ class BuildPool(Builder):
             return self.max_timeout_s
         scaled = self.adaptive_timeout * statistics.median(self._seconds)
         return min(self.max_timeout_s, max(self.min_timeout_s, scaled))
+
+    def stats(self) -> dict[str, Any]:
+        return {"workers_ready_s": ready_summary(self.workers, self._pool.ready_s)}
 
     def release(self, builds: Sequence[Build]) -> None:
         """Delete artifacts that are no longer needed."""

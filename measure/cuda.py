@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cuda_worker
-from ._pool import WorkerPool
+from ._pool import WorkerPool, ready_summary
 from ._timing import TimingPlan
 from ._workers import Job, Outcome, Workers, settle_finished
 from .dop import DopController
@@ -104,15 +104,11 @@ class CudaWorkers(Workers):
         )
 
     def stats(self) -> dict[str, Any]:
-        ready = sorted(s for pool in self._pools for s in pool.ready_s)
         return {
             "telemetry": GpuTelemetry.summary(self.batch_telemetry),
-            "workers_ready_s": {
-                "started": self.per_gpu * len(self._pools),
-                "ready": len(ready),
-                "first": ready[0] if ready else None,
-                "last": ready[-1] if ready else None,
-            },
+            "workers_ready_s": ready_summary(
+                self.per_gpu * len(self._pools), [s for pool in self._pools for s in pool.ready_s]
+            ),
         }
 
     def close(self) -> None:

@@ -221,7 +221,7 @@ class Session:
                 if self.tasks
                 else "the model has no operators to tune"
             )
-            self.measurement = self._measurement_stats(engine, ledger)
+            self.measurement = self._measurement_stats(engine, builder, ledger)
         self.run.append(
             {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
         )
@@ -253,8 +253,11 @@ class Session:
             minimum=total,
         )
 
-    def _measurement_stats(self, engine: Engine, ledger: Ledger) -> dict[str, Any]:
+    def _measurement_stats(self, engine: Engine, builder: Any, ledger: Ledger) -> dict[str, Any]:
         stats = dict(engine.stats())
+        builders = builder.stats().get("workers_ready_s")
+        if builders:
+            stats["builders_ready_s"] = builders
         wall = ledger.wall_s or 1.0
         stats["measuring_share"] = ledger.phases.get("measure", 0.0) / wall
         if self.target.device_type == "cpu" and not self.fleet.rpc:

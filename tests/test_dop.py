@@ -312,7 +312,7 @@ def test_the_report_says_how_fast_how_busy_and_where_the_time_went():
     assert f"its first {first['candidates']} candidates (DOP 1) took " in lines[4]
 
 
-def test_the_report_says_how_long_the_measuring_workers_took_to_start():
+def test_the_report_says_how_long_the_measuring_and_building_workers_took_to_start():
     from budget.render import describe_measurement
     from budget.report import schema
 
@@ -327,6 +327,15 @@ def test_the_report_says_how_long_the_measuring_workers_took_to_start():
     assert describe_measurement({**base, "workers_ready_s": starting})[1] == (
         "16 measuring workers started with the engine; none ready yet"
     )
+    builders = {"started": 4, "ready": 4, "first": 3.05, "last": 3.9}
+    both = {**base, "workers_ready_s": ready, "builders_ready_s": builders}
+    jsonschema.validate(both, schema()["properties"]["measurement"])
+    assert describe_measurement(both)[1:] == [
+        "16 measuring workers started with the engine; 16 ready, the first after 9.8s, the "
+        "last after 17.2s",
+        "4 building workers started with the run; 4 ready, the first after 3.0s, the last "
+        "after 3.9s",
+    ]
 
 
 def test_the_report_tells_how_the_overlapping_dop_moved_and_why():

@@ -69,6 +69,14 @@ def test_the_summary_tells_latency_speedup_trials_time_and_where(tuned):
     assert "trials              16 in 2 rounds" in out
     assert f"run directory       {tuned.out}" in out
     assert "stopped because     trial budget reached: 16 of 16" in out
+    # The build pool's start-up, which a first round waits on, is told beside the measurement.
+    ready = tuned.report["measurement"]["builders_ready_s"]
+    assert ready["started"] >= 1 and ready["ready"] == ready["started"]
+    assert 0 < ready["first"] <= ready["last"]
+    assert (
+        f"{ready['started']} building workers started with the run; {ready['ready']} ready, "
+        "the first after "
+    ) in out
 
 
 def test_the_run_directory_holds_database_journal_config_report_and_library(tuned):
