@@ -68,14 +68,27 @@ def search_ahead(setting: int, cores: int) -> int:
     return setting or max(1, min(4, cores // 4))
 
 
-def round_size(trials_per_round: int, builder: Builder, gpus: int = 1) -> int:
+def round_size(trials_per_round: int, workers: int, gpus: int = 1) -> int:
     """Candidates per round: `trials_per_round` per GPU (a round fills and drains each
     GPU's pipeline once: with rounds of a fixed size, 8 GPUs measured at 0.55 of linear on the
     simulated device, benchmarks/results/gpu_scaling-*), in whole waves of the builder's
-    workers, so that no host core idles through the last builds of a round."""
-    workers = max(1, getattr(builder, "workers", 1))
+    `workers`, so that no host core idles through the last builds of a round."""
+    workers = max(1, workers)
     wanted = trials_per_round * max(1, gpus)
     return -(-wanted // workers) * workers
+
+
+def proposals_per_round(settings: Settings, round_candidates: int, filtered: bool) -> int:
+    """Candidates the search proposes for a round of `round_candidates`: more when a filter
+    needs something to choose from."""
+    return round_candidates * (settings.filter.proposal_factor if filtered else 1)
+
+
+def first_proposals(settings: Settings, *, workers: int, gpus: int, filtered: bool) -> int:
+    """What a run's rounds will propose, before its builder (of `workers`) and its engine (of
+    `gpus`) exist: for the first round's forecast up front."""
+    size = round_size(settings.tune.trials_per_round, workers, gpus)
+    return proposals_per_round(settings, size, filtered)
 
 
 def spend_fields(ledger: Ledger) -> dict[str, Any]:
@@ -136,11 +149,13 @@ class TuningLoop:
         # task's search starts from them instead of from random schedules alone.
         self._bests = dict(bests or {})
         self.round_size = round_size(
-            settings.tune.trials_per_round, builder, getattr(engine, "lanes", 1)
+            settings.tune.trials_per_round,
+            getattr(builder, "workers", 1),
+            getattr(engine, "lanes", 1),
         )
-        # A filter needs more candidates than it keeps, to have something to choose from.
-        factor = settings.filter.proposal_factor if candidate_filter.name != "none" else 1
-        self.proposals = self.round_size * factor
+        self.proposals = proposals_per_round(
+            settings, self.round_size, candidate_filter.name != "none"
+        )
         self.pipeline = pipeline
         # With pipelining, the next tasks' searches run ahead while the device measures.
         self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0

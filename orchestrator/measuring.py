@@ -28,10 +28,15 @@ from .targets import ResolvedTarget, host_cores, resolve_target, visible_gpus
 from .tasks import Task, arg_specs
 
 
+def build_workers(settings: Settings) -> int:
+    """The build pool's processes: as configured, else one per host core."""
+    return settings.build.workers or host_cores()
+
+
 def make_builder(settings: Settings, logs: Path | None) -> BuildPool:
     b = settings.build
     return BuildPool(
-        workers=b.workers or host_cores(),
+        workers=build_workers(settings),
         timeout_s=b.timeout_s,
         adaptive_timeout=b.adaptive_timeout,
         min_timeout_s=min(b.timeout_s, 5.0),

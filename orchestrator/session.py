@@ -27,8 +27,15 @@ from .deploy.builds import ModelBuilds
 from .errors import BudgetTooSmall
 from .forecast import overheads
 from .interrupt import Interrupt
-from .loop import TuningLoop, spend_fields
-from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
+from .loop import TuningLoop, first_proposals, spend_fields
+from .measuring import (
+    Fleet,
+    build_workers,
+    cpu_caveat,
+    make_builder,
+    make_engine,
+    measure_untuned_tasks,
+)
 from .model import OnnxModel
 from .reporting import write_report
 from .rundir import RunDir
@@ -36,7 +43,7 @@ from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repai
 from .rundir.restore import Restored, restore, spend_so_far
 from .scheduler import GainScheduler, model_latency_s
 from .search import make_cost_model
-from .search.strategy import most_parents, population_size
+from .search.strategy import most_parents
 from .simulate import WORD, VirtualClock
 from .targets import ResolvedTarget, host_cores
 from .tasks import Task
@@ -236,18 +243,42 @@ class Session:
     def _refuse_too_small(
         self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored
     ) -> None:
-        """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases."""
-        needed = fixed.minimum_s(
+        """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases,
+        or a first round's search (forecast as the run will before it times one) and the
+        final phase. The two are not added up: each is padded on its own."""
+        first = None
+        if ledger.forecast_round(0) is None:  # no round timed yet, here or before a resume
+            proposals = first_proposals(
+                self.settings,
+                workers=build_workers(self.settings),
+                gpus=self.fleet.devices(self.target.device_type),
+                filtered=self.filter.name != "none",
+            )
+            first = Ledger.FORECAST_MARGIN * overheads.first_round_s(
+                self.settings,
+                proposals=proposals,
+                cores=host_cores(),
+                device_type=self.target.device_type,
+            )
+        needed, by_first = overheads.upfront_minimum_s(
+            fixed,
             baseline=any(s.task.index not in restored.baselines for s in restored.states),
             untuned_model=restored.untuned is None,
+            first_round=first,
+        )
+        what = (
+            f"a first round's search (~{fmt_duration(first or 0.0)} on {host_cores()} cores "
+            f"for {self.target.device_type}), compiling and checking"
+            if by_first
+            else "the untuned baseline, compiling and checking"
         )
         short = seconds_short(self.budget, ledger, needed)
         if short is None:
             return
         limit, total = short
         raise BudgetTooSmall(
-            f"budget {limit.text} is too small for {self.model.name}: the untuned baseline, "
-            f"compiling and checking need about {fmt_duration(needed)} more"
+            f"budget {limit.text} is too small for {self.model.name}: {what} need about "
+            f"{fmt_duration(needed)} more"
             + (f" after {fmt_duration(ledger.wall_s)} spent" if ledger.wall_s >= 1 else "")
             + f"; give --budget {total} or more (nothing was tuned)",
             minimum=total,
@@ -396,9 +427,9 @@ class Session:
         per_candidate = overheads.baseline_task_s(
             ledger.phases.get("untuned", 0.0), len(self.tasks)
         )
-        search_s = overheads.search_s(
-            population=population_size(self.settings, proposals),
-            genetic_iters=self.settings.search.genetic_num_iters,
+        search_s = overheads.first_round_s(
+            self.settings,
+            proposals=proposals,
             cores=host_cores(),
             device_type=self.target.device_type,
         )

@@ -151,6 +151,25 @@ def test_exit_3_up_front_when_the_budget_cannot_cover_compiling_and_checking(tmp
     assert not (tmp_path / "run").exists()  # refused before any work: nothing left behind
 
 
+def test_exit_3_up_front_when_the_budget_cannot_cover_a_first_round_and_the_final_phase(
+    tmp_path, fast_config
+):
+    """A CUDA first round's search is forecast at over half a minute before any round was
+    timed: a budget that covers the fixed phases but not that is refused before any work,
+    not after the baseline has been paid for."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = tune_args(
+        model, tmp_path / "run", fast_config, "--simulate", budget="30s", target="auto"
+    )
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 3, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: budget 30s is too small for tiny: a first round's search (~")
+    assert "cores for cuda), compiling and checking need about " in line
+    assert "give --budget 1min or more (nothing was tuned)" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_build_only_needs_no_budget(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     result = CliRunner().invoke(

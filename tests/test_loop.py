@@ -354,9 +354,10 @@ def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
 def test_a_round_gives_every_gpu_a_round_of_its_own():
     from orchestrator.loop import round_size
 
-    assert round_size(64, KeyBuilder(), gpus=1) == 64
-    assert round_size(64, KeyBuilder(), gpus=8) == 512  # each GPU's pipeline fills once
-    assert round_size(7, KeyBuilder(), gpus=3) == 22  # 21, in whole waves of two builds
+    workers = KeyBuilder().workers
+    assert round_size(64, workers, gpus=1) == 64
+    assert round_size(64, workers, gpus=8) == 512  # each GPU's pipeline fills once
+    assert round_size(7, workers, gpus=3) == 22  # 21, in whole waves of two builds
 
 
 def test_journal_entries_stay_json(tasks, fast_config):

@@ -225,3 +225,31 @@ def test_a_first_round_is_forecast_above_what_it_took_but_not_many_times_over(na
         population=population, genetic_iters=3, cores=cores, device_type=device
     )
     assert most <= guess <= 4 * fewest
+
+
+def test_a_budget_up_front_covers_the_fixed_phases_or_a_first_round_and_the_final_phase():
+    """Figures of the example model on the 2-core VM (2026-11-26): on llvm the fixed phases
+    outweigh a first round, and the minute that tunes 21-41 trials passes; with --simulate the
+    CUDA first round's search (~55 s) and the final phase (~14 s) do not fit a minute, which
+    then spent its baseline and exited 3 tuned nothing. Never the sum of the two."""
+    llvm = overheads.FixedCosts(
+        untuned_s=8.1, compile_s=10.2, check_s=0.25, timing_s=1.1, report_s=4.0
+    )
+    first_llvm = Ledger.FORECAST_MARGIN * 12.0
+    needed, by_first = overheads.upfront_minimum_s(
+        llvm, baseline=True, untuned_model=True, first_round=first_llvm
+    )
+    assert not by_first and needed == llvm.minimum_s(baseline=True, untuned_model=True) < 60
+    cuda = overheads.FixedCosts(
+        untuned_s=0.0, compile_s=10.2, check_s=0.2, timing_s=0.0, report_s=4.0
+    )
+    first_cuda = Ledger.FORECAST_MARGIN * 50.0
+    needed, by_first = overheads.upfront_minimum_s(
+        cuda, baseline=True, untuned_model=True, first_round=first_cuda
+    )
+    assert by_first and needed == pytest.approx(first_cuda + cuda.final_s) and needed > 60
+    # A resumed run that timed a round before forecasts from it, not from the guess.
+    assert overheads.upfront_minimum_s(
+        cuda, baseline=False, untuned_model=False, first_round=None
+    ) == (cuda.final_s, False)
+

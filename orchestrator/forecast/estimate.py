@@ -13,7 +13,7 @@ from typing import Any
 
 from budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
 from budget.grammar import Budget, parse_budget
-from budget.ledger import Spend
+from budget.ledger import Ledger, Spend
 from measure import Measurement
 
 from ..deploy.timing import Timing, time_models
@@ -153,7 +153,8 @@ def estimate(
     from .. import deploy
     from ..api import _shapes
     from ..config import Settings
-    from ..measuring import make_builder, make_engine, measure_untuned_tasks
+    from ..loop import first_proposals
+    from ..measuring import build_workers, make_builder, make_engine, measure_untuned_tasks
     from ..model import fuse_for_tuning, import_to_relax, load_model
     from ..targets import host_cores, resolve_target
     from ..tasks import extract_tasks
@@ -249,7 +250,22 @@ def estimate(
         if seen_attainable is not None
         else BUILTIN_ATTAINABLE.get(resolved.device_type, BUILTIN_ATTAINABLE["cpu"])
     )
-    minimum_s = import_s + guess.minimum_s(baseline=True, untuned_model=True)
+    # As a run refuses a budget up front (a new run directory has timed no round yet).
+    first = Ledger.FORECAST_MARGIN * overheads.first_round_s(
+        settings,
+        proposals=first_proposals(
+            settings,
+            workers=build_workers(settings),
+            gpus=resolved.devices,
+            filtered=settings.tune.filter != "none",
+        ),
+        cores=host_cores(),
+        device_type=resolved.device_type,
+    )
+    upfront_s, _ = overheads.upfront_minimum_s(
+        guess, baseline=True, untuned_model=True, first_round=first
+    )
+    minimum_s = import_s + upfront_s
     runs = [
         forecast_run(
             b,

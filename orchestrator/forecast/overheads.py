@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..config import Settings
 from ..deploy.timing import Timing
 from ..tasks import Task
 
@@ -150,6 +151,31 @@ def search_s(*, population: int, genetic_iters: int, cores: int, device_type: st
     base = ROUND_BASE_S.get(device_type, ROUND_BASE_S["cpu"])
     search = SEARCH_S_ON_2_CORES.get(device_type, SEARCH_S_ON_2_CORES["cpu"])
     return base + search * scale * 2 / max(1, cores)
+
+
+def first_round_s(settings: Settings, *, proposals: int, cores: int, device_type: str) -> float:
+    """search_s for the population a first round of `proposals` searches with."""
+    from ..search.strategy import population_size
+
+    return search_s(
+        population=population_size(settings, proposals),
+        genetic_iters=settings.search.genetic_num_iters,
+        cores=cores,
+        device_type=device_type,
+    )
+
+
+def upfront_minimum_s(
+    fixed: FixedCosts, *, baseline: bool, untuned_model: bool, first_round: float | None
+) -> tuple[float, bool]:
+    """Seconds a budget must leave before any work, and whether the first round set them: the
+    fixed phases still to pay, or a first round's search (None: a round was timed before a
+    resume) with the final phase, whichever is more. Not their sum: each is padded on its own,
+    and the sum would refuse an llvm minute on the example model that tunes 21-41 trials."""
+    phases = fixed.minimum_s(baseline=baseline, untuned_model=untuned_model)
+    if first_round is None or first_round + fixed.final_s <= phases:
+        return phases, False
+    return first_round + fixed.final_s, True
 
 
 def baseline_task_s(untuned_s: float, tasks: int) -> float:
