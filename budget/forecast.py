@@ -156,7 +156,8 @@ class Allocation:
         self.shares = [s / total for s in shares] if total > 0 else []
         self.prior = prior
         self.trials = [0] * len(self.shares)
-        self.floors = list(floors) or [0] * len(self.shares)
+        # Without shares (no task's untuned latency measured) there is nothing to allocate.
+        self.floors = (list(floors) or [0] * len(self.shares)) if self.shares else []
         if len(self.floors) != len(self.shares):
             raise ValueError(f"{len(self.floors)} floors for {len(self.shares)} tasks")
         self.reached = 0.0  # share of the attainable gain had so far

@@ -250,13 +250,12 @@ def describe_schedules(result: Result) -> str:
 def print_estimate(estimate: dict[str, Any]) -> None:
     """The `orchestrate estimate` table."""
     tasks = estimate["tasks"]
-    total = sum(t["weight"] * (t["untuned_s"] or 0.0) for t in tasks) or 1.0
     click.echo(
         f"{estimate['model']['name']} on {estimate['target']['description']}: {len(tasks)} tasks"
     )
     click.echo(f"  {'task':<52}{'weight':>7}{'FLOPs':>13}{'untuned':>11}{'share':>8}")
     for t in tasks:
-        share = t["weight"] * (t["untuned_s"] or 0.0) / total
+        share = t["share"]
         click.echo(
             f"  {t['name'][:51]:<52}{t['weight']:>7}{fmt_flops(t['flops']):>13}"
             f"{fmt_latency(t['untuned_s']):>11}{share:>8.1%}"

@@ -253,3 +253,30 @@ def test_a_budget_up_front_covers_the_fixed_phases_or_a_first_round_and_the_fina
         cuda, baseline=False, untuned_model=False, first_round=None
     ) == (cuda.final_s, False)
 
+
+def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_config):
+    """Before renting a GPU: the tasks' shares come from their FLOPs, the fixed phases are
+    forecast for a host that has the device, and a budget is refused as the run would refuse
+    it there (the CUDA first round's search guess with the final phase)."""
+    import json
+
+    from click.testing import CliRunner
+
+    import onnx_models
+    from orchestrator.cli import main
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = ["estimate", model, "--target", "nvidia/nvidia-h100", "--config", fast_config]
+    args += ["--runs-dir", tmp_path / "runs", "--budget", "30s", "--budget", "1h", "--json"]
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    estimate = json.loads(result.stdout)
+    assert estimate["shares_from"] == "FLOPs"
+    flops = [t["weight"] * t["flops"] for t in estimate["tasks"]]
+    shares = [t["share"] for t in estimate["tasks"]]
+    assert shares == pytest.approx([f / sum(flops) for f in flops])
+    assert estimate["fixed"]["untuned_s"] > 0  # the baseline a run on the GPU host pays
+    short, hour = estimate["runs"]
+    assert short == {**short, "refused": True, "minimum": "1min"}
+    assert not hour["refused"] and hour["trials"] > 0 and hour["latency_s"] is None
+    assert "no device here: the tasks' shares are their FLOPs'" in estimate["trust"]

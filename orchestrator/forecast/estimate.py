@@ -169,13 +169,14 @@ def estimate(
     emit({"event": "tasks", "tasks": [t.describe() for t in tasks]})
 
     timing = Timing.from_settings(settings.check)
+    # Forecast for a run where the device is, which pays the baseline and times the model
+    # (on a host without the GPU, estimate sizes a run on one that has it).
     guess = overheads.forecast_fixed(
-        tasks,
-        device_type=resolved.device_type,
-        device_present=resolved.device_present,
-        timing=timing,
+        tasks, device_type=resolved.device_type, device_present=True, timing=timing
     )
-    fixed = FixedPhases(import_s, guess.untuned_s, guess.compile_s, guess.check_s, 0.0, None)
+    fixed = FixedPhases(
+        import_s, guess.untuned_s, guess.compile_s, guess.check_s, guess.timing_s, None
+    )
     untuned = [Measurement(None, "no device here to measure on")] * len(tasks)
     model_untuned: dict[str, Any] | None = None
     if resolved.device_present:
@@ -215,7 +216,11 @@ def estimate(
         per_s = overheads.CANDIDATE_VS_BASELINE * overheads.baseline_task_s(
             fixed.untuned_s, len(tasks)
         )
-        cost_source = "scaled from the baseline timed now; no earlier run here to time a round by"
+        cost_source = (
+            "scaled from the baseline timed now; no earlier run here to time a round by"
+            if resolved.device_present
+            else "a guess: no device here to time a baseline on, no earlier run to time a round by"
+        )
     costs = RoundCosts(
         fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
     )
@@ -224,6 +229,10 @@ def estimate(
     weights = [
         None if lat is None else t.weight * lat for t, lat in zip(tasks, latencies, strict=True)
     ]
+    by_flops = all(w is None for w in weights)
+    if by_flops:  # nothing measured (no device here): each task's share of the FLOPs instead
+        weights = [t.weight * t.flops for t in tasks]
+    total = sum(w or 0.0 for w in weights)
     shares = [w or 0.0 for w in weights]
     s_stop = settings.stopping
     floors = heavy_floors(weights, share=s_stop.heavy_share, trials=s_stop.heavy_trials)
@@ -291,9 +300,17 @@ def estimate(
             "device": resolved.device_name,
         },
         "tasks": [
-            {**t.describe(), "untuned_s": lat, "error": err}
-            for t, lat, err in zip(tasks, latencies, [m.error for m in untuned], strict=True)
+            {
+                **t.describe(),
+                "untuned_s": lat,
+                "error": err,
+                "share": (w or 0.0) / total if total else 0.0,
+            }
+            for t, lat, err, w in zip(
+                tasks, latencies, [m.error for m in untuned], weights, strict=True
+            )
         ],
+        "shares_from": "FLOPs" if by_flops else "untuned latency",
         "untuned": model_untuned,
         "fixed": {**dataclasses.asdict(fixed), "measured": resolved.device_present},
         "round": {
@@ -324,13 +341,15 @@ def estimate(
         "trust": _trust(
             prior,
             seen_cost is not None,
-            any(lat is None for lat in latencies),
+            "all" if by_flops else "some" if any(lat is None for lat in latencies) else "none",
             seen_attainable is not None,
         ),
     }
 
 
-def _trust(prior: TuningPrior, costs_seen: bool, missing: bool, cut_seen: bool) -> str:
+def _trust(prior: TuningPrior, costs_seen: bool, unmeasured: str, cut_seen: bool) -> str:
+    """How far to trust the estimate; `unmeasured`: how many tasks have no untuned latency
+    ("none", "some" or "all": no device here)."""
     parts = ["rough: it assumes every task can be sped up by the same factor"]
     if not cut_seen:
         parts.append("that factor is a guess until a run here has tuned")
@@ -338,9 +357,15 @@ def _trust(prior: TuningPrior, costs_seen: bool, missing: bool, cut_seen: bool) 
         f"the tuning curve is the {prior.source}"
         + (f" ({prior.points} points)" if prior.points else "")
     )
-    if not costs_seen:
+    if unmeasured == "all":
+        parts.append(
+            "no device here: the tasks' shares are their FLOPs', the fixed phases "
+            + ("are guesses" if costs_seen else "and a round's cost are guesses")
+            + ", and the latency reached is not forecast"
+        )
+    elif not costs_seen:
         parts.append("no earlier run here to time a round by: its cost is scaled from the baseline")
-    if missing:
+    if unmeasured == "some":
         parts.append("tasks without an untuned latency are left out")
     parts.append("expect a factor of 2 either way")
     return "; ".join(parts)
