@@ -122,6 +122,9 @@ def test_heavy_tasks_get_their_floor_first_and_no_early_stop_comes_before_it():
     while not allocation.floors_met:
         allocation.add_round(64)
     assert allocation.trials[:2] == [256, 256]
+    # No task with a known latency (every baseline failed): nothing to allocate, no floor.
+    unknown = Allocation([0.0, 0.0, 0.0], quick, heavy_floors([None] * 3, share=0.8, trials=256))
+    assert unknown.add_round(64) == 0.0 and unknown.floors_met
 
 
 def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():
