@@ -319,6 +319,8 @@ def describe_run_forecast(run: dict[str, Any]) -> str:
     reach = ""
     if run["latency_s"] is not None:
         reach = f" -> {fmt_latency(run['latency_s'])} ({run['speedup']:.2f}x)"
+    if run.get("not_forecast"):
+        reach += f"; {', '.join(run['not_forecast'])} not forecast (a run meters the GPU's power)"
     return (
         f"  --budget {run['budget']}: ~{fmt_duration(run['total_s'])}, {run['trials']} trials in "
         f"{run['rounds']} rounds ({_STOPS[run['stop']]}){reach}\n      {phases}"

@@ -48,6 +48,7 @@ def test_a_budget_below_the_fixed_phases_is_refused_with_the_minimum_in_its_own_
         "budget": "1min",
         "seconds": 60.0,
         "trials_cap": None,
+        "not_forecast": [],
         "refused": True,
         "minimum": "2min",
     }
@@ -255,6 +256,29 @@ def test_a_budget_up_front_covers_the_fixed_phases_or_a_first_round_and_the_fina
     assert overheads.upfront_minimum_s(
         cuda, baseline=False, untuned_model=False, first_round=None
     ) == (cuda.final_s, False)
+
+
+def test_an_energy_limit_is_named_as_not_forecast_and_the_clock_limits_still_are():
+    both = run("1h,100Wh")
+    assert both["not_forecast"] == ["100Wh"] and both["seconds"] == 3600.0
+    assert run("1h")["not_forecast"] == []
+
+
+def test_estimate_refuses_a_budget_the_run_would_refuse_as_bad_input(tmp_path, fast_config):
+    from click.testing import CliRunner
+
+    import onnx_models
+    from orchestrator.cli import main
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = ["estimate", model, "--target", "llvm", "--config", fast_config, "--budget", "2gpu-h"]
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()  # one line, as the run says it
+    assert line.startswith(
+        "error: budget '2gpu-h' is in GPU-hours but this run uses no GPU; units that apply: "
+        "s, min, h, trials"
+    )
 
 
 def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_config):

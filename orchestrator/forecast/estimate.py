@@ -148,6 +148,7 @@ def estimate(
 
     from tvm.s_tir import meta_schedule as ms
 
+    from budget import check_applicable
     from budget.prices import run_price
 
     from .. import deploy
@@ -162,6 +163,23 @@ def estimate(
     settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=True)
+    cost = run_price(
+        device_type=resolved.device_type,
+        device_name=resolved.device_name,
+        devices=resolved.devices,
+        cores=host_cores(),
+        override=price,
+    )
+    for budget in parsed:  # a budget the run would refuse as bad input, refused here too
+        try:
+            check_applicable(
+                budget,
+                devices=resolved.devices,
+                price_known=cost is not None,
+                energy_known=resolved.device_type == "cuda",  # NVML, where the GPU is
+            )
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     relax_mod = import_to_relax(onnx_model)
     tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
     import_s = time.monotonic() - started
@@ -236,13 +254,6 @@ def estimate(
     shares = [w or 0.0 for w in weights]
     s_stop = settings.stopping
     floors = heavy_floors(weights, share=s_stop.heavy_share, trials=s_stop.heavy_trials)
-    cost = run_price(
-        device_type=resolved.device_type,
-        device_name=resolved.device_name,
-        devices=resolved.devices,
-        cores=host_cores(),
-        override=price,
-    )
     forecast = []
     for row in plan(shares, prior, round_size=round_size, round_s=round_s):
         hours = row["seconds"] / 3600.0

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budget.forecast import Allocation, TuningPrior
-from budget.grammar import TRIALS, Budget
+from budget.grammar import ENERGY, TRIALS, Budget
 from budget.limits import BudgetLimits, clock_rates
 from budget.units import fmt_budget_up
 
@@ -175,7 +175,13 @@ def forecast_run(
     if not 0 <= attainable < 1:
         raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
     seconds, trial_cap = budget_seconds(budget, devices=devices, usd_per_hour=usd_per_hour)
-    row: dict[str, Any] = {"budget": str(budget), "seconds": seconds, "trials_cap": trial_cap}
+    row: dict[str, Any] = {
+        "budget": str(budget),
+        "seconds": seconds,
+        "trials_cap": trial_cap,
+        # the GPU's power is known only once a run meters it: energy limits are not forecast
+        "not_forecast": [lim.text for lim in budget.limits if lim.kind == ENERGY],
+    }
     rates = clock_rates(devices, usd_per_hour)
     for limit in budget.limits:
         rate = rates.get(limit.kind)
