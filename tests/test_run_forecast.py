@@ -1,12 +1,17 @@
 """What `orchestrate estimate` says a run would spend and reach at a budget."""
 
+import json
+
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import onnx_models
 from budget import parse_budget
 from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
 from budget.ledger import Ledger
+from orchestrator.cli import main
 from orchestrator.config import Settings
 from orchestrator.deploy.timing import Timing
 from orchestrator.forecast import overheads
@@ -235,7 +240,7 @@ def test_a_budget_up_front_covers_the_fixed_phases_or_a_first_round_and_the_fina
     """Figures of the example model on the 2-core VM (2026-11-26): on llvm the fixed phases
     outweigh a first round, and the minute that tunes 21-41 trials passes; with --simulate the
     CUDA first round's search (~55 s) and the final phase (~14 s) do not fit a minute, which
-    then spent its baseline and exited 3 tuned nothing. Never the sum of the two."""
+    then spent its baseline and exited 3 having tuned nothing. Never the sum of the two."""
     llvm = overheads.FixedCosts(
         untuned_s=8.1, compile_s=10.2, check_s=0.25, timing_s=1.1, report_s=4.0
     )
@@ -265,11 +270,6 @@ def test_an_energy_limit_is_named_as_not_forecast_and_the_clock_limits_still_are
 
 
 def test_estimate_refuses_a_budget_the_run_would_refuse_as_bad_input(tmp_path, fast_config):
-    from click.testing import CliRunner
-
-    import onnx_models
-    from orchestrator.cli import main
-
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     args = ["estimate", model, "--target", "llvm", "--config", fast_config, "--budget", "2gpu-h"]
     result = CliRunner().invoke(main, [str(a) for a in args])
@@ -283,14 +283,7 @@ def test_estimate_refuses_a_budget_the_run_would_refuse_as_bad_input(tmp_path, f
 
 def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_config):
     """Before renting a GPU: the tasks' shares come from their FLOPs, the fixed phases are
-    forecast for a host that has the device, and a budget is refused as the run would refuse
-    it there (the CUDA first round's search guess with the final phase)."""
-    import json
-
-    from click.testing import CliRunner
-
-    import onnx_models
-    from orchestrator.cli import main
+    forecast for a host that has the device, and a budget is refused by the run's own rule."""
 
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     args = ["estimate", model, "--target", "nvidia/nvidia-h100", "--config", fast_config]
