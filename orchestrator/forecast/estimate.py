@@ -231,7 +231,8 @@ def estimate(
         cost_source = f"round costs from {len(journals)} earlier run(s)"
     else:  # typical rounds on this many cores, before any was timed here (overheads.py)
         fixed_s = overheads.ROUND_S_ON_2_CORES * 2 / host_cores()
-        per_s = overheads.CANDIDATE_VS_BASELINE * overheads.baseline_task_s(
+        ratio = overheads.CANDIDATE_VS_BASELINE
+        per_s = ratio.get(resolved.device_type, ratio["cpu"]) * overheads.baseline_task_s(
             fixed.untuned_s, len(tasks)
         )
         cost_source = (

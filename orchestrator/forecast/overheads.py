@@ -68,9 +68,14 @@ SEARCH_S_ON_2_CORES = {"cpu": 20.0, "cuda": 80.0}
 # shares one model with the filter: about 3.7-3.8 s on the two CNNs and 0.8 s on the MLP (the
 # same runs at c4dfa71, 2026-11-25, rounds counted as trials / 64), 5.4-5.7 s in three
 # 512-trial smallcnn runs later that day on a slower VM (untuned 8.6-9.5 ms against 6.2 ms);
-# learning 4-7% of it on the CNNs, 15-17% on the MLP.
+# learning 4-7% of it on the CNNs, 15-17% on the MLP. On a GPU the baseline costs far more per
+# task than a candidate does (each measuring worker makes a CUDA context): in the real 4 min
+# vggish run on a lent H200 (16-core host, 2026-11-26,
+# benchmarks/results/orchestrate-vggish-cuda-4min-nvidia-h200-2026-11-26.json) the baseline
+# took 3.07 s a task and a candidate 0.32 s of building and measuring in the foreground (338
+# in 107 s), 0.10 of it; the CPU ratio would have forecast 1.5 s. One run: still a guess.
 ROUND_S_ON_2_CORES = 4.0
-CANDIDATE_VS_BASELINE = 0.5
+CANDIDATE_VS_BASELINE = {"cpu": 0.5, "cuda": 0.1}
 ROUND_FIXED_SPLIT = {"search": 0.93, "learn": 0.07}
 ROUND_CANDIDATE_SPLIT = {"build": 0.6, "measure": 0.4}
 # Once the untuned model is compiled and checked, the run keeps back this multiple of its
