@@ -25,6 +25,7 @@ from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measuremen
 from measure.base import short_error
 
 from .config import Settings
+from .measuring import build_workers
 from .scheduler import Scheduler, TaskState, assign_floors, model_latency_s
 from .search import Proposer, SearchTimes, TaskSearch
 from .tasks import Candidate, Task
@@ -84,10 +85,10 @@ def proposals_per_round(settings: Settings, round_candidates: int, filtered: boo
     return round_candidates * (settings.filter.proposal_factor if filtered else 1)
 
 
-def first_proposals(settings: Settings, *, workers: int, gpus: int, filtered: bool) -> int:
-    """What a run's rounds will propose, before its builder (of `workers`) and its engine (of
-    `gpus`) exist: for the first round's forecast up front."""
-    size = round_size(settings.tune.trials_per_round, workers, gpus)
+def first_proposals(settings: Settings, *, gpus: int, filtered: bool) -> int:
+    """What a run's rounds will propose, before its builder (of the configured workers) and its
+    engine (of `gpus`) exist: for the first round's forecast up front."""
+    size = round_size(settings.tune.trials_per_round, build_workers(settings), gpus)
     return proposals_per_round(settings, size, filtered)
 
 

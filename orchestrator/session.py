@@ -19,7 +19,7 @@ from budget.report import make_report, task_row
 from budget.units import fmt_duration
 from filters import Filter, Predictor
 from filters._predictor import warm_start
-from measure import Engine, LocalEngine
+from measure import Builder, Engine, LocalEngine
 
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
@@ -27,15 +27,8 @@ from .deploy.builds import ModelBuilds
 from .errors import BudgetTooSmall
 from .forecast import overheads
 from .interrupt import Interrupt
-from .loop import TuningLoop, first_proposals, spend_fields
-from .measuring import (
-    Fleet,
-    build_workers,
-    cpu_caveat,
-    make_builder,
-    make_engine,
-    measure_untuned_tasks,
-)
+from .loop import TuningLoop, spend_fields
+from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
 from .reporting import write_report
 from .rundir import RunDir
@@ -248,16 +241,10 @@ class Session:
         final phase. The two are not added up: each is padded on its own."""
         first = None
         if ledger.forecast_round(0) is None:  # no round timed yet, here or before a resume
-            proposals = first_proposals(
+            first = overheads.upfront_first_round_s(
                 self.settings,
-                workers=build_workers(self.settings),
                 gpus=self.fleet.devices(self.target.device_type),
                 filtered=self.filter.name != "none",
-            )
-            first = Ledger.FORECAST_MARGIN * overheads.first_round_s(
-                self.settings,
-                proposals=proposals,
-                cores=host_cores(),
                 device_type=self.target.device_type,
             )
         needed, by_first = overheads.upfront_minimum_s(
@@ -284,7 +271,9 @@ class Session:
             minimum=total,
         )
 
-    def _measurement_stats(self, engine: Engine, builder: Any, ledger: Ledger) -> dict[str, Any]:
+    def _measurement_stats(
+        self, engine: Engine, builder: Builder, ledger: Ledger
+    ) -> dict[str, Any]:
         stats = dict(engine.stats())
         builders = builder.stats().get("workers_ready_s")
         if builders:

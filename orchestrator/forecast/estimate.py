@@ -13,7 +13,7 @@ from typing import Any
 
 from budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
 from budget.grammar import Budget, parse_budget
-from budget.ledger import Ledger, Spend
+from budget.ledger import Spend
 from measure import Measurement
 
 from ..deploy.timing import Timing, time_models
@@ -154,8 +154,7 @@ def estimate(
     from .. import deploy
     from ..api import _shapes
     from ..config import Settings
-    from ..loop import first_proposals
-    from ..measuring import build_workers, make_builder, make_engine, measure_untuned_tasks
+    from ..measuring import make_builder, make_engine, measure_untuned_tasks
     from ..model import fuse_for_tuning, import_to_relax, load_model
     from ..targets import host_cores, resolve_target
     from ..tasks import extract_tasks
@@ -272,15 +271,10 @@ def estimate(
         else BUILTIN_ATTAINABLE.get(resolved.device_type, BUILTIN_ATTAINABLE["cpu"])
     )
     # As a run refuses a budget up front (a new run directory has timed no round yet).
-    first = Ledger.FORECAST_MARGIN * overheads.first_round_s(
+    first = overheads.upfront_first_round_s(
         settings,
-        proposals=first_proposals(
-            settings,
-            workers=build_workers(settings),
-            gpus=resolved.devices,
-            filtered=settings.tune.filter != "none",
-        ),
-        cores=host_cores(),
+        gpus=resolved.devices,
+        filtered=settings.tune.filter != "none",
         device_type=resolved.device_type,
     )
     upfront_s, _ = overheads.upfront_minimum_s(

@@ -170,6 +170,23 @@ def first_round_s(settings: Settings, *, proposals: int, cores: int, device_type
     )
 
 
+def upfront_first_round_s(
+    settings: Settings, *, gpus: int, filtered: bool, device_type: str
+) -> float:
+    """A first round's search, forecast up front as the run will forecast it before timing
+    one (first_round_s for the rounds the settings and `gpus` make, the ledger's margin on
+    top): what `upfront_minimum_s` weighs against the fixed phases."""
+    from budget import Ledger
+
+    from ..loop import first_proposals
+    from ..targets import host_cores
+
+    proposals = first_proposals(settings, gpus=gpus, filtered=filtered)
+    return Ledger.FORECAST_MARGIN * first_round_s(
+        settings, proposals=proposals, cores=host_cores(), device_type=device_type
+    )
+
+
 def upfront_minimum_s(
     fixed: FixedCosts, *, baseline: bool, untuned_model: bool, first_round: float | None
 ) -> tuple[float, bool]:
