@@ -2,31 +2,25 @@
 # The GPU checks of a session lent a GPU, as one call on the device machine (step 3 of
 # ../shared/gpu/README.md, after call 1 unpacked TVM into /root/site):
 #
-#   bash benchmarks/gpu_checks.sh [SECONDS [STEP...]]   (default 500 s, every step)
+#   bash benchmarks/gpu_checks.sh [SECONDS [MINUTES [STEP...]]]
 #
-# SECONDS bounds the whole call; STEP names pick steps (test_gpu, orchestrate_real,
-# search_cost_simulated, search_cost_512, search_threads), in this file's order. All five took
-# about 870 s on the H200's host, more than one device call may run (600 s): name the steps
-# of each call, as the session of 2026-11-26 did (orchestrate_real search_cost_simulated in
-# 490 s, then search_cost_512 in 345 s).
+# SECONDS bounds the whole call (default 540); MINUTES is gpu_e2e's T (default 3); STEP names
+# pick steps (gpu_e2e, gpu_engine, test_gpu), in this file's order, most valuable first. Only
+# what needs the GPU runs here: simulated runs and CPU-only studies run on any host.
 #
-# Steps, in order, each cut to the time left (on the lent H200's host, 2026-11-26: test_gpu
-# 125 s; orchestrate_real 238 s; the simulated runs 112-141 s at 192 trials, 237 s at 512;
-# search_threads 126 s):
-#   1. tests/test_gpu.py on the real GPU;
-#   2. an `orchestrate` run of vggish on the real GPU, 4 minutes of wall (it refuses 2: the
-#      untuned baseline, compile and check were forecast at 2m27s there): what tuning buys over
-#      TVM's untuned kernels, and the search's share with real timings;
-#   3. search_cost.py --simulate: the search's share of a CUDA run on this host's cores
-#      (vggish, 192 trials, seed 1, timings from the simulated GPU: issue 11's 16-core target);
-#   4. the same at 512 trials, seed 0;
-#   5. search_threads.py: do several searches at once scale in threads on this many cores?
-# Everything printed goes to $OUT/log.txt; the results the steps wrote (benchmarks/results and
-# the run's report) to $OUT/results.tar, refreshed after each step so a cut call keeps them.
+# Steps, each cut to the time left:
+#   1. gpu_e2e.py on vggish: untuned, vanilla tune_relax for T, ours for T and for T/3, all
+#      compiled by stock compile_relax and timed in turn at the end (about 2.2 T + 1 minute);
+#   2. gpu_engine.py: LocalRunner against our engine on the same 64 built candidates;
+#   3. tests/test_gpu.py on the real GPU.
+# Everything printed goes to $OUT/log.txt; what the steps wrote (benchmarks/results, and our
+# runs' reports from gpu_e2e) to $OUT/results.tar, refreshed after each step so that a call cut
+# short keeps them.
 set -u
-seconds=${1:-500}
-shift $(($# > 0 ? 1 : 0))
-wanted=" ${*:-test_gpu orchestrate_real search_cost_simulated search_cost_512 search_threads} "
+seconds=${1:-540}
+minutes=${2:-3}
+shift $(($# > 1 ? 2 : $#))
+wanted=" ${*:-gpu_e2e gpu_engine test_gpu} "
 deadline=$(($(date +%s) + seconds))
 out=${OUT:-/tmp/gpu-checks}
 mkdir -p "$out"
@@ -36,14 +30,17 @@ python3 -m pip install -q --no-index --no-deps --target /root/site2 .stage/b/*.w
 export PYTHONPATH=/root/site:/root/site2:$PWD PYTHONUNBUFFERED=1
 marker=$(mktemp) && touch "$marker"
 work=$PWD/benchmarks/work && mkdir -p "$work"
-run_dir=$work/gpu-run
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,utilization.gpu --format=csv
-lscpu | grep -E "^(Model name|Thread|Core|Socket)"; nproc && python3 -c "import tvm, xgboost, cupy; print('tvm', tvm.__version__, 'cupy', cupy.__version__)"
-# TVM 0.27 compiles CUDA with NVRTC through cuda-bindings unless TVM_CUDA_COMPILE_MODE=nvcc:
-# which one the builds use here (the real run's builds took 88 s of its 4 minutes).
-python3 -c "import importlib.util as u, os; ok = u.find_spec('cuda') is not None and u.find_spec('cuda.bindings') is not None; print('cuda-bindings', ok, 'TVM_CUDA_COMPILE_MODE', os.environ.get('TVM_CUDA_COMPILE_MODE', 'nvrtc (default)'))"
+lscpu | grep -E "^(Model name|Thread|Core|Socket)"; nproc
+python3 -c "import tvm, xgboost, cupy; print('tvm', tvm.__version__, 'cupy', cupy.__version__)"
 python3 benchmarks/models.py --model vggish --out "$work/vggish.onnx"
+
+save() {  # results written since the call began, and our runs' reports, into one tar
+  (find benchmarks/results -newer "$marker" -type f
+   find "$work" -path "*gpu-e2e-*" -name "report.*" -newer "$marker" -type f) |
+    tar -cf "$out/results.tar" -T - 2>/dev/null
+}
 
 step() {  # step NAME SECONDS COMMAND...: run COMMAND for at most SECONDS (less if time is short)
   local name=$1 want=$2 left=$((deadline - $(date +%s)))
@@ -54,20 +51,11 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND for at most SECONDS (less 
   echo "== $name: at most ${limit}s, from $(date +%T)"
   timeout -k 5 "$limit" "$@"  # timeout signals the command's whole process group
   echo "== $name: exit $?, at $(date +%T)"
-  (find benchmarks/results -newer "$marker" -type f; ls "$run_dir"/report.* 2>/dev/null) |
-    tar -cf "$out/results.tar" -T - 2>/dev/null
+  save
 }
 
+step gpu_e2e 600 python3 benchmarks/gpu_e2e.py --models vggish --minutes "$minutes"
+step gpu_engine 240 python3 benchmarks/gpu_engine.py --model "$work/vggish.onnx" \
+  --candidates 64 --whole-run-trials 0
 step test_gpu 150 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider
-step orchestrate_real 330 python3 -m orchestrator tune --budget 4min --target cuda \
-  --out "$run_dir" "$work/vggish.onnx"
-step search_cost_simulated 150 python3 benchmarks/search_cost.py --simulate \
-  --target nvidia/nvidia-h100 --model "$work/vggish.onnx" --trials 192 --seeds 1 \
-  --presets sized --label gpu-host-16core-seed1
-step search_cost_512 330 python3 benchmarks/search_cost.py --simulate \
-  --target nvidia/nvidia-h100 --model "$work/vggish.onnx" --trials 512 --seeds 0 \
-  --presets sized --label gpu-host-16core
-step search_threads 150 python3 benchmarks/search_threads.py --model vggish \
-  --target nvidia/nvidia-h100 --tasks 8 --layouts 1x16,4x4,8x2 --repeats 1 \
-  --label gpu-host-16core
 echo "== done at $(date +%T), $((deadline - $(date +%s)))s to spare"

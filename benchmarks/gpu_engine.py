@@ -28,6 +28,7 @@ import collections
 import datetime as dt
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -64,7 +65,7 @@ def propose(model_path: Path, target: Any, count: int, seed: int) -> list[tuple[
             database=ms.database.MemoryDatabase(),
             cost_model=ms.cost_model.RandomModel(),
             rand_state=seed + i,
-            threads=1,
+            threads=os.cpu_count() or 1,
             proposals=want,
         )
         for candidate in search.propose() or []:
