@@ -319,6 +319,7 @@ def main() -> None:
                      target_json if side == "vanilla" else spec, str(seconds * share), str(work),
                      str(args.seed)] + (["--simulate"] if args.simulate else [])  # fmt: skip
             runs[side] = run_child(Path(__file__), child) | {"work": str(work)}
+            work.mkdir(parents=True, exist_ok=True)  # refused up front: no folder, untuned
             save()
         if args.simulate:
             latency = simulated_latencies(model, target_json, args.seed, base / name, runs)
