@@ -59,7 +59,7 @@ def tune_vanilla(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
 
     checkpoints: list[tuple[float, int]] = []
 
@@ -111,7 +111,7 @@ def tune_ours(
     """`orchestrate` through its API; checkpoints from the journal (spend at each round end),
     and the run's own estimate of the model's latency after each round.
     `simulate`: the simulated GPU times the candidates (a CUDA target, no GPU needed)."""
-    from orchestrator import tune
+    from tune_orchestrator import tune
 
     options: dict[str, Any] = {}
     for item in extra:
@@ -216,7 +216,7 @@ def compile_database(model_path: Path, target_json: str, folder: Path, library: 
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from orchestrator.model import import_to_relax, load_model
+    from tune_orchestrator.model import import_to_relax, load_model
 
     start = time.perf_counter()
     target = tvm.target.Target(json.loads(target_json))
@@ -248,7 +248,7 @@ def time_databases(
     import tvm
     from tvm import relax
 
-    from orchestrator.model import load_model
+    from tune_orchestrator.model import load_model
 
     model = load_model(model_path)
     rng = np.random.default_rng(0)

@@ -43,12 +43,12 @@ def main() -> None:
 
     from tvm.s_tir import meta_schedule as ms
 
-    from measure import BuildInput, BuildPool, LocalEngine, MeasureInput
-    from orchestrator.config import Settings
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from orchestrator.search import TaskSearch
-    from orchestrator.targets import resolve_target
-    from orchestrator.tasks import arg_specs, extract_tasks
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.measure import BuildInput, BuildPool, LocalEngine, MeasureInput
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.search import TaskSearch
+    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.tasks import arg_specs, extract_tasks
 
     settings = Settings.load(None)
     b = settings.build

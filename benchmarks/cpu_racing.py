@@ -40,11 +40,11 @@ def main() -> None:
 
     import tvm
 
-    from measure import BuildInput, BuildPool, LocalEngine, MeasureInput
-    from orchestrator import _tvm
-    from orchestrator.config import Settings
-    from orchestrator.measuring import timer_config
-    from orchestrator.tasks import arg_specs
+    from tune_orchestrator import _tvm
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.measure import BuildInput, BuildPool, LocalEngine, MeasureInput
+    from tune_orchestrator.measuring import timer_config
+    from tune_orchestrator.tasks import arg_specs
 
     _tvm.load_tensor_intrinsics()
     config = json.loads((args.run_dir / "config.json").read_text())

@@ -36,7 +36,7 @@ GOAL = 0.25
 def orchestrate(args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "tune_orchestrator", *args], capture_output=True, text=True, cwd=ROOT
     )
     return done, time.monotonic() - start
 

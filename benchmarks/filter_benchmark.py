@@ -118,8 +118,8 @@ def main() -> None:
         parser.error(f"--trials gives no cap for {', '.join(missing)}: one per model, in order")
     chosen = [m for m in caps if m in only]
 
-    from orchestrator.config import Settings
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.targets import resolve_target
 
     resolved = resolve_target("llvm")
     target_json = json.dumps(resolved.to_json())

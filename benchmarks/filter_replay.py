@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--recall-step", type=float, help="default: [filter] recall_step")
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     args = parser.parse_args()
-    from orchestrator.config import Settings
+    from tune_orchestrator.config import Settings
 
     step = Settings.load(None).filter.recall_step if args.recall_step is None else args.recall_step
     rows = {}
@@ -70,7 +70,7 @@ def main() -> None:
 def load_run(run: Path) -> tuple[list[np.ndarray], list[str], np.ndarray]:
     """Store features, task keys and latencies (inf: failed) of a run's records, in commit
     order."""
-    from filters._predictor import record_features
+    from tune_orchestrator.filters._predictor import record_features
 
     tasks, features, latencies = record_features([r for _, r in committed_records(run)])
     return features, tasks, latencies
@@ -78,7 +78,7 @@ def load_run(run: Path) -> tuple[list[np.ndarray], list[str], np.ndarray]:
 
 def journal_rounds(run: Path) -> list[dict[str, Any]]:
     """The run's round events, each with its own build and measure seconds."""
-    from orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir import RunDir
 
     rounds, before = [], {}
     for event in RunDir(run).journal():
@@ -135,9 +135,9 @@ def replay(
     *,
     recall_step: float,
 ) -> dict[str, Any]:
-    from filters import TrimmerConfig
-    from filters._calibration import Calibration, top_weights
-    from filters.xgb import choose, positions
+    from tune_orchestrator.filters import TrimmerConfig
+    from tune_orchestrator.filters._calibration import Calibration, top_weights
+    from tune_orchestrator.filters.xgb import choose, positions
 
     config = TrimmerConfig(recall_step=recall_step)
     calibrations = {
@@ -255,7 +255,7 @@ def predict(
 ) -> np.ndarray:
     """What a predictor of `objective`, trained on every record before `start` (as the live
     filter's is after each round), predicts for the round's `members`."""
-    from filters._predictor import Predictor
+    from tune_orchestrator.filters._predictor import Predictor
 
     predictor = Predictor(seed=config.seed, min_samples=config.min_samples, objective=objective)
     for task in dict.fromkeys(tasks[:start]):

@@ -99,7 +99,7 @@ def common_timing(runs: dict[str, Path], sides: tuple[str, ...], shared: Path) -
 
 def rounds(run: Path) -> dict[int, dict[str, Any]]:
     """A run's round events by round number."""
-    from orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir import RunDir
 
     return {e["round"]: e for e in RunDir(run).journal() if e.get("type") == "round"}
 

@@ -106,7 +106,7 @@ def decision_places(
     the same trace shape; members without such a model keep their `fallback` place."""
     import xgboost as xgb
 
-    from filters.xgb import positions
+    from tune_orchestrator.filters.xgb import positions
 
     scores = np.full(len(members), np.nan)
     for shape in {decisions[i][0] for i in members}:
@@ -139,8 +139,8 @@ def places(
 ) -> dict[str, np.ndarray]:
     """Each signal's places for the round's `members`, trained on the records before `start`
     with the filter's `config` (a TrimmerConfig)."""
-    from filters._predictor import Predictor
-    from filters.xgb import positions
+    from tune_orchestrator.filters._predictor import Predictor
+    from tune_orchestrator.filters.xgb import positions
 
     out = {}
     for objective in ("packsum", "rank"):
@@ -173,7 +173,7 @@ def replay(
     rounds: list[dict[str, Any]],
     decisions: list[tuple[tuple[Any, ...], np.ndarray]],
 ) -> dict[str, Any]:
-    from filters import TrimmerConfig
+    from tune_orchestrator.filters import TrimmerConfig
 
     config = TrimmerConfig()
     needed: dict[str, list[float]] = {s: [] for s in SIGNALS}

@@ -27,7 +27,11 @@ mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
 
 python3 -m pip install -q --no-index --no-deps --target /root/site2 .stage/b/*.whl || exit 1
-export PYTHONPATH=/root/site:/root/site2:$PWD PYTHONUNBUFFERED=1
+# The package as pip installs it (pyproject's package-dir: orchestrator/ is tune_orchestrator,
+# the other folders its sub-packages), copied from this tree: the GPU host has no setuptools.
+pkg=/root/site3/tune_orchestrator && rm -rf "$pkg" && mkdir -p /root/site3 && cp -r orchestrator "$pkg"
+for sub in budget configs filters measure; do cp -r "$sub" "$pkg/$sub"; done
+export PYTHONPATH=/root/site:/root/site2:/root/site3 PYTHONUNBUFFERED=1
 marker=$(mktemp) && touch "$marker"
 work=$PWD/benchmarks/work && mkdir -p "$work"
 

@@ -45,10 +45,10 @@ def propose(model_path: Path, target: Any, count: int, seed: int) -> list[tuple[
     heaviest tasks in proportion to their weight x FLOPs, from MetaSchedule's search."""
     from tvm.s_tir import meta_schedule as ms
 
-    from orchestrator.config import Settings
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from orchestrator.search import TaskSearch
-    from orchestrator.tasks import arg_specs, extract_tasks
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.search import TaskSearch
+    from tune_orchestrator.tasks import arg_specs, extract_tasks
 
     fused = fuse_for_tuning(import_to_relax(load_model(model_path)), target)
     tasks = extract_tasks(fused, target)[:4]
@@ -98,7 +98,7 @@ def local_runner(inputs: list[Any], timer: Any) -> tuple[list[float], float]:
     """Stock MetaSchedule LocalRunner on the same artifacts: mean seconds (inf: failed)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from measure.rpc import evaluator_config, runner_inputs
+    from tune_orchestrator.measure.rpc import evaluator_config, runner_inputs
 
     runner = ms.runner.LocalRunner(timeout_sec=30, evaluator_config=evaluator_config(timer))
     start = time.perf_counter()
@@ -139,8 +139,8 @@ def per_task_tau(test: list[float], reference: list[float], tasks: list[str]) ->
 def timed_with(
     label: str, overrides: dict[str, Any], fleet: Any, resolved: Any, inputs: list, tasks: list
 ) -> tuple[list[Any], float, dict[str, Any]]:
-    from orchestrator.config import Settings
-    from orchestrator.measuring import make_engine
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.measuring import make_engine
 
     print(f"{label} ...", flush=True)
     engine = make_engine(Settings.load(overrides=overrides), resolved, None, fleet)
@@ -156,10 +156,10 @@ def timed_with(
 def part_one(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
     import dataclasses
 
-    from measure import BuildInput, MeasureInput
-    from orchestrator.config import Settings
-    from orchestrator.measuring import Fleet, make_builder, timer_config
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.measure import BuildInput, MeasureInput
+    from tune_orchestrator.measuring import Fleet, make_builder, timer_config
+    from tune_orchestrator.targets import resolve_target
 
     resolved = resolve_target(args.target, build_only=args.build_only)
     print(f"target: {resolved.describe()}", flush=True)

@@ -53,7 +53,13 @@ def figures(engine: Any, wall_s: float) -> dict[str, Any]:
 
 
 def simulated(gpus: int, args: argparse.Namespace, round_size: int | None) -> dict[str, Any]:
-    from measure import DopConfig, DopController, MeasureInput, SimulatedEngine, SimulatedGpu
+    from tune_orchestrator.measure import (
+        DopConfig,
+        DopController,
+        MeasureInput,
+        SimulatedEngine,
+        SimulatedGpu,
+    )
 
     engine = SimulatedEngine(
         SimulatedGpu(seed=args.seed),
@@ -76,7 +82,7 @@ def simulated(gpus: int, args: argparse.Namespace, round_size: int | None) -> di
 
 
 def on_gpus(count: int, inputs: list[Any], settings: Any, resolved: Any) -> dict[str, Any]:
-    from orchestrator.measuring import Fleet, make_engine
+    from tune_orchestrator.measuring import Fleet, make_engine
 
     engine = make_engine(settings, resolved, None, Fleet(gpus=tuple(range(count))))
     try:
@@ -91,10 +97,10 @@ def real(args: argparse.Namespace, counts: list[int]) -> tuple[str, dict[str, An
     """Build candidates once, time them on 1..k GPUs."""
     import gpu_engine
 
-    from measure import BuildInput, MeasureInput
-    from orchestrator.config import Settings
-    from orchestrator.measuring import make_builder
-    from orchestrator.targets import resolve_target, visible_gpus
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.measure import BuildInput, MeasureInput
+    from tune_orchestrator.measuring import make_builder
+    from tune_orchestrator.targets import resolve_target, visible_gpus
 
     visible = len(visible_gpus())
     if not visible or max(counts) > visible:

@@ -26,7 +26,7 @@ from _common import ROOT
 PROBE = r"""
 import sys, time
 import tvm
-from orchestrator import _tvm
+from tune_orchestrator import _tvm
 target = tvm.target.Target({"kind": "llvm"}) if sys.argv[1] == "llvm" else None
 start = time.perf_counter()
 _tvm.load_tensor_intrinsics(target)

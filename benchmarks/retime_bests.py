@@ -43,7 +43,7 @@ class Kernel:
 
 def fastest(run_dir: Path, top: int, min_records: int, names: dict[Any, str]) -> list[Kernel]:
     """A run's `top` fastest measured records of each task it tuned, as kernels to re-time."""
-    from orchestrator.tasks import structural_key
+    from tune_orchestrator.tasks import structural_key
 
     by_workload: dict[Any, list[tuple[float, Any]]] = {}
     for _, record in committed_records(run_dir):
@@ -63,9 +63,9 @@ def fastest(run_dir: Path, top: int, min_records: int, names: dict[Any, str]) ->
 
 def retime(kernels: list[Kernel], target: Any, settings: Any, passes: int) -> None:
     """Build every kernel and time them all `passes` times, alternating the order."""
-    from measure import BuildInput, BuildPool, LocalEngine, MeasureInput
-    from orchestrator.measuring import timer_config
-    from orchestrator.tasks import arg_specs
+    from tune_orchestrator.measure import BuildInput, BuildPool, LocalEngine, MeasureInput
+    from tune_orchestrator.measuring import timer_config
+    from tune_orchestrator.tasks import arg_specs
 
     timer = dataclasses.replace(timer_config(settings), race=False)
     with contextlib.ExitStack() as stack:
@@ -99,8 +99,8 @@ def main() -> None:
 
     import tvm
 
-    from orchestrator import _tvm
-    from orchestrator.config import Settings
+    from tune_orchestrator import _tvm
+    from tune_orchestrator.config import Settings
 
     _tvm.load_tensor_intrinsics()
     names: dict[Any, str] = {}

@@ -36,7 +36,7 @@ from filter_benchmark import CONFIGS, model_file
 def changed_tasks(run_dir: Path) -> dict[int, list[str]]:
     """Per round of the run directory's journal, the tasks whose best record it improved
     ("task i: old -> new", in microseconds)."""
-    from orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir import RunDir
 
     best: dict[int, float] = {}
     changes: dict[int, list[str]] = {}
@@ -92,7 +92,7 @@ def main() -> None:
         for side, r in picked
     }
 
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator.targets import resolve_target
 
     target_json = json.dumps(resolve_target("llvm").to_json())
     forward = time_databases(model_path, target_json, databases, args.repeats, samples=True)

@@ -89,7 +89,7 @@ def main() -> None:
         print(json.dumps(figures))
         return
 
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator.targets import resolve_target
 
     spec = args.target or ("nvidia/nvidia-h100" if args.simulate else "llvm")
     resolved = resolve_target(spec, simulate=args.simulate)
@@ -251,7 +251,7 @@ def search_on_critical_path(run: dict) -> float:
     search's share of the `ahead` phase, the waits that measuring did not hide for background
     work: a search running ahead, or on GPU runs a whole round searched, filtered and built
     while the last one was measured."""
-    from budget.render import background_work
+    from tune_orchestrator.budget.render import background_work
 
     phases, work = run["phases"], background_work(run.get("overlapped", {}))
     background = sum(work.values())

@@ -51,10 +51,10 @@ def main() -> None:
 
     from models import write
 
-    from orchestrator import _tvm
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from orchestrator.targets import resolve_target
-    from orchestrator.tasks import extract_tasks
+    from tune_orchestrator import _tvm
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.tasks import extract_tasks
 
     target = resolve_target(args.target, build_only=True).target
     _tvm.load_tensor_intrinsics()
@@ -120,7 +120,7 @@ def profile(task: Any, target: Any, samples: int, mutations: int) -> dict[str, A
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import _ffi_api
 
-    from orchestrator.search.gpu_precheck import violation
+    from tune_orchestrator.search.gpu_precheck import violation
 
     ctx = ms.TuneContext(
         mod=task.workload,

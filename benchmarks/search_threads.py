@@ -57,10 +57,10 @@ def main() -> None:
 
     from models import write
 
-    from orchestrator import _tvm
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from orchestrator.targets import resolve_target
-    from orchestrator.tasks import extract_tasks
+    from tune_orchestrator import _tvm
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.tasks import extract_tasks
 
     cores = os.cpu_count() or 1
     layouts = [parse_layout(text, cores) for text in args.layouts.split(",")]
@@ -136,10 +136,10 @@ class Bench:
     def __init__(self, tasks: list[Any], target: Any, proposals: int) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from filters._predictor import Predictor
-        from orchestrator.config import Settings
-        from orchestrator.search.cost_model import SharedCostModel
-        from orchestrator.simulate import Landscape
+        from tune_orchestrator.config import Settings
+        from tune_orchestrator.filters._predictor import Predictor
+        from tune_orchestrator.search.cost_model import SharedCostModel
+        from tune_orchestrator.simulate import Landscape
 
         self.tasks, self.target, self.proposals = tasks, target, proposals
         self.settings = Settings.load()
@@ -150,7 +150,7 @@ class Bench:
         self.learned: dict[int, list[tuple[Any, float]]] = {}
 
     def search(self, task: Any, threads: int) -> Any:
-        from orchestrator.search.strategy import TaskSearch
+        from tune_orchestrator.search.strategy import TaskSearch
 
         search = TaskSearch(
             task,
@@ -168,8 +168,8 @@ class Bench:
     def prepare(self, *, guided: bool) -> None:
         """One round of each task, timed on the landscape, as every run's parents; `guided`:
         the cost model learns them and scores the runs' schedules (else it scores at random)."""
-        from orchestrator.search.cost_model import candidate_features
-        from orchestrator.tasks import structural_key
+        from tune_orchestrator.search.cost_model import candidate_features
+        from tune_orchestrator.tasks import structural_key
 
         self.predictor.booster = None
         for task in self.tasks:

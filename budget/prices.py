@@ -7,7 +7,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-import configs
+from tune_orchestrator import configs
 
 
 @dataclasses.dataclass(frozen=True)

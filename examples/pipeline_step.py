@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from orchestrator import InputError, tune
+from tune_orchestrator import InputError, tune
 
 
 def main() -> int:

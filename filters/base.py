@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from measure import Measurement
-    from orchestrator.tasks import Candidate, Task
+    from tune_orchestrator.measure import Measurement
+    from tune_orchestrator.tasks import Candidate, Task
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,8 +28,8 @@ from ._predictor import Predictor, store_features, warm_start
 from .base import Filter, Selection
 
 if TYPE_CHECKING:
-    from measure import Measurement
-    from orchestrator.tasks import Candidate, Task
+    from tune_orchestrator.measure import Measurement
+    from tune_orchestrator.tasks import Candidate, Task
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """tune-orchestrator: cost-aware auto-tuning of ONNX models on TVM MetaSchedule.
 
-from orchestrator import tune
+from tune_orchestrator import tune
 result = tune("model.onnx", budget="5min")
 print(result.speedup, result.paths["library"])
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import InputError
 
 # When this package was first imported (time.monotonic()): the CLI's budget starts here or,
-# when the process itself started shortly before, there (orchestrator.cli.process_started).
+# when the process itself started shortly before, there (tune_orchestrator.cli.process_started).
 IMPORTED = time.monotonic()
 
 if TYPE_CHECKING:
@@ -23,9 +23,9 @@ __all__ = ["InputError", "Result", "TaskResult", "tune"]
 
 
 def __getattr__(name: str) -> Any:
-    # TVM is imported by the API, not by `import orchestrator` (keeps `--help` fast).
+    # TVM is imported by the API, not by `import tune_orchestrator` (keeps `--help` fast).
     if name in ("tune", "Result", "TaskResult"):
         from . import api
 
         return getattr(api, name)
-    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    raise AttributeError(f"module 'tune_orchestrator' has no attribute {name!r}")

@@ -78,7 +78,7 @@ def load_tensor_intrinsics(target: Any = None) -> None:
             inspect.stack = original
 
 
-def quiet_logger(name: str = "orchestrator.metaschedule") -> logging.Logger:
+def quiet_logger(name: str = "tune_orchestrator.metaschedule") -> logging.Logger:
     """A logger for MetaSchedule that drops its per-iteration INFO chatter."""
     logger = logging.getLogger(name)
     logger.setLevel(logging.WARNING)

@@ -187,13 +187,19 @@ def tune(
     """
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
-    from budget import AnyOf, BudgetError, BudgetLimits, check_applicable, parse_budget
-    from budget.diminishing import DiminishingReturns
-    from budget.limits import primary_limit
-    from budget.plateau import TaskPlateau
-    from budget.prices import run_price
-    from filters import NAMES, Predictor, TrimmerConfig, make_filter
-    from measure.telemetry import energy_meter
+    from tune_orchestrator.budget import (
+        AnyOf,
+        BudgetError,
+        BudgetLimits,
+        check_applicable,
+        parse_budget,
+    )
+    from tune_orchestrator.budget.diminishing import DiminishingReturns
+    from tune_orchestrator.budget.limits import primary_limit
+    from tune_orchestrator.budget.plateau import TaskPlateau
+    from tune_orchestrator.budget.prices import run_price
+    from tune_orchestrator.filters import NAMES, Predictor, TrimmerConfig, make_filter
+    from tune_orchestrator.measure.telemetry import energy_meter
 
     from . import exits
     from .config import Settings

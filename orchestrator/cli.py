@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from budget import BudgetError, parse_budget
+from tune_orchestrator.budget import BudgetError, parse_budget
 
 from . import exits
 from .errors import BudgetTooSmall, InputError

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import configs
+from tune_orchestrator import configs
 
 from .errors import InputError
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from budget import GO, Decision, Ledger, StoppingRule, TaskProgress
+from tune_orchestrator.budget import GO, Decision, Ledger, StoppingRule, TaskProgress
 
 
 class Interrupt(StoppingRule):

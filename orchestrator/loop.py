@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from budget import Ledger, StoppingRule, TaskProgress
-from budget.plateau import TaskPlateau
-from filters import Filter
-from measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
-from measure.base import short_error
+from tune_orchestrator.budget import Ledger, StoppingRule, TaskProgress
+from tune_orchestrator.budget.plateau import TaskPlateau
+from tune_orchestrator.filters import Filter
+from tune_orchestrator.measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
+from tune_orchestrator.measure.base import short_error
 
 from .config import Settings
 from .measuring import build_workers

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from measure import (
+from tune_orchestrator.measure import (
     Builder,
     BuildInput,
     BuildPool,
@@ -65,7 +65,7 @@ class Fleet:
     def claims(self, device_type: str) -> list[str]:
         """Names of the local devices this run measures on, for DeviceClaim (none on a
         fleet: the tracker lends each server to one session at a time)."""
-        from measure.telemetry import physical_gpu
+        from tune_orchestrator.measure.telemetry import physical_gpu
 
         if self.rpc:
             return []
@@ -126,14 +126,14 @@ def make_engine(
 ) -> Engine:
     """An RPC engine for a fleet; the parallel CUDA engine on GPUs (when cupy can use them);
     otherwise one candidate at a time in an isolated worker."""
-    from measure.cuda import CudaEngine, cuda_available
-    from measure.rpc import RpcEngine
+    from tune_orchestrator.measure.cuda import CudaEngine, cuda_available
+    from tune_orchestrator.measure.rpc import RpcEngine
 
     fleet = fleet or Fleet()
     m = settings.measure
     log = logs / "measure.log" if logs else None
     if target.simulated:
-        from measure import SimulatedEngine
+        from tune_orchestrator.measure import SimulatedEngine
 
         from .simulate import Landscape, stand_in_gpu
 
@@ -188,7 +188,7 @@ def target_and_fleet(
     target and the Fleet that measures it. With --rpc the fleet is checked first, so that a
     CUDA target is accepted on a head node without a GPU (`cuda` is read from a server).
     With `simulate`, simulated GPUs measure (--gpus 0,1 sets how many)."""
-    from measure.rpc import parse_tracker, remote_cuda
+    from tune_orchestrator.measure.rpc import parse_tracker, remote_cuda
 
     dop = _parallelism(parallelism)
     if simulate and rpc:
@@ -221,7 +221,7 @@ def _parallelism(parallelism: int | str) -> int | None:
 
 
 def _rpc_fleet(rpc: str, rpc_key: str | None, dop: int | None) -> Fleet:
-    from measure.rpc import parse_tracker, tracker_keys
+    from tune_orchestrator.measure.rpc import parse_tracker, tracker_keys
 
     if not rpc_key:
         raise InputError("--rpc needs --rpc-key KEY, the key its servers registered with")

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from measure.base import short_error
+from tune_orchestrator.measure.base import short_error
 
 from . import onnx_names
 from .errors import InputError

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from budget.render import (
+from tune_orchestrator.budget.render import (
     describe_change,
     describe_filter,
     describe_kernels,
@@ -16,7 +16,7 @@ from budget.render import (
     describe_search,
     describe_simulated,
 )
-from budget.units import fmt_amount, fmt_duration, fmt_latency
+from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
 
 from .api import Result
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from budget import render
-from budget.report import schema
+from tune_orchestrator.budget import render
+from tune_orchestrator.budget.report import schema
 
 from .errors import InputError
 from .rundir import RunDir

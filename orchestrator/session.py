@@ -10,16 +10,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from budget import Budget, Ledger, StoppingRule
-from budget.ledger import EnergyMeter, RoundCost
-from budget.limits import seconds_short
-from budget.plateau import TaskPlateau
-from budget.prices import Price
-from budget.report import make_report, task_row
-from budget.units import fmt_duration
-from filters import Filter, Predictor
-from filters._predictor import warm_start
-from measure import Builder, Engine, LocalEngine
+from tune_orchestrator.budget import Budget, Ledger, StoppingRule
+from tune_orchestrator.budget.ledger import EnergyMeter, RoundCost
+from tune_orchestrator.budget.limits import seconds_short
+from tune_orchestrator.budget.plateau import TaskPlateau
+from tune_orchestrator.budget.prices import Price
+from tune_orchestrator.budget.report import make_report, task_row
+from tune_orchestrator.budget.units import fmt_duration
+from tune_orchestrator.filters import Filter, Predictor
+from tune_orchestrator.filters._predictor import warm_start
+from tune_orchestrator.measure import Builder, Engine, LocalEngine
 
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule

@@ -64,7 +64,7 @@ class Landscape:
 def stand_in_gpu(seed: int = 0) -> Any:
     """The simulated device's costs, from the lent H100 (DESIGN.md): our engine prepared and
     timed 7.0 candidates/s one at a time, so about 0.14 s each, mostly module load and warm-up."""
-    from measure.simulated import SimulatedGpu
+    from tune_orchestrator.measure.simulated import SimulatedGpu
 
     return SimulatedGpu(prepare_s=0.12, check_s=0.005, noise=0.01, seed=seed)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from measure.base import ArgSpec
+from tune_orchestrator.measure.base import ArgSpec
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from measure import Engine, MeasureInput
+from tune_orchestrator.measure import Engine, MeasureInput
 
 
 def check_engine_contract(engine: Engine, good: list[MeasureInput], bad: MeasureInput) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget import (
+from tune_orchestrator.budget import (
     AnyOf,
     BudgetError,
     BudgetLimits,
@@ -18,13 +18,13 @@ from budget import (
     check_applicable,
     parse_budget,
 )
-from budget.diminishing import DiminishingReturns
-from budget.forecast import fit_curve
-from budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
-from budget.ledger import RoundCost
-from budget.limits import budget_status, primary_limit, seconds_short
-from budget.plateau import TaskPlateau
-from budget.prices import run_price
+from tune_orchestrator.budget.diminishing import DiminishingReturns
+from tune_orchestrator.budget.forecast import fit_curve
+from tune_orchestrator.budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
+from tune_orchestrator.budget.ledger import RoundCost
+from tune_orchestrator.budget.limits import budget_status, primary_limit, seconds_short
+from tune_orchestrator.budget.plateau import TaskPlateau
+from tune_orchestrator.budget.prices import run_price
 
 
 class FakeClock:

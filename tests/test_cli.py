@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import onnx_models
 from devices import GPU
-from orchestrator.cli import main
-from orchestrator.rundir import RunDir
+from tune_orchestrator.cli import main
+from tune_orchestrator.rundir import RunDir
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -196,8 +196,8 @@ def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it
 
     import psutil
 
-    import orchestrator
-    from orchestrator.cli import process_started
+    import tune_orchestrator as orchestrator
+    from tune_orchestrator.cli import process_started
 
     now = time.time()
     monkeypatch.setattr(orchestrator, "IMPORTED", time.monotonic())

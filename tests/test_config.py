@@ -3,9 +3,9 @@ import tomllib
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import main
-from orchestrator.config import Settings
-from orchestrator.errors import InputError
+from tune_orchestrator.cli import main
+from tune_orchestrator.config import Settings
+from tune_orchestrator.errors import InputError
 
 
 def test_defaults_come_from_default_toml():

@@ -9,21 +9,21 @@ import pytest
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.database import TuningRecord
 
-from orchestrator import deploy
-from orchestrator.config import Settings
-from orchestrator.defaults import (
+from tune_orchestrator import deploy
+from tune_orchestrator.config import Settings
+from tune_orchestrator.defaults import (
     SearchView,
     default_schedule,
     deployed_schedule,
     hex_key,
     record_default,
 )
-from orchestrator.measuring import untuned_workload
-from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from orchestrator.rundir.restore import restore
-from orchestrator.search import TaskSearch
-from orchestrator.targets import resolve_target
-from orchestrator.tasks import extract_tasks, structural_key
+from tune_orchestrator.measuring import untuned_workload
+from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.rundir.restore import restore
+from tune_orchestrator.search import TaskSearch
+from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.tasks import extract_tasks, structural_key
 
 TARGETS = ["llvm", "nvidia/nvidia-h100"]
 
@@ -64,7 +64,7 @@ def model(request, tmp_path_factory):
 
 def candidate(task, target):
     """One schedule MetaSchedule's search space gives the task."""
-    from orchestrator import _tvm
+    from tune_orchestrator import _tvm
 
     _tvm.load_tensor_intrinsics()
     ctx = ms.TuneContext(

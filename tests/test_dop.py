@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from scipy.stats import kendalltau
 
-from measure import (
+from tune_orchestrator.measure import (
     DopConfig,
     DopController,
     MeasureInput,
@@ -21,8 +21,8 @@ from measure import (
     SimulatedGpu,
     TimingPlan,
 )
-from measure._workers import Job, Outcome, Workers
-from measure.parallel import ParallelEngine
+from tune_orchestrator.measure._workers import Job, Outcome, Workers
+from tune_orchestrator.measure.parallel import ParallelEngine
 
 ARGS = (("float32", (16,)),)
 
@@ -285,8 +285,8 @@ def test_bad_dop_settings_are_refused(bad):
 
 
 def test_the_report_says_how_fast_how_busy_and_where_the_time_went():
-    from budget.render import describe_measurement
-    from budget.report import schema
+    from tune_orchestrator.budget.render import describe_measurement
+    from tune_orchestrator.budget.report import schema
 
     engine = engine_on(SimulatedGpu(), gpus=2)
     best = None
@@ -313,8 +313,8 @@ def test_the_report_says_how_fast_how_busy_and_where_the_time_went():
 
 
 def test_the_report_says_how_long_the_measuring_and_building_workers_took_to_start():
-    from budget.render import describe_measurement
-    from budget.report import schema
+    from tune_orchestrator.budget.render import describe_measurement
+    from tune_orchestrator.budget.report import schema
 
     base = {"engine": "CudaEngine", "device": "cuda", "gpus": [0], "measuring_share": 0.1}
     ready = {"started": 16, "ready": 16, "first": 9.81, "last": 17.2}
@@ -339,7 +339,7 @@ def test_the_report_says_how_long_the_measuring_and_building_workers_took_to_sta
 
 
 def test_the_report_tells_how_the_overlapping_dop_moved_and_why():
-    from budget.render import describe_measurement
+    from tune_orchestrator.budget.render import describe_measurement
 
     engine, _ = overlap(SimulatedGpu(noise=0.01, interference=0.03, quiet_until=1), n=120)
     lines = describe_measurement({**engine.stats(), "measuring_share": 0.42})

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import onnx_models
-from budget import Spend
 from cli_args import tune_args
-from orchestrator.errors import InputError
-from orchestrator.rundir import RunDir
-from orchestrator.rundir.durability import (
+from tune_orchestrator.budget import Spend
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.rundir import RunDir
+from tune_orchestrator.rundir.durability import (
     DeviceClaim,
     Heartbeat,
     checkpointed_spend,
@@ -124,7 +124,7 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
     args = [
         sys.executable,
         "-m",
-        "orchestrator",
+        "tune_orchestrator",
         *tune_args(model, run, config, "--no-early-stop", budget=f"{TRIALS}trials"),
     ]
     kept: list[str] = []
@@ -199,15 +199,15 @@ class DiesAfter:
 def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_config, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
-    from budget import BudgetLimits, Ledger, parse_budget
-    from filters import NoFilter
-    from measure import BuildPool, LocalEngine, TimerConfig
-    from orchestrator.config import Settings
-    from orchestrator.loop import TuningLoop
-    from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from orchestrator.scheduler import GainScheduler, TaskState
-    from orchestrator.targets import resolve_target
-    from orchestrator.tasks import extract_tasks
+    from tune_orchestrator.budget import BudgetLimits, Ledger, parse_budget
+    from tune_orchestrator.config import Settings
+    from tune_orchestrator.filters import NoFilter
+    from tune_orchestrator.loop import TuningLoop
+    from tune_orchestrator.measure import BuildPool, LocalEngine, TimerConfig
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.scheduler import GainScheduler, TaskState
+    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.tasks import extract_tasks
 
     target = resolve_target("llvm").target
     tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
@@ -244,10 +244,10 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
 
 
 def test_nan_fails_a_candidate_only_where_the_untuned_kernel_is_finite():
-    from measure import Measurement
-    from orchestrator.loop import TuningLoop
-    from orchestrator.scheduler import TaskState
-    from orchestrator.tasks import Task
+    from tune_orchestrator.loop import TuningLoop
+    from tune_orchestrator.measure import Measurement
+    from tune_orchestrator.scheduler import TaskState
+    from tune_orchestrator.tasks import Task
 
     task = Task(0, "t", 1, 1.0, None, "0" * 16)
     nan = Measurement((1e-4,), finite=False)

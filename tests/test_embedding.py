@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
-from orchestrator import InputError, tune
-from orchestrator.cli import main
-from orchestrator.config import Settings
-from orchestrator.events import schema as event_schema
-from orchestrator.printer import Printer
+from tune_orchestrator import InputError, tune
+from tune_orchestrator.cli import main
+from tune_orchestrator.config import Settings
+from tune_orchestrator.events import schema as event_schema
+from tune_orchestrator.printer import Printer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def orchestrate_process(*args, env=None, **popen) -> subprocess.Popen:
     """The real CLI in its own process (as a pipeline runs it)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", *map(str, args)],
+        [sys.executable, "-m", "tune_orchestrator", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

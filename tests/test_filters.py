@@ -13,16 +13,24 @@ import numpy as np
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from filters import NAMES, Filter, NoFilter, Selection, TrimmerConfig, TrimmerFilter, make_filter
-from filters._calibration import Calibration, stratified_sample
-from filters._predictor import FAILED_TARGET, Predictor
-from filters.xgb import Audit, choose, positions
-from measure import Measurement
-from orchestrator.config import Settings
-from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from orchestrator.search import TaskSearch
-from orchestrator.targets import resolve_target
-from orchestrator.tasks import Candidate, extract_tasks, structural_key
+from tune_orchestrator.config import Settings
+from tune_orchestrator.filters import (
+    NAMES,
+    Filter,
+    NoFilter,
+    Selection,
+    TrimmerConfig,
+    TrimmerFilter,
+    make_filter,
+)
+from tune_orchestrator.filters._calibration import Calibration, stratified_sample
+from tune_orchestrator.filters._predictor import FAILED_TARGET, Predictor
+from tune_orchestrator.filters.xgb import Audit, choose, positions
+from tune_orchestrator.measure import Measurement
+from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.search import TaskSearch
+from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.tasks import Candidate, extract_tasks, structural_key
 
 
 @pytest.fixture(scope="module")
@@ -457,7 +465,7 @@ def test_the_search_scores_a_loaded_ranker_as_throughput_with_its_best_at_one(tm
     """--warm-start with the predictor.json of a version whose filter had a ranker of its own
     starts the search's model too; TVM's evolution samples parents in proportion to scores,
     so they must stay in (0, 1]."""
-    from orchestrator.search.cost_model import throughput
+    from tune_orchestrator.search.cost_model import throughput
 
     rng = np.random.default_rng(2)
     x = rng.normal(size=(120, 1, 6)).astype(np.float32)
@@ -477,7 +485,7 @@ def test_warm_start_from_a_run_directory_trains_every_model_on_its_records(propo
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-    from filters._predictor import pooled, store_features, unreadable, warm_start
+    from tune_orchestrator.filters._predictor import pooled, store_features, unreadable, warm_start
 
     target, task, candidates = proposals
     context = TuneContext(mod=task.workload, target=target, task_name="earlier")
@@ -509,7 +517,7 @@ def test_the_filter_ranks_with_the_search_model_without_training_it(proposals, t
     predictor.json for --warm-start."""
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from filters._predictor import store_features
+    from tune_orchestrator.filters._predictor import store_features
 
     target, task, candidates = proposals
     context = TuneContext(mod=task.workload, target=target, task_name="shared")

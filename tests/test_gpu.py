@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import tvm
 from click.testing import CliRunner
-from engine_contract import check_engine_contract
 from tvm.script import tirx as T
 
 import onnx_models
 from cli_args import tune_args
 from devices import GPU
-from measure import (
+from engine_contract import check_engine_contract
+from tune_orchestrator.cli import main
+from tune_orchestrator.measure import (
     BuildInput,
     BuildPool,
     CudaEngine,
@@ -32,8 +33,13 @@ from measure import (
     cuda_available,
     telemetry,
 )
-from measure.telemetry import GpuTelemetry, energy_meter, nvml_handle, physical_gpu, visible_entry
-from orchestrator.cli import main
+from tune_orchestrator.measure.telemetry import (
+    GpuTelemetry,
+    energy_meter,
+    nvml_handle,
+    physical_gpu,
+    visible_entry,
+)
 
 needs_gpu = pytest.mark.skipif(not GPU, reason="needs a visible NVIDIA GPU")
 pytestmark = pytest.mark.gpu if GPU else []
@@ -74,7 +80,7 @@ def never_ends(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
 
 
 def target():
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator.targets import resolve_target
 
     return resolve_target("cuda").target
 

@@ -13,11 +13,11 @@ from tvm.s_tir import meta_schedule as ms
 
 import onnx_models
 from devices import GPU
-from orchestrator import deploy, onnx_names
-from orchestrator.cli import main
-from orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
-from orchestrator.model import import_to_relax, load_model
-from orchestrator.targets import resolve_target
+from tune_orchestrator import deploy, onnx_names
+from tune_orchestrator.cli import main
+from tune_orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
+from tune_orchestrator.model import import_to_relax, load_model
+from tune_orchestrator.targets import resolve_target
 
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no CUDA compiler (nvcc) on this host")
@@ -118,7 +118,7 @@ def test_build_only_for_a_gpu_compiles_the_kernels_before_reporting_success(odd,
 def test_without_a_cuda_compiler_the_output_says_the_kernels_were_not_checked(
     odd, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("orchestrator.deploy.kernels.find_nvcc", lambda: None)
+    monkeypatch.setattr("tune_orchestrator.deploy.kernels.find_nvcc", lambda: None)
     out = tmp_path / "run"
     result = build_for_h100(odd, out)
     assert result.exit_code == 0, result.output

@@ -9,16 +9,16 @@ import threading
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from budget import AnyOf, BudgetLimits, Ledger, parse_budget
-from filters import Filter, NoFilter, Selection
-from measure import Build, Builder, Engine, Measurement
-from orchestrator.config import Settings
-from orchestrator.loop import TuningLoop
-from orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from orchestrator.scheduler import GainScheduler, TaskState
-from orchestrator.search import TaskSearch
-from orchestrator.targets import resolve_target
-from orchestrator.tasks import extract_tasks, structural_key
+from tune_orchestrator.budget import AnyOf, BudgetLimits, Ledger, parse_budget
+from tune_orchestrator.config import Settings
+from tune_orchestrator.filters import Filter, NoFilter, Selection
+from tune_orchestrator.loop import TuningLoop
+from tune_orchestrator.measure import Build, Builder, Engine, Measurement
+from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.scheduler import GainScheduler, TaskState
+from tune_orchestrator.search import TaskSearch
+from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.tasks import extract_tasks, structural_key
 
 
 class KeyBuilder(Builder):
@@ -352,7 +352,7 @@ def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
 
 
 def test_a_round_gives_every_gpu_a_round_of_its_own():
-    from orchestrator.loop import round_size
+    from tune_orchestrator.loop import round_size
 
     workers = KeyBuilder().workers
     assert round_size(64, workers, gpus=1) == 64

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 import tvm
-from engine_contract import check_engine_contract
 from tvm.script import tirx as T
 
 from devices import GPU
-from measure import (
+from engine_contract import check_engine_contract
+from tune_orchestrator.measure import (
     Build,
     Builder,
     BuildInput,
@@ -30,8 +30,8 @@ from measure import (
     SimulatedGpu,
     TimerConfig,
 )
-from measure._pool import WorkerPool
-from measure.base import short_error
+from tune_orchestrator.measure._pool import WorkerPool
+from tune_orchestrator.measure.base import short_error
 
 ARGS = (("float32", (16,)), ("float32", (16,)))
 LLVM = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -192,7 +192,7 @@ def test_a_build_far_slower_than_the_runs_others_is_cut_at_a_multiple_of_their_m
 
 
 def test_build_folders_left_by_killed_runs_are_removed_and_no_live_ones(tmp_path):
-    from measure.build_pool import sweep_stale_build_dirs
+    from tune_orchestrator.measure.build_pool import sweep_stale_build_dirs
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -277,8 +277,8 @@ def test_the_local_engine_cuts_short_a_candidate_clearly_slower_than_the_best_so
 
 
 def test_untuned_kernels_of_different_tasks_are_not_raced_against_each_other(pool):
-    from orchestrator.measuring import measure_untuned_tasks
-    from orchestrator.tasks import Task
+    from tune_orchestrator.measuring import measure_untuned_tasks
+    from tune_orchestrator.tasks import Task
 
     tasks = [
         Task(i, f.__name__, 1, 1.0, module(f), f"{i:016x}")
@@ -376,8 +376,8 @@ def test_short_error_keeps_the_line_that_matters():
 def test_metaschedule_cuda_candidates_build_without_a_gpu(pool):
     from tvm.s_tir import meta_schedule as ms
 
-    from orchestrator import _tvm
-    from orchestrator.targets import resolve_target
+    from tune_orchestrator import _tvm
+    from tune_orchestrator.targets import resolve_target
 
     @T.prim_func(s_tir=True)
     def matmul(

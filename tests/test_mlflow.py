@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 
 import onnx_models
 from cli_args import tune_args
-from orchestrator.cli import main
+from tune_orchestrator.cli import main
 
 
 def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_config):

@@ -2,16 +2,16 @@ import numpy as np
 import pytest
 
 import onnx_models
-from orchestrator.errors import InputError
-from orchestrator.model import (
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.model import (
     fuse_for_tuning,
     import_to_relax,
     load_model,
     parse_input_shape,
     safe_name,
 )
-from orchestrator.targets import resolve_target
-from orchestrator.tasks import extract_tasks
+from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.tasks import extract_tasks
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tvm
 
-from orchestrator.config import Settings
-from orchestrator.deploy.timing import Latency, Timing, change, time_models
-from orchestrator.errors import InputError
+from tune_orchestrator.config import Settings
+from tune_orchestrator.deploy.timing import Latency, Timing, change, time_models
+from tune_orchestrator.errors import InputError
 
 
 class FakeVM:

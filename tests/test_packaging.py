@@ -1,22 +1,47 @@
-"""The installed package is what users and CI run: every sub-package in the tree must ship."""
+"""The installed package is what users and CI run: one import name, every sub-package in it."""
 
 import tomllib
 from pathlib import Path
 
-from setuptools import find_packages
-
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def shipped_folders() -> dict[str, Path]:
+    """Each package the wheel lists, and the folder it is built from (package-dir mapping)."""
+    mapping = CONFIG["package-dir"]
+    folders = {}
+    for package in CONFIG["packages"]:
+        parts = package.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest mapped prefix decides
+            prefix = ".".join(parts[:cut])
+            if prefix in mapping:
+                folders[package] = ROOT / mapping[prefix] / Path(*parts[cut:])
+                break
+    return folders
+
+
+def test_the_wheel_has_one_top_level_import_name():
+    assert {package.split(".")[0] for package in CONFIG["packages"]} == {"tune_orchestrator"}
+    assert set(shipped_folders()) == set(CONFIG["packages"])
 
 
 def test_every_subpackage_of_ours_is_in_the_wheel():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    shipped = set(find_packages(where=str(ROOT), include=include))
+    folders = shipped_folders()
+    assert all((folder / "__init__.py").is_file() for folder in folders.values())
     ours = {
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("orchestrator", "filters", "measure", "budget", "configs")
+        init.parent
+        for top in set(CONFIG["package-dir"].values())
         for init in (ROOT / top).rglob("__init__.py")
     }
-    assert "orchestrator.search" in ours
-    assert ours <= shipped, f"missing from the wheel: {sorted(ours - shipped)}"
-    assert not {p for p in shipped if p.split(".")[0] in {"tests", "benchmarks", "examples"}}
+    assert ROOT / "orchestrator" / "search" in ours
+    missing = ours - set(folders.values())
+    assert not missing, f"missing from the wheel: {sorted(str(p) for p in missing)}"
+
+
+def test_the_installed_package_is_importable_by_its_one_name():
+    import tune_orchestrator
+    from tune_orchestrator import configs
+
+    assert "[tune]" in configs.read_text("default.toml")
+    assert Path(tune_orchestrator.__file__).parent.name in {"orchestrator", "tune_orchestrator"}

@@ -10,17 +10,17 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from budget import Ledger, parse_budget
-from budget.report import make_report, schema, task_row
-from budget.units import fmt_latency
-from orchestrator.api import Result
-from orchestrator.cli import main
-from orchestrator.deploy.timing import Latency, change
-from orchestrator.errors import InputError
-from orchestrator.forecast.estimate import journal_observations
-from orchestrator.printer import Printer
-from orchestrator.reporting import rerender, write_report
-from orchestrator.rundir import RunDir
+from tune_orchestrator.api import Result
+from tune_orchestrator.budget import Ledger, parse_budget
+from tune_orchestrator.budget.report import make_report, schema, task_row
+from tune_orchestrator.budget.units import fmt_latency
+from tune_orchestrator.cli import main
+from tune_orchestrator.deploy.timing import Latency, change
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.forecast.estimate import journal_observations
+from tune_orchestrator.printer import Printer
+from tune_orchestrator.reporting import rerender, write_report
+from tune_orchestrator.rundir import RunDir
 
 
 class Clock:
@@ -221,7 +221,7 @@ class ImageCollector(HTMLParser):
 def test_the_wait_for_background_rounds_says_what_the_background_spent(tmp_path):
     """On a GPU run the next round is searched and built while one is measured: most search
     time is then not in the `search` phase but behind `ahead`, and the report says so."""
-    from budget.render import markdown
+    from tune_orchestrator.budget.render import markdown
 
     report = synthetic_report(tmp_path)
     report["phases"]["ahead"] = 300.0
@@ -236,7 +236,7 @@ def test_the_wait_for_background_rounds_says_what_the_background_spent(tmp_path)
 
 
 def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
-    from budget.render import describe_filter
+    from tune_orchestrator.budget.render import describe_filter
 
     total = {"proposed": 64, "kept": 64, "rejected": 0, "audited": 0, "false_negatives": 0}
     stats = {"name": "xgb", "threshold": None, "seconds": 0.01, "total": total}
@@ -247,7 +247,7 @@ def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
 
 
 def test_the_filter_line_counts_one_false_negative_in_the_singular():
-    from budget.render import describe_filter
+    from tune_orchestrator.budget.render import describe_filter
 
     total = {"proposed": 64, "kept": 40, "rejected": 24, "audited": 5, "false_negatives": 1}
     total["recall"] = 0.9

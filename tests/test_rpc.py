@@ -15,13 +15,15 @@ from pathlib import Path
 import pytest
 import tvm
 from click.testing import CliRunner
-from engine_contract import check_engine_contract
 from tvm.script import tirx as T
 
 import onnx_models
 from cli_args import tune_args
 from devices import GPU
-from measure import (
+from engine_contract import check_engine_contract
+from tune_orchestrator import InputError
+from tune_orchestrator.cli import main
+from tune_orchestrator.measure import (
     BuildInput,
     BuildPool,
     LocalEngine,
@@ -30,10 +32,8 @@ from measure import (
     TimerConfig,
     TimingPlan,
 )
-from measure.rpc import tracker_keys
-from orchestrator import InputError
-from orchestrator.cli import main
-from orchestrator.measuring import target_and_fleet
+from tune_orchestrator.measure.rpc import tracker_keys
+from tune_orchestrator.measuring import target_and_fleet
 
 KEY = "test-cpu"
 ARGS = (("float32", (4096,)), ("float32", (4096,)))

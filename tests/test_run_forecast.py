@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import onnx_models
-from budget import parse_budget
-from budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
-from budget.ledger import Ledger
-from orchestrator.cli import main
-from orchestrator.config import Settings
-from orchestrator.deploy.timing import Timing
-from orchestrator.forecast import overheads
-from orchestrator.forecast.run import (
+from tune_orchestrator.budget import parse_budget
+from tune_orchestrator.budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
+from tune_orchestrator.budget.ledger import Ledger
+from tune_orchestrator.cli import main
+from tune_orchestrator.config import Settings
+from tune_orchestrator.deploy.timing import Timing
+from tune_orchestrator.forecast import overheads
+from tune_orchestrator.forecast.run import (
     TUNING_PHASES,
     EarlyStop,
     FixedPhases,
@@ -24,7 +24,7 @@ from orchestrator.forecast.run import (
     forecast_run,
     observed_split,
 )
-from orchestrator.scheduler import heavy_floors
+from tune_orchestrator.scheduler import heavy_floors
 
 FIXED = FixedPhases(
     import_s=18.0, untuned_s=12.0, compile_s=6.0, check_s=1.0, timing_s=0.6, latency_s=9e-3

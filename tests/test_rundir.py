@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from orchestrator.errors import InputError
-from orchestrator.rundir import RunDir
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.rundir import RunDir
 
 
 def test_journal_entries_are_appended_and_read_back(tmp_path):

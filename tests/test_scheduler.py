@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator.scheduler import GainScheduler, TaskState, assign_floors, model_latency_s
-from orchestrator.tasks import Task
+from tune_orchestrator.scheduler import GainScheduler, TaskState, assign_floors, model_latency_s
+from tune_orchestrator.tasks import Task
 
 
 def state(index, *, weight=1, baseline=None, history=(), retired=None):
@@ -124,13 +124,13 @@ def test_a_never_tuned_task_is_costed_at_the_typical_round():
 
 
 def candidate(key):
-    from orchestrator.tasks import Candidate
+    from tune_orchestrator.tasks import Candidate
 
     return Candidate(None, None, key)
 
 
 def test_set_aside_candidates_wait_for_a_later_round_newest_batch_first():
-    from orchestrator.search import ProposalPool
+    from tune_orchestrator.search import ProposalPool
 
     pool = ProposalPool(limit=5)
     assert [c.key for c in pool.add(0, [candidate(1), candidate(2)])] == [1, 2]

@@ -10,11 +10,18 @@ import time
 
 import pytest
 
-from measure._figures import Figures, Span, covered
-from measure._timing import LONGEST, RACED, TIGHT, TimingPlan, rel_half_width, verdict
-from measure._window import DeviceWindow, WindowBusy
-from measure._workers import Job, Outcome
-from measure.base import MeasureInput
+from tune_orchestrator.measure._figures import Figures, Span, covered
+from tune_orchestrator.measure._timing import (
+    LONGEST,
+    RACED,
+    TIGHT,
+    TimingPlan,
+    rel_half_width,
+    verdict,
+)
+from tune_orchestrator.measure._window import DeviceWindow, WindowBusy
+from tune_orchestrator.measure._workers import Job, Outcome
+from tune_orchestrator.measure.base import MeasureInput
 
 # -- adaptive repeats and racing -----------------------------------------------------------
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
-from orchestrator.cli import main
+from tune_orchestrator.cli import main
 
 
 def records(run: Path) -> list[str]:
@@ -237,7 +237,7 @@ def test_a_resume_records_again_the_default_schedules_a_crash_lost(tuned, tmp_pa
 def test_the_real_report_validates_and_comes_in_every_form(tuned):
     import jsonschema
 
-    from budget.report import schema
+    from tune_orchestrator.budget.report import schema
 
     jsonschema.validate(tuned.report, schema())
     for name in (

@@ -13,10 +13,10 @@ names = []
 register = TensorIntrin.register
 TensorIntrin.register = staticmethod(lambda name, *a, **k: (names.append(name), register(name, *a, **k))[1])
 if sys.argv[1] == "fast":
-    from orchestrator import _tvm
+    from tune_orchestrator import _tvm
     _tvm.load_tensor_intrinsics()
 elif sys.argv[1] == "cpu-then-cuda":
-    from orchestrator import _tvm
+    from tune_orchestrator import _tvm
     from tvm.s_tir import meta_schedule as ms
     from tvm import te
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from budget import Ledger
+from tune_orchestrator.budget import Ledger
 
 from ..config import Settings
 from ..model import OnnxModel

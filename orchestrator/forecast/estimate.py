@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
-from budget.grammar import Budget, parse_budget
-from budget.ledger import Spend
-from measure import Measurement
+from tune_orchestrator.budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
+from tune_orchestrator.budget.grammar import Budget, parse_budget
+from tune_orchestrator.budget.ledger import Spend
+from tune_orchestrator.measure import Measurement
 
 from ..deploy.timing import Timing, time_models
 from ..errors import InputError
@@ -148,8 +148,8 @@ def estimate(
 
     from tvm.s_tir import meta_schedule as ms
 
-    from budget import check_applicable
-    from budget.prices import run_price
+    from tune_orchestrator.budget import check_applicable
+    from tune_orchestrator.budget.prices import run_price
 
     from .. import deploy
     from ..api import _shapes

@@ -176,7 +176,7 @@ def upfront_first_round_s(
     """A first round's search, forecast up front as the run will forecast it before timing
     one (first_round_s for the rounds the settings and `gpus` make, the ledger's margin on
     top): what `upfront_minimum_s` weighs against the fixed phases."""
-    from budget import Ledger
+    from tune_orchestrator.budget import Ledger
 
     from ..loop import first_proposals
     from ..targets import host_cores

@@ -15,10 +15,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from budget.forecast import Allocation, TuningPrior
-from budget.grammar import ENERGY, TRIALS, Budget
-from budget.limits import BudgetLimits, clock_rates
-from budget.units import fmt_budget_up
+from tune_orchestrator.budget.forecast import Allocation, TuningPrior
+from tune_orchestrator.budget.grammar import ENERGY, TRIALS, Budget
+from tune_orchestrator.budget.limits import BudgetLimits, clock_rates
+from tune_orchestrator.budget.units import fmt_budget_up
 
 from ..deploy.timing import Timing
 from . import overheads

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from budget import Spend
+from tune_orchestrator.budget import Spend
 
 from ..errors import InputError
 from .directory import RunDir

@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from budget import Spend
-from budget.ledger import Point
-from filters import Filter
-from measure import Measurement
+from tune_orchestrator.budget import Spend
+from tune_orchestrator.budget.ledger import Point
+from tune_orchestrator.filters import Filter
+from tune_orchestrator.measure import Measurement
 
 from ..loop import FAILED_RUN_SECS
 from ..scheduler import TaskState

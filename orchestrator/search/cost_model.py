@@ -21,7 +21,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from filters._predictor import Predictor, store_features, workload_key
+from tune_orchestrator.filters._predictor import Predictor, store_features, workload_key
 
 # Schedules whose features stay cached (each entry holds its schedule alive, so a cached
 # handle can never be reused by another schedule).
