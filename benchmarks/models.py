@@ -1,7 +1,8 @@
 """Models for benchmarks, made here so nothing large is committed.
 
     python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish|
-                                         smallvgg|resnet18ish|tinybert]
+                                         smallvgg|resnet18ish|tinybert|squeezenetish|
+                                         densenetish|inceptionish|mobilenetv2ish]
                                 [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
@@ -29,6 +30,24 @@ blocks, 64 to 512 channels), batch-normalised, on a 1x3x64x64 image, 10-way dens
 self-attention over 32 tokens, LayerNormalization, an erf GELU in a 512-wide feed-forward
 layer), mean over the tokens, 2-way dense: ~27 MFLOP; 16 tuning tasks called 36 times, most
 of its time in the feed-forward matmuls.
+`squeezenetish`: SqueezeNet 1.1's layout (a 3x3 stem, three 3x3 max-pools, eight fire modules:
+a 1x1 squeeze to 16-64 channels, then 1x1 and 3x3 expands to 64-256 each, concatenated; a 1x1
+convolution as the 10-way classifier, global pooling), no batch norms, on a 1x3x64x64 image:
+~0.05 GFLOP; 27 tuning tasks (18 convolutions) called 39 times.
+`densenetish`: DenseNet-121's stem and first three dense blocks (6, 12, 24 layers of BN-ReLU-1x1
+convolution to 128 channels, BN-ReLU-3x3 convolution to 32, concatenated onto the layer's
+input; BN-ReLU-1x1-2x2 average-pool transitions) on a 1x3x32x32 image, 10-way dense: ~0.11
+GFLOP; 138 tuning tasks called 177 times, most new with each layer's wider input.
+`inceptionish`: GoogLeNet's layout (7x7, 1x1 and 3x3 stem convolutions, nine Inception modules
+3a-5b: 1x1, 1x1->3x3, 1x1->5x5 and 3x3 max-pool->1x1 branches concatenated) with every width
+halved, no batch norms, on a 1x3x64x64 image, 10-way dense: ~0.07 GFLOP; 71 tuning tasks called
+82 times.
+`mobilenetv2ish`: MobileNet-V2's layout (a 3x3 stem, 17 inverted residual blocks: a 1x1
+expansion x6, a 3x3 depthwise convolution, a linear 1x1 projection, a residual add where the
+shape holds; 16 to 320 channels, ReLU6 as Clip, then a 1x1 to 1280), batch-normalised, on a
+1x3x96x96 image, 10-way dense: ~0.12 GFLOP; 33 tuning tasks called 55 times.
+The last four are sized to run in under 60 ms untuned on two CPU cores; each extracts as many
+tasks for CUDA as for the CPU.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
 
@@ -274,6 +293,128 @@ def resnet50ish(seed: int = 0) -> onnx.ModelProto:
     return g.model("resnet50ish", "image", 224, "logits", 1000)
 
 
+def squeezenetish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+
+    def relu_conv(x: str, cin: int, cout: int, k: int, stride: int = 1) -> str:
+        return g.node("Relu", [g.conv(x, cin, cout, k, stride, bias=True)])
+
+    def pool(x: str) -> str:
+        return g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+
+    def fire(x: str, cin: int, squeeze: int, expand: int) -> str:
+        s = relu_conv(x, cin, squeeze, 1)
+        expanded = [relu_conv(s, squeeze, expand, 1), relu_conv(s, squeeze, expand, 3)]
+        return g.node("Concat", expanded, axis=1)
+
+    x = pool(relu_conv("image", 3, 64, 3, 2))
+    x = fire(fire(x, 64, 16, 64), 128, 16, 64)
+    x = fire(fire(pool(x), 128, 32, 128), 256, 32, 128)
+    x = fire(fire(pool(x), 256, 48, 192), 384, 48, 192)
+    x = fire(fire(x, 384, 64, 256), 512, 64, 256)
+    pooled = g.node("GlobalAveragePool", [relu_conv(x, 512, 10, 1)])  # the classifier
+    g.node("Flatten", [pooled], axis=1)
+    return g.model("squeezenetish", "image", 64, "logits", 10)
+
+
+def densenetish(seed: int = 0) -> onnx.ModelProto:
+    growth = 32
+    g = _Graph(seed)
+
+    def bn_relu_conv(x: str, cin: int, cout: int, k: int) -> str:
+        return g.conv(g.node("Relu", [g.batch_norm(x, cin)]), cin, cout, k)
+
+    x = g.conv_bn("image", 3, 64, 7, 2, relu=True)
+    x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    blocks = [6, 12, 24]  # DenseNet-121's first three; its fourth would be at 1x1 here
+    for i, layers in enumerate(blocks):
+        for _ in range(layers):
+            y = bn_relu_conv(bn_relu_conv(x, cin, 4 * growth, 1), 4 * growth, growth, 3)
+            x = g.node("Concat", [x, y], axis=1)
+            cin += growth
+        if i < len(blocks) - 1:  # transition: halve the channels and the image
+            y = bn_relu_conv(x, cin, cin // 2, 1)
+            x = g.node("AveragePool", [y], kernel_shape=[2, 2], strides=[2, 2])
+            cin //= 2
+    g.head(g.node("Relu", [g.batch_norm(x, cin)]), cin, 10)
+    return g.model("densenetish", "image", 32, "logits", 10)
+
+
+def inceptionish(seed: int = 0) -> onnx.ModelProto:
+    narrow = 2  # every GoogLeNet width halved
+    g = _Graph(seed)
+
+    def relu_conv(x: str, cin: int, cout: int, k: int, stride: int = 1) -> str:
+        return g.node("Relu", [g.conv(x, cin, cout, k, stride, bias=True)])
+
+    def pool(x: str, stride: int) -> str:
+        strides = [stride, stride]
+        return g.node("MaxPool", [x], kernel_shape=[3, 3], strides=strides, pads=[1, 1, 1, 1])
+
+    def module(x: str, cin: int, widths: tuple[int, ...]) -> tuple[str, int]:
+        one, reduce3, three, reduce5, five, proj = (w // narrow for w in widths)
+        branches = [
+            relu_conv(x, cin, one, 1),
+            relu_conv(relu_conv(x, cin, reduce3, 1), reduce3, three, 3),
+            relu_conv(relu_conv(x, cin, reduce5, 1), reduce5, five, 5),
+            relu_conv(pool(x, 1), cin, proj, 1),
+        ]
+        return g.node("Concat", branches, axis=1), one + three + five + proj
+
+    stem, cin = 64 // narrow, 192 // narrow
+    x = pool(relu_conv("image", 3, stem, 7, 2), 2)
+    x = pool(relu_conv(relu_conv(x, stem, stem, 1), stem, cin, 3), 2)
+    stages = [  # GoogLeNet's 3a-b, 4a-e, 5a-b: 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj
+        [(64, 96, 128, 16, 32, 32), (128, 128, 192, 32, 96, 64)],
+        [
+            (192, 96, 208, 16, 48, 64),
+            (160, 112, 224, 24, 64, 64),
+            (128, 128, 256, 24, 64, 64),
+            (112, 144, 288, 32, 64, 64),
+            (256, 160, 320, 32, 128, 128),
+        ],
+        [(256, 160, 320, 32, 128, 128), (384, 192, 384, 48, 128, 128)],
+    ]
+    for i, stage in enumerate(stages):
+        x = pool(x, 2) if i else x
+        for widths in stage:
+            x, cin = module(x, cin, widths)
+    g.head(x, cin, 10)
+    return g.model("inceptionish", "image", 64, "logits", 10)
+
+
+def mobilenetv2ish(seed: int = 0) -> onnx.ModelProto:
+    g = _Graph(seed)
+    zero, six = g.param(np.array(0.0)), g.param(np.array(6.0))
+
+    def conv_bn_relu6(x: str, cin: int, cout: int, k: int, stride: int, group: int = 1) -> str:
+        y = g.conv_bn(x, cin, cout, k, stride, relu=False, group=group)
+        return g.node("Clip", [y, zero, six])
+
+    x = conv_bn_relu6("image", 3, 32, 3, 2)
+    cin = 32
+    for expand, cout, repeats, stride in [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]:
+        for i in range(repeats):
+            s = stride if i == 0 else 1
+            hidden = cin * expand
+            y = conv_bn_relu6(x, cin, hidden, 1, 1) if expand > 1 else x
+            y = conv_bn_relu6(y, hidden, hidden, 3, s, group=hidden)  # depthwise
+            y = g.conv_bn(y, hidden, cout, 1, 1, relu=False)  # linear bottleneck
+            x = g.node("Add", [x, y]) if s == 1 and cin == cout else y
+            cin = cout
+    g.head(conv_bn_relu6(x, cin, 1280, 1, 1), 1280, 10)
+    return g.model("mobilenetv2ish", "image", 96, "logits", 10)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnetish": resnetish,
     "vggish": vggish,
@@ -283,6 +424,10 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "smallvgg": smallvgg,
     "resnet18ish": resnet18ish,
     "tinybert": tinybert,
+    "squeezenetish": squeezenetish,
+    "densenetish": densenetish,
+    "inceptionish": inceptionish,
+    "mobilenetv2ish": mobilenetv2ish,
 }
 
 

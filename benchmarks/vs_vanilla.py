@@ -1,6 +1,6 @@
 """Vanilla MetaSchedule `tune_relax` against `orchestrate`, same model, target, trial cap and seed.
 
-    python benchmarks/vs_vanilla.py [--model examples/smallcnn.onnx] [--trials 128] [--seed 0]
+    python benchmarks/vs_vanilla.py [--model examples/smallcnn.onnx|NAME] [--trials 128] [--seed 0]
                                     [--filter xgb|none] [--target llvm|cuda]
 
 Each side runs in a fresh process, one after the other, and is timed as a whole call, as a
@@ -33,11 +33,17 @@ from _common import (
     tune_ours,
     tune_vanilla,
 )
+from models import MODELS, write
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=ROOT / "examples" / "smallcnn.onnx")
+    parser.add_argument(
+        "--model",
+        type=model_path,
+        default=ROOT / "examples" / "smallcnn.onnx",
+        help="an .onnx path or a benchmarks/models.py name",
+    )
     parser.add_argument("--trials", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--filter", default="xgb", help="orchestrate's --filter")
@@ -189,6 +195,11 @@ def main() -> None:
         f"{QUALITY_TOLERANCE:.0%} of vanilla's final latency, seconds since the call began)"
     )
     print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
+
+
+def model_path(text: str) -> Path:
+    """A benchmarks/models.py name, written to benchmarks/work/, or else a path."""
+    return write(text, ROOT / "benchmarks" / "work") if text in MODELS else Path(text)
 
 
 def checkpoint_databases(
