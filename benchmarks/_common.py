@@ -107,10 +107,12 @@ def tune_ours(
     work: str,
     extra: Sequence[str] = (),
     simulate: bool = False,
+    budget: str | None = None,
 ) -> dict[str, Any]:
     """`orchestrate` through its API; checkpoints from the journal (spend at each round end),
-    and the run's own estimate of the model's latency after each round.
-    `simulate`: the simulated GPU times the candidates (a CUDA target, no GPU needed)."""
+    and the run's own estimate of the model's latency after each round. `budget` (a budget's
+    text) replaces the trial cap; `simulate`: the simulated GPU times the candidates (a CUDA
+    target, no GPU needed)."""
     from tune_orchestrator import tune
 
     options: dict[str, Any] = {}
@@ -120,7 +122,7 @@ def tune_ours(
     start = time.perf_counter()
     result = tune(
         model_path,
-        budget=f"{trials}trials",
+        budget=budget or f"{trials}trials",
         target=target_json,
         out=work,
         seed=seed,
@@ -155,6 +157,12 @@ def tune_ours(
         "search": report.get("search", {}),
         "checkpoints": checkpoints,
         "estimates": estimates,
+        "stop_reason": result.stop_reason,
+        "tasks": len(report["tasks"]),
+        "tasks_tuned": report["summary"].get("tasks_tuned"),
+        "untouched_share": report["summary"].get("untouched_share"),
+        "shipped": report["summary"].get("shipped"),
+        "library": str(result.paths["library"]) if "library" in result.paths else None,
     }
 
 
@@ -236,11 +244,12 @@ def time_databases(
     device_type: str = "cpu",
     samples: bool = False,
     jobs: int = 1,
+    libraries: Mapping[str, Path] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Compile the model with each database (stock compile_relax, `jobs` at once in fresh
-    processes) and time them all interleaved, so drift on the machine hits every one alike.
-    Median, min, max in seconds, the compile's seconds (and with `samples`, every timing as
-    `samples_s`)."""
+    processes) and time them all interleaved with the compiled `libraries` (e.g. a run's
+    model.so), so drift on the machine hits every one alike. Median, min, max in seconds, the
+    compile's seconds (and with `samples`, every timing as `samples_s`)."""
     import concurrent.futures
     import multiprocessing
 
@@ -257,20 +266,21 @@ def time_databases(
         tvm.runtime.tensor(rng.standard_normal(i.shape).astype(i.dtype), device=dev)
         for i in model.inputs
     ]
-    libraries = {name: scratch() / f"{name}.so" for name in databases}
+    compiled = {name: scratch() / f"{name}.so" for name in databases}
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn")
     ) as pool:
         compiling = {
-            name: pool.submit(compile_database, model_path, target_json, folder, libraries[name])
+            name: pool.submit(compile_database, model_path, target_json, folder, compiled[name])
             for name, folder in databases.items()
         }
         compile_s = {name: future.result() for name, future in compiling.items()}
+    built = {**compiled, **dict(libraries or {})}
     timers = {}
-    for name, library in libraries.items():
+    for name, library in built.items():
         vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), dev)
         timers[name] = vm.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
-    timings: dict[str, list[float]] = {name: [] for name in databases}
+    timings: dict[str, list[float]] = {name: [] for name in built}
     for _ in range(repeats):
         for name, timer in timers.items():
             timings[name].append(timer(*inputs).mean)
@@ -279,7 +289,7 @@ def time_databases(
             "median_s": statistics.median(s),
             "min_s": min(s),
             "max_s": max(s),
-            "compile_s": compile_s[name],
+            "compile_s": compile_s.get(name),
             **({"samples_s": s} if samples else {}),
         }
         for name, s in timings.items()

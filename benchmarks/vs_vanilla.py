@@ -6,9 +6,11 @@
 Each side runs in a fresh process, one after the other, and is timed as a whole call, as a
 user would wait for it: vanilla from the ONNX import through `tune_relax` to `compile_relax`
 (tune_relax with its defaults, except a builder timeout long enough that builds succeed on a
-small loaded host: `--builder-timeout`); ours the whole `orchestrator.tune` call (import,
-untuned timing, tuning, compile, output check). Then both databases are compiled with stock
-`compile_relax` and the two models are timed side by side, interleaved, in this process.
+small loaded host: `--builder-timeout`; the same resolved target as ours, the host's -mcpu
+included); ours the whole `tune_orchestrator.tune` call (import, untuned timing, tuning,
+compile, output check). With `--fraction N`, ours runs a third time with a time budget of
+vanilla's whole call / N. Then every database is compiled with stock `compile_relax` and timed
+side by side, interleaved, in this process, with the model.so each of our runs shipped.
 Prints the wall times, end-to-end latencies and their ratios, and writes the raw figures to
 benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<label>-<date>.json.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -52,7 +55,11 @@ def main() -> None:
     parser.add_argument(
         "--builder-timeout", type=float, default=600.0, help="vanilla LocalBuilder's timeout_sec"
     )
+    parser.add_argument(
+        "--fraction", type=float, default=0, help="also run ours for vanilla's wall / FRACTION"
+    )
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
+    parser.add_argument("--budget", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
     parser.add_argument("--target-json", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -80,6 +87,7 @@ def main() -> None:
             args.seed,
             args.work,
             [f"filter={args.filter}"],
+            budget=args.budget,
         )
         print(json.dumps(figures))
         return
@@ -91,39 +99,34 @@ def main() -> None:
     base = ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
     works = {"vanilla": base / "vanilla", "ours": base / "ours"}
     figures = {}
-    for side in ("vanilla", "ours"):
-        print(f"tuning with {side} ...", flush=True)
-        figures[side] = run_child(
-            Path(__file__),
-            [
-                "--side",
-                side,
-                "--model",
-                str(args.model),
-                "--trials",
-                str(args.trials),
-                "--seed",
-                str(args.seed),
-                "--filter",
-                args.filter,
-                "--builder-timeout",
-                str(args.builder_timeout),
-                "--target-json",
-                target_json,
-                "--work",
-                str(works[side]),
-            ],
-        )
-    # Every checkpoint's database, both sides, timed with the finals in one interleaved pass.
+
+    def tune_side(side: str, budget: str | None = None) -> None:
+        print(f"tuning with {side}{f' for {budget}' if budget else ''} ...", flush=True)
+        works[side] = base / side
+        child = ["--side", side.split("-")[0], "--model", str(args.model), "--trials",
+                 str(args.trials), "--seed", str(args.seed), "--filter", args.filter,
+                 "--builder-timeout", str(args.builder_timeout), "--target-json", target_json,
+                 "--work", str(works[side])]  # fmt: skip
+        figures[side] = run_child(Path(__file__), child + (["--budget", budget] if budget else []))
+
+    tune_side("vanilla")
+    tune_side("ours")
+    if args.fraction:
+        tune_side("ours-time", f"{figures['vanilla']['whole_s'] / args.fraction:.0f}s")
+    # Every checkpoint's database, both sides, timed with the finals and the libraries we
+    # shipped in one interleaved pass.
     prefixes = checkpoint_databases(works, figures)
+    shipped = {f"{side}.so": Path(f["library"]) for side, f in figures.items() if f.get("library")}
     timed = time_databases(
         args.model,
         target_json,
         {**works, **{name: folder for name, (_, folder) in prefixes.items()}},
         args.repeats,
         device_type=resolved.device_type,
+        jobs=os.cpu_count() or 1,
+        libraries={name: path for name, path in shipped.items() if path.is_file()},
     )
-    latency = {side: timed[side] for side in works}
+    latency = {name: timed[name] for name in [*works, *shipped] if name in timed}
     finals = {"vanilla": figures["vanilla"]["whole_s"], "ours": figures["ours"]["total_s"]}
     quality = time_to_quality(prefixes, timed, finals)
 
@@ -160,6 +163,16 @@ def main() -> None:
     phases = ", ".join(
         f"{k} {s:.1f}s" for k, s in sorted(o["phases"].items(), key=lambda kv: -kv[1])
     )
+    for side, f in figures.items():
+        if side == "vanilla":
+            continue
+        so = latency.get(f"{side}.so", {}).get("median_s")
+        print(
+            f"  {side}: {f['total_s']:.1f} s, {f['trials']} trials, {f['tasks_tuned']} of "
+            f"{f['tasks']} tasks tuned, {latency[side]['median_s'] * 1e3:.3f} ms from its "
+            f"database (vanilla / it {lv / latency[side]['median_s']:.3f})"
+            + (f", {so * 1e3:.3f} ms its model.so ({f['shipped']})" if so else "")
+        )
     print(
         f"  (vanilla: tune_relax {v['tune_s']:.1f} s of its whole call, builder timeout "
         f"{v['builder_timeout_s']:.0f} s; ours by phase: {phases})"
@@ -178,6 +191,7 @@ def main() -> None:
             {
                 "model": args.model.name,
                 "trials": args.trials,
+                "fraction": args.fraction,
                 "seed": args.seed,
                 "filter": args.filter,
                 "target": args.target,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -145,17 +145,26 @@ def fit_prior(observations: Sequence[tuple[float, float]], source: str) -> Tunin
 
 
 class Allocation:
-    """Rounds given one at a time as the scheduler gives them: first to the tasks still short
-    of their floor of trials, then to the task whose next round adds the most gain; `shares`
-    are the tasks' shares of the attainable gain."""
+    """Rounds given one at a time as the run's scheduler gives them (GainScheduler): first a
+    round of the smallest size to every task holding `coverage` or more of the attainable
+    gain, the largest first; then to the task and size whose round adds the most gain per
+    second. `shares` are the tasks' shares of the attainable gain; `floors` (trials per task)
+    only say when the early stop may judge (`floors_met`), never who gets a round."""
 
     def __init__(
-        self, shares: Sequence[float], prior: TuningPrior, floors: Sequence[int] = ()
+        self,
+        shares: Sequence[float],
+        prior: TuningPrior,
+        floors: Sequence[int] = (),
+        *,
+        coverage: float = 0.0,
     ) -> None:
         total = sum(shares)
         self.shares = [s / total for s in shares] if total > 0 else []
         self.prior = prior
+        self.coverage = coverage
         self.trials = [0] * len(self.shares)
+        self.rounds = [0] * len(self.shares)
         # Without shares (no task's untuned latency measured) there is nothing to allocate.
         self.floors = (list(floors) or [0] * len(self.shares)) if self.shares else []
         if len(self.floors) != len(self.shares):
@@ -166,19 +175,40 @@ class Allocation:
     def floors_met(self) -> bool:
         return all(t >= f for t, f in zip(self.trials, self.floors, strict=True))
 
-    def add_round(self, size: int) -> float:
-        """Give a round of `size` candidates; the share of the gain it adds."""
-        if not self.shares or size <= 0:
-            return 0.0
-        f = self.prior.fraction
-        gains = [
-            share * (f(t + size) - f(t)) for share, t in zip(self.shares, self.trials, strict=True)
+    def gain(self, task: int, size: int) -> float:
+        """The share of the attainable gain a round of `size` for `task` would add."""
+        f, t = self.prior.fraction, self.trials[task]
+        return self.shares[task] * (f(t + size) - f(t))
+
+    def next_round(
+        self, sizes: Sequence[int], seconds: Callable[[int], float] = float
+    ) -> tuple[int, int] | None:
+        """(task, size) of the next round, sizes from `sizes`, a round of k costing
+        `seconds(k)`; None with nothing to allocate."""
+        if not self.shares or not sizes:
+            return None
+        uncovered = [
+            i
+            for i, share in enumerate(self.shares)
+            if self.rounds[i] == 0 and share > 0 and share >= self.coverage
         ]
-        short = [i for i, t in enumerate(self.trials) if t < self.floors[i]]
-        best = max(short or range(len(gains)), key=gains.__getitem__)
-        self.trials[best] += size
-        self.reached += gains[best]
-        return gains[best]
+        if uncovered:
+            return max(uncovered, key=lambda i: (self.shares[i], -i)), min(sizes)
+        pairs = [(i, k) for i in range(len(self.shares)) for k in sizes]
+        return max(pairs, key=lambda p: (self.gain(*p) / max(seconds(p[1]), 1e-9), -p[1], -p[0]))
+
+    def give(self, task: int, size: int) -> float:
+        """Give `task` a round of `size` candidates; the share of the gain it adds."""
+        gained = self.gain(task, size)
+        self.trials[task] += size
+        self.rounds[task] += 1
+        self.reached += gained
+        return gained
+
+    def add_round(self, size: int) -> float:
+        """Give the next round of `size` candidates; the share of the gain it adds."""
+        planned = self.next_round([size]) if size > 0 else None
+        return 0.0 if planned is None else self.give(*planned)
 
 
 def plan(
@@ -189,10 +219,11 @@ def plan(
     round_s: float,
     targets: Sequence[float] = (0.9, 0.95, 0.99),
     max_rounds: int = 100_000,
+    coverage: float = 0.0,
 ) -> list[dict[str, float]]:
     """Rounds, trials and seconds to reach each target share of the attainable gain, rounds
-    given as `Allocation` gives them."""
-    allocation = Allocation(shares, prior)
+    of `round_size` given as `Allocation` gives them."""
+    allocation = Allocation(shares, prior, coverage=coverage)
     if not allocation.shares:
         return []
     out, rounds = [], 0

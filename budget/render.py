@@ -58,6 +58,9 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
     lines.append(f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds.")
+    coverage = describe_coverage(s, len(report["tasks"]))
+    if coverage:
+        lines.append(coverage)
     lines.append(f"Stopped because {s['stop_reason']}.")
     if s["check_ok"] is False:
         lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
@@ -69,6 +72,18 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
             f"(fitted {forecast['curve']['kind']} curve)."
         )
     return lines
+
+
+def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
+    """How many tasks got trials, and how much of the model the others hold."""
+    tuned = summary.get("tasks_tuned")
+    if tuned is None:
+        return None
+    line = f"{tuned} of {tasks} tasks tuned"
+    untouched = summary.get("untouched_share")
+    if untouched is not None and tuned < tasks:
+        line += f"; the {tasks - tuned} never tuned hold {untouched:.1%} of the model's kernel time"
+    return line + "."
 
 
 def describe_simulated(simulated: Mapping[str, Any] | None) -> str | None:
@@ -335,6 +350,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         [
             t["name"],
             str(t["weight"]),
+            f"{t['share']:.1%}" if t.get("share") is not None else "n/a",
             str(t.get("proposed", "")),
             str(t.get("filtered", "")),
             str(t.get("built", "")),
@@ -370,6 +386,7 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             [
                 "task",
                 "weight",
+                "share now",
                 "proposed",
                 "filtered",
                 "built",

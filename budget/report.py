@@ -59,10 +59,12 @@ def task_row(
     spend_s: float,
     retired: str | None,
     schedule: str,
+    share: float | None = None,
 ) -> dict[str, Any]:
     """One task's line: latencies are of one call; speedup is untuned / best; `schedule` is
     the one the compiled model uses, "tuned" (the best record) or "default" (the schedule the
-    task has untuned, when nothing tuned beat it)."""
+    task has untuned, when nothing tuned beat it); `share` its share of the model's kernel time
+    as it runs now (scheduler.current_shares)."""
     return {
         "index": index,
         "name": name,
@@ -81,6 +83,7 @@ def task_row(
         "speedup": untuned_s / best_s if untuned_s and best_s else None,
         "gflops": flops / best_s / 1e9 if best_s else None,
         "spend_s": spend_s,
+        "share": share,
         "retired": retired,
         "schedule": schedule,
     }
@@ -115,6 +118,12 @@ def make_report(
     `comparison` is how the two compared when timed in turn at the end (None: not timed)."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
     kept = [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"]
+    shares = [t.get("share") for t in tasks]
+    untouched = (
+        None
+        if any(x is None for x in shares)
+        else sum(t["share"] for t in tasks if not t["trials"])
+    )
     phases = dict(spend.phases)
     accounted = sum(phases.get(p, 0.0) for p in PHASES)
     return {
@@ -139,6 +148,8 @@ def make_report(
             "change": comparison["change"] if comparison else None,
             "shipped": comparison["shipped"] if comparison else "tuned",
             "kept_default": kept,
+            "tasks_tuned": sum(1 for t in tasks if t["trials"]),
+            "untouched_share": untouched,
             "trials": spend.trials,
             "rounds": spend.rounds,
             "wall_s": spend.wall_s,

@@ -191,11 +191,15 @@ class SchedulerSettings:
     window: int
     first_round_gain: float
     min_gain: float
+    first_round: int
+    coverage_share: float
 
     def __post_init__(self) -> None:
         _positive("scheduler", "window", self.window)
         _probability("scheduler", "first_round_gain", self.first_round_gain)
         _probability("scheduler", "min_gain", self.min_gain)
+        _positive("scheduler", "first_round", self.first_round)
+        _probability("scheduler", "coverage_share", self.coverage_share)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from tune_orchestrator.measure.base import short_error
 
 from .config import Settings
 from .measuring import build_workers
-from .scheduler import Scheduler, TaskState, assign_floors, model_latency_s
+from .scheduler import RoundPlan, RoundSizes, Scheduler, TaskState, assign_floors, model_latency_s
 from .search import Proposer, SearchTimes, TaskSearch
 from .tasks import Candidate, Task
 
@@ -54,6 +54,7 @@ class Round:
     times: dict[str, float]
     searched: SearchTimes  # where this round's search time went
     started: float
+    planned: int  # the size the scheduler gave it
 
     def trim(self, allowed: int, builder: Builder, proposer: Proposer) -> None:
         """Measure no more than `allowed` of the chosen candidates; the rest wait."""
@@ -79,6 +80,13 @@ def round_size(trials_per_round: int, workers: int, gpus: int = 1) -> int:
     return -(-wanted // workers) * workers
 
 
+def round_sizes(settings: Settings, workers: int, gpus: int = 1) -> RoundSizes:
+    """The sizes a run's rounds may have: from a first touch of [scheduler] first_round
+    candidates per GPU up to `round_size`'s, in whole waves of the builder's `workers`."""
+    largest = round_size(settings.tune.trials_per_round, workers, gpus)
+    return RoundSizes.for_run(settings.scheduler.first_round * max(1, gpus), largest, workers)
+
+
 def proposals_per_round(settings: Settings, round_candidates: int, filtered: bool) -> int:
     """Candidates the search proposes for a round of `round_candidates`: more when a filter
     needs something to choose from."""
@@ -86,9 +94,10 @@ def proposals_per_round(settings: Settings, round_candidates: int, filtered: boo
 
 
 def first_proposals(settings: Settings, *, gpus: int, filtered: bool) -> int:
-    """What a run's rounds will propose, before its builder (of the configured workers) and its
-    engine (of `gpus`) exist: for the first round's forecast up front."""
-    size = round_size(settings.tune.trials_per_round, build_workers(settings), gpus)
+    """What a run's first rounds (first touches) will propose, before its builder (of the
+    configured workers) and its engine (of `gpus`) exist: for the first round's forecast up
+    front."""
+    size = round_sizes(settings, build_workers(settings), gpus).smallest
     return proposals_per_round(settings, size, filtered)
 
 
@@ -149,14 +158,13 @@ class TuningLoop:
         # Measured in an earlier session (task index -> (MeasureCandidate, seconds)): each
         # task's search starts from them instead of from random schedules alone.
         self._bests = dict(bests or {})
-        self.round_size = round_size(
-            settings.tune.trials_per_round,
-            getattr(builder, "workers", 1),
-            getattr(engine, "lanes", 1),
+        self.sizes = round_sizes(
+            settings, getattr(builder, "workers", 1), getattr(engine, "lanes", 1)
         )
-        self.proposals = proposals_per_round(
-            settings, self.round_size, candidate_filter.name != "none"
-        )
+        self._filtered = candidate_filter.name != "none"
+        # The most a round proposes; a first touch proposes for the smallest round.
+        self.proposals = proposals_per_round(settings, self.sizes.largest, self._filtered)
+        self.first_proposals = proposals_per_round(settings, self.sizes.smallest, self._filtered)
         self.pipeline = pipeline
         # With pipelining, the next tasks' searches run ahead while the device measures.
         self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0
@@ -188,7 +196,6 @@ class TuningLoop:
         thread while this one is measured; it is for engines whose timings builds cannot
         disturb (GPUs, remote machines).
         """
-        wanted = self.round_size
         ahead: Round | None = None
         with (
             concurrent.futures.ThreadPoolExecutor(
@@ -203,16 +210,16 @@ class TuningLoop:
                     return decision.reason
                 current, ahead = ahead, None
                 if current is None:
-                    state = self.scheduler.pick(self.states)
-                    if state is None:
+                    plan = self.scheduler.pick(self.states, self.sizes)
+                    if plan is None:
                         return "every task is retired: " + "; ".join(
                             sorted({s.retired for s in self.states if s.retired})
                         )
-                    current = self._prepare(state, self.stopping.allowance(self.ledger, wanted))
+                    current = self._prepare(plan, self.stopping.allowance(self.ledger, plan.size))
                     if current is None:
                         continue
                 else:  # prepared a round ago: the budget may allow less now
-                    allowed = self.stopping.allowance(self.ledger, wanted)
+                    allowed = self.stopping.allowance(self.ledger, current.planned)
                     current.trim(allowed, self.builder, self.proposer)
                     if not current.chosen:
                         continue
@@ -222,13 +229,15 @@ class TuningLoop:
                 )
                 upcoming = None
                 if self.pipeline:
-                    nxt = self._next_tasks({current.state.task.index}, 1 + self.ahead)
-                    allowed = self._allowed_after([len(current.chosen)], wanted)
+                    nxt = self._next_plans({current.state.task.index}, 1 + self.ahead)
+                    allowed = self._allowed_after([len(current.chosen)], nxt[0].size) if nxt else 0
                     if nxt and allowed:  # no look-ahead the budget would throw away
                         upcoming = background.submit(self._prepare, nxt[0], allowed)
                         # Searches for the rounds after that one, if one still fits.
-                        if self._allowed_after([len(current.chosen), allowed], wanted):
-                            self.proposer.ahead(s.task for s in nxt[1:])
+                        if self._allowed_after([len(current.chosen), allowed], nxt[0].size):
+                            self.proposer.ahead(
+                                (p.state.task, self._proposals(p.size)) for p in nxt[1:]
+                            )
                 busy_before = self._device_busy()
                 measurements = self._measure_round(current)
                 if upcoming is not None:
@@ -272,18 +281,22 @@ class TuningLoop:
         if prepared is not None:
             self.builder.release(prepared.builds)
 
-    def _next_tasks(self, exclude: set[int], count: int) -> list[TaskState]:
-        """The tasks the scheduler would pick next, in order (none twice, none excluded)."""
-        picked: list[TaskState] = []
+    def _next_plans(self, exclude: set[int], count: int) -> list[RoundPlan]:
+        """The rounds the scheduler would plan next, in order (no task twice, none
+        excluded)."""
+        picked: list[RoundPlan] = []
         while len(picked) < count:
-            state = self.scheduler.pick(self.states, exclude=exclude)
-            if state is None:
+            plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude)
+            if plan is None:
                 break
-            picked.append(state)
-            exclude = exclude | {state.task.index}
+            picked.append(plan)
+            exclude = exclude | {plan.state.task.index}
         return picked
 
-    def _new_search(self, task: Task) -> TaskSearch:
+    def _proposals(self, size: int) -> int:
+        return proposals_per_round(self.settings, size, self._filtered)
+
+    def _new_search(self, task: Task, proposals: int) -> TaskSearch:
         search = TaskSearch(
             task,
             target=self.target,
@@ -292,7 +305,7 @@ class TuningLoop:
             cost_model=self.cost_model,
             rand_state=self.rand_state,
             threads=max(1, self.threads // max(1, self.ahead)),
-            proposals=self.proposals,
+            proposals=proposals,
         )
         search.learn(self._bests.pop(task.index, []))
         return search
@@ -326,12 +339,13 @@ class TuningLoop:
             times[name] = times.get(name, 0.0) + seconds
             self._charge(name, seconds, background)
 
-    def _prepare(self, state: TaskState, allowed: int) -> Round | None:
+    def _prepare(self, plan: RoundPlan, allowed: int) -> Round | None:
         """Steps 1-3 of a round: propose, filter, build. None when it has nothing to measure."""
-        task, started = state.task, self.ledger.clock()
+        state, started = plan.state, self.ledger.clock()
+        task = state.task
         # 1. The search tops up the candidates waiting for this task.
         try:
-            waiting, topped = self.proposer.offer(task)
+            waiting, topped = self.proposer.offer(task, self._proposals(plan.size))
         except Exception as exc:  # a TVM error in one task's search never ends the run
             self._search_failed(state, exc)
             return None
@@ -376,6 +390,7 @@ class TuningLoop:
             times=times,
             searched=topped.searched,
             started=started,
+            planned=plan.size,
         )
 
     def _build_deadline(self) -> Callable[[], bool] | None:
@@ -443,10 +458,11 @@ class TuningLoop:
         state.filtered += r.rejected
         state.built += sum(b.ok for b in builds)
         state.audited += len(audited)
-        state.record_round(min(good) if good else None)
-        state.round_s.append(seconds)
-        state.waiting = self.proposer.pool.size(state.task.index)
         fixed_s = seconds - r.times.get("build", 0.0) - r.times.get("measure", 0.0)
+        state.record_round(
+            min(good) if good else None, trials=len(chosen), seconds=seconds, fixed_s=fixed_s
+        )
+        state.waiting = self.proposer.pool.size(state.task.index)
         self.ledger.charge_round(trials=len(chosen), seconds=seconds, fixed_s=max(0.0, fixed_s))
         self.ledger.record_point(model_latency_s(self.states))
         self._journal_round(r, audited=len(audited), measurements=measurements, seconds=seconds)
@@ -534,6 +550,8 @@ class TuningLoop:
             "round": self.ledger.rounds,
             "task": state.task.index,
             "task_key": state.task.key,
+            "trials": len(chosen),
+            "fixed_s": round(state.round_fixed_s[-1], 3),
             "proposed": r.proposed,
             "duplicates": r.duplicates,
             "offered": r.offered,

@@ -10,6 +10,7 @@ import click
 
 from tune_orchestrator.budget.render import (
     describe_change,
+    describe_coverage,
     describe_filter,
     describe_kernels,
     describe_measurement,
@@ -198,8 +199,10 @@ class Printer:
             spent += f", ${result.usd:.2f}"
         if result.energy_j is not None:
             spent += f", {result.energy_j / 1e3:.3g} kJ"
+        coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
         lines += [
-            f"  trials              {result.trials} in {result.rounds} rounds",
+            f"  trials              {result.trials} in {result.rounds} rounds"
+            + (f"; {coverage.rstrip('.')}" if coverage else ""),
             f"  spent               {spent} ({phases})",
             f"  budget              {describe_budget(result.report['budget'])}",
             f"  stopped because     {result.stop_reason}",

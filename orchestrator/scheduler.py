@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
+import math
 import statistics
 from collections.abc import Collection, Sequence
 
@@ -20,6 +22,8 @@ class TaskState:
     best_s: float | None = None  # best measured latency of one call
     history: list[float] = dataclasses.field(default_factory=list)
     round_s: list[float] = dataclasses.field(default_factory=list)  # wall time of each round
+    round_trials: list[int] = dataclasses.field(default_factory=list)  # candidates of each round
+    round_fixed_s: list[float] = dataclasses.field(default_factory=list)  # its search, filter...
     trials: int = 0  # measured, failures included
     failures: int = 0
     proposed: int = 0  # by the search
@@ -40,18 +44,30 @@ class TaskState:
         return len(self.history)
 
     @property
+    def trials_after(self) -> list[int]:
+        """Trials the task had had after each of its rounds."""
+        return list(itertools.accumulate(self.round_trials))
+
+    @property
     def latency_s(self) -> float | None:
         """The latency the model runs this task at now: the faster of the default schedule
         and the best tuned record, which is what gets deployed."""
         known = [x for x in (self.best_s, self.baseline_s) if x is not None]
         return min(known) if known else None
 
-    def record_round(self, best_s: float | None) -> None:
+    def record_round(
+        self, best_s: float | None, *, trials: int, seconds: float, fixed_s: float = 0.0
+    ) -> None:
+        """A round of `trials` candidates whose best was `best_s` (None: none ran) took
+        `seconds`, `fixed_s` of them whatever its size (search, filter)."""
         if best_s is not None:
             self.measured_rounds += 1
             if self.best_s is None or best_s < self.best_s:
                 self.best_s = best_s
         self.history.append(self.best_s if self.best_s is not None else float("inf"))
+        self.round_trials.append(trials)
+        self.round_s.append(seconds)
+        self.round_fixed_s.append(min(fixed_s, seconds))
 
 
 def model_latency_s(states: Sequence[TaskState]) -> float | None:
@@ -94,79 +110,208 @@ def assign_floors(states: Sequence[TaskState], *, share: float, trials: int) -> 
             state.floor = floor
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundSizes:
+    """The sizes a task's round may have: whole waves of the build pool, doubling from
+    `smallest` (a first touch) up to `largest`."""
+
+    smallest: int
+    largest: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.smallest <= self.largest:
+            raise ValueError(
+                f"round sizes need 1 <= smallest <= largest but got {self.smallest}, "
+                f"{self.largest}."
+            )
+
+    @classmethod
+    def for_run(cls, first: int, most: int, wave: int) -> RoundSizes:
+        """`first` and `most` candidates, each rounded up to whole waves of `wave` builds."""
+        wave = max(1, wave)
+        largest = -(-max(1, most) // wave) * wave
+        return cls(min(largest, -(-max(1, first) // wave) * wave), largest)
+
+    def options(self) -> list[int]:
+        sizes, size = [], self.smallest
+        while size < self.largest:
+            sizes.append(size)
+            size *= 2
+        return [*sizes, self.largest]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """The next round: which task, how many candidates, and what it is expected to buy."""
+
+    state: TaskState
+    size: int
+    gain_s: float  # expected cut of the model's kernel time (seconds per inference)
+    cost_s: float  # expected seconds the round takes
+
+    @property
+    def per_second(self) -> float:
+        return self.gain_s / max(self.cost_s, 1e-9)
+
+
+def current_shares(states: Sequence[TaskState]) -> list[float | None]:
+    """Each task's share of the model's current kernel time (weight x the latency it runs at
+    now, over the sum of those); None for a task whose latency is unknown."""
+    weights = [None if s.latency_s is None else s.task.weight * s.latency_s for s in states]
+    total = sum(w for w in weights if w is not None)
+    return [None if w is None or total <= 0 else w / total for w in weights]
+
+
 class Scheduler(abc.ABC):
-    """Picks the task for the next round, or None when no task should get one."""
+    """Plans the next round, of one of `sizes`, or None when no task should get one."""
 
     @abc.abstractmethod
     def pick(
-        self, states: Sequence[TaskState], exclude: Collection[int] = ()
-    ) -> TaskState | None: ...
+        self, states: Sequence[TaskState], sizes: RoundSizes, exclude: Collection[int] = ()
+    ) -> RoundPlan | None: ...
 
 
 class GainScheduler(Scheduler):
-    """The task whose next round is expected to cut the most model latency per second spent.
+    """Wide before deep, then the round that buys the most model latency per second.
 
-    Expected gain = weight x current latency x expected relative improvement, where the
-    improvement is the task's mean gain per round over its last `window` rounds (from the
-    untuned latency for young tasks), never below `min_gain`, and `first_round_gain` for a
-    task not yet tuned; it halves with each search in a row that found nothing new. Expected
-    cost = the task's recent round time (tasks differ in build and measurement cost), or the
-    typical round time before its first round. Tasks with no latency yet (untuned measurement
-    failed) go first, then tasks still short of their floor of trials (the heavy ones).
+    First every task whose latency is unknown (its untuned measurement failed), then every
+    task never tuned that holds `coverage_share` or more of the model's *current* kernel time
+    gets a first round of the smallest size, heaviest first, before any task gets another.
+    From then on each task's next round is valued at every size it may have: its expected cut
+    of model latency over its expected cost, and the best task and size win.
+
+    Expected cut: a task's best latency follows its own curve, latency ~ trials ** -alpha,
+    alpha measured over its last `window` rounds (its untuned latency counts as one trial);
+    `min_gain` is the least it expects from doubling its trials, and a task never tuned
+    expects `first_round_gain` of its latency from its first round. The cut halves with each
+    search in a row that found nothing new. Expected cost: the task's own recent rounds,
+    split into a fixed part (search and filter) and a part per candidate, or the run's
+    typical round before it has any.
+
+    Floors of trials (assign_floors) only gate the stopping rules, never this order.
     """
 
-    def __init__(self, *, window: int = 3, first_round_gain: float = 0.5, min_gain: float = 0.01):
+    def __init__(
+        self,
+        *,
+        window: int = 3,
+        first_round_gain: float = 0.5,
+        min_gain: float = 0.01,
+        coverage_share: float = 0.01,
+    ):
         if window < 1:
             raise ValueError(f"window must be at least 1 but got {window}.")
         if not 0 < first_round_gain <= 1:
             raise ValueError(f"first_round_gain must be in (0, 1] but got {first_round_gain}.")
-        if not 0 <= min_gain <= 1:
-            raise ValueError(f"min_gain must be in [0, 1] but got {min_gain}.")
+        if not 0 <= min_gain < 1:
+            raise ValueError(f"min_gain must be in [0, 1) but got {min_gain}.")
+        if not 0 <= coverage_share <= 1:
+            raise ValueError(f"coverage_share must be in [0, 1] but got {coverage_share}.")
         self.window = window
         self.first_round_gain = first_round_gain
-        self.min_gain = min_gain
+        self.min_alpha = -math.log2(1.0 - min_gain)  # min_gain per doubling of trials
+        self.coverage_share = coverage_share
 
-    def expected_gain(self, state: TaskState) -> float:
-        """Expected cut of model latency (seconds) from one more round of this task."""
-        latency = state.latency_s
-        if latency is None:
-            return float("inf")
-        damp = 0.5**state.empty_searches
-        return state.task.weight * latency * self.expected_improvement(state) * damp
-
-    def expected_improvement(self, state: TaskState) -> float:
-        # points[i]: latency after i rounds (points[0] is untuned); compare now with `window`
-        # rounds ago, or with the oldest point known.
-        points = [state.baseline_s, *state.history]
-        k = len(state.history)
-        start = max(0, k - self.window)
-        if points[start] is None:
-            start = 1
-        if start >= k:
-            return self.first_round_gain
-        before, now = points[start], points[k]
-        if before == float("inf"):
-            return 1.0 if now < before else self.first_round_gain
-        gain_per_round = max(0.0, (before - now) / before) / (k - start)
-        return max(self.min_gain, min(1.0, gain_per_round))
-
-    @staticmethod
-    def expected_cost(state: TaskState, typical_s: float) -> float:
-        """Seconds the task's next round is expected to take."""
-        recent = state.round_s[-3:]
-        return statistics.median(recent) if recent else typical_s
-
-    def pick(self, states: Sequence[TaskState], exclude: Collection[int] = ()) -> TaskState | None:
+    def pick(
+        self, states: Sequence[TaskState], sizes: RoundSizes, exclude: Collection[int] = ()
+    ) -> RoundPlan | None:
         active = [s for s in states if s.retired is None and s.task.index not in exclude]
         if not active:
             return None
-        seen = [t for s in states for t in s.round_s[-3:]]
-        typical = statistics.median(seen) if seen else 1.0
+        costs = RoundCosts.typical(states)
+        unknown = [s for s in active if s.latency_s is None]
+        if unknown:
+            first = min(unknown, key=lambda s: (s.rounds, s.task.index))
+            return RoundPlan(first, sizes.smallest, math.inf, costs.seconds(sizes.smallest))
+        shares = dict(zip((s.task.index for s in states), current_shares(states), strict=True))
+        uncovered = [
+            s
+            for s in active
+            if s.rounds == 0 and (shares[s.task.index] or 0.0) >= self.coverage_share
+        ]
+        plans = [self.plan(s, sizes, costs, first=bool(uncovered)) for s in uncovered or active]
+        # Ties go to the task with fewer rounds, then the lower index.
+        return max(plans, key=lambda p: (p.per_second, -p.state.rounds, -p.state.task.index))
 
-        def value(s: TaskState) -> tuple[bool, bool, float, int, int]:
-            per_second = self.expected_gain(s) / max(self.expected_cost(s, typical), 1e-9)
-            # Ties go to the task with fewer rounds, then the lower index.
-            first = (s.latency_s is None, s.trials < s.floor)
-            return (*first, per_second, -s.rounds, -s.task.index)
+    def plan(
+        self, state: TaskState, sizes: RoundSizes, typical: RoundCosts, *, first: bool = False
+    ) -> RoundPlan:
+        """The task's best round: the size whose expected gain per second is highest (the
+        smallest when `first` or for a first touch)."""
+        costs = RoundCosts.of(state) or typical
+        options = [sizes.smallest] if first or state.rounds == 0 else sizes.options()
+        plans = [
+            RoundPlan(state, k, self.expected_gain(state, k), costs.seconds(k)) for k in options
+        ]
+        return max(plans, key=lambda p: (p.per_second, -p.size))
 
-        return max(active, key=value)
+    def expected_gain(self, state: TaskState, size: int) -> float:
+        """Expected cut of model latency (seconds) from `size` more trials of this task."""
+        latency = state.latency_s
+        if latency is None:
+            return math.inf
+        damp = 0.5**state.empty_searches
+        if state.rounds == 0:
+            return state.task.weight * latency * self.first_round_gain * damp
+        trials = max(1, state.trials)
+        alpha = max(self.min_alpha, self.exponent(state) or 0.0)
+        growth = ((trials + size) / trials) ** -alpha
+        # The tuned best follows the curve; the model gains once it beats what runs now.
+        tuned = state.best_s if state.best_s is not None else latency
+        cut = max(
+            latency - tuned * growth,
+            latency * (1.0 - ((trials + size) / trials) ** -self.min_alpha),
+        )
+        return state.task.weight * cut * damp
+
+    def exponent(self, state: TaskState) -> float | None:
+        """alpha of the task's curve, latency ~ trials ** -alpha, over its last `window`
+        rounds; None without two points."""
+        points = [(1, state.baseline_s)] if state.baseline_s is not None else []
+        points += [
+            (n, best)
+            for n, best in zip(state.trials_after, state.history, strict=True)
+            if math.isfinite(best)
+        ]
+        points = points[-(self.window + 1) :]
+        if len(points) < 2 or points[-1][0] <= points[0][0]:
+            return None
+        (n0, l0), (n1, l1) = points[0], points[-1]
+        return math.log(l0 / l1) / math.log(n1 / n0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCosts:
+    """A round of k candidates costs `fixed_s + per_candidate_s * k` seconds."""
+
+    fixed_s: float
+    per_candidate_s: float
+
+    def seconds(self, candidates: int) -> float:
+        return self.fixed_s + self.per_candidate_s * candidates
+
+    @classmethod
+    def of(cls, state: TaskState, recent: int = 3) -> RoundCosts | None:
+        """From the task's last `recent` rounds; None before its first."""
+        return cls._median(
+            list(zip(state.round_trials, state.round_s, state.round_fixed_s, strict=True))[-recent:]
+        )
+
+    @classmethod
+    def typical(cls, states: Sequence[TaskState], recent: int = 3) -> RoundCosts:
+        """From every task's last `recent` rounds; a second per candidate before any round."""
+        rounds = [
+            r
+            for s in states
+            for r in list(zip(s.round_trials, s.round_s, s.round_fixed_s, strict=True))[-recent:]
+        ]
+        return cls._median(rounds) or cls(0.0, 1.0)
+
+    @classmethod
+    def _median(cls, rounds: Sequence[tuple[int, float, float]]) -> RoundCosts | None:
+        rounds = [(n, s, f) for n, s, f in rounds if n > 0]
+        if not rounds:
+            return None
+        fixed = statistics.median(f for _, _, f in rounds)
+        per = statistics.median(max(0.0, s - f) / n for n, s, f in rounds)
+        return cls(fixed, max(per, 1e-6))

@@ -34,7 +34,7 @@ from .reporting import write_report
 from .rundir import RunDir
 from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from .rundir.restore import Restored, restore, spend_so_far
-from .scheduler import GainScheduler, model_latency_s
+from .scheduler import GainScheduler, current_shares, model_latency_s
 from .search import make_cost_model
 from .search.strategy import most_parents
 from .simulate import WORD, VirtualClock
@@ -389,6 +389,7 @@ class Session:
                 window=sched.window,
                 first_round_gain=sched.first_round_gain,
                 min_gain=sched.min_gain,
+                coverage_share=sched.coverage_share,
             ),
             stopping=self.stopping,
             plateau=self.plateau,
@@ -404,7 +405,7 @@ class Session:
             pipeline=self._pipelined(engine),
         )
         if ledger.prior_round is None:  # the first round, forecast before it is timed
-            ledger.prior_round = self._first_round_cost(loop.proposals, ledger)
+            ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)
         try:
             return loop.run()
         finally:
@@ -439,6 +440,7 @@ class Session:
         ledger: Ledger,
         stop_reason: str,
     ) -> dict[str, Any]:
+        shares = current_shares(restored.states)
         rows = [
             task_row(
                 name=s.task.name,
@@ -462,8 +464,9 @@ class Session:
                     default_s=s.baseline_s,
                     recorded=s.task.index in restored.default_records,
                 ),
+                share=share,
             )
-            for s in restored.states
+            for s, share in zip(restored.states, shares, strict=True)
         ]
         paths = {
             "run_dir": str(self.run.path),

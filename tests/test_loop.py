@@ -291,9 +291,10 @@ def test_an_empty_search_does_not_retire_the_task_but_sends_the_next_round_elsew
     real = TaskSearch.propose
     calls: list[int] = []
 
-    def propose(self):
+    def propose(self, wanted=None):
         calls.append(self.task.index)
-        return [] if calls.count(self.task.index) <= 1 and self.task.index == 0 else real(self)
+        first = calls.count(self.task.index) <= 1 and self.task.index == 0
+        return [] if first else real(self, wanted)
 
     monkeypatch.setattr(TaskSearch, "propose", propose)
     entries = []
@@ -308,7 +309,7 @@ def test_an_empty_search_does_not_retire_the_task_but_sends_the_next_round_elsew
 
 
 def test_a_task_is_retired_when_its_search_space_is_exhausted(tasks, fast_config, monkeypatch):
-    def propose(self):
+    def propose(self, wanted=None):
         self.exhausted = True
         return []
 
@@ -326,13 +327,13 @@ def test_a_search_error_sends_the_task_back_later_and_retires_it_only_when_it_re
     real = TaskSearch.propose
     calls: list[int] = []
 
-    def propose(self):
+    def propose(self, wanted=None):
         calls.append(self.task.index)
         if self.task.index == 1:  # always fails, as a TVM pass can on some GPU schedules
             raise RuntimeError("Check failed: blockIdx is bound but threadIdx is not")
         if calls.count(0) == 1:  # fails once, then searches normally
             raise RuntimeError("Check failed: a transient one")
-        return real(self)
+        return real(self, wanted)
 
     monkeypatch.setattr(TaskSearch, "propose", propose)
     entries = []
@@ -348,7 +349,7 @@ def test_a_search_error_sends_the_task_back_later_and_retires_it_only_when_it_re
 
 def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
     loop, _ = make_loop(tasks, fast_config, budget="8trials", **{"tune.trials_per_round": 7})
-    assert loop.round_size == 8  # two workers: 7 would leave one idle for the last build
+    assert loop.sizes.largest == 8  # two workers: 7 would leave one idle for the last build
 
 
 def test_a_round_gives_every_gpu_a_round_of_its_own():

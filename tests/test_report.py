@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from tune_orchestrator.api import Result
 from tune_orchestrator.budget import Ledger, parse_budget
+from tune_orchestrator.budget.render import describe_coverage, markdown
 from tune_orchestrator.budget.report import make_report, schema, task_row
 from tune_orchestrator.budget.units import fmt_latency
 from tune_orchestrator.cli import main
@@ -30,9 +31,12 @@ class Clock:
         return self.now
 
 
-def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bool = False) -> dict:
-    """A finished GPU run of two tasks, spend driven by a fake clock; the tuned model timed
-    in turn with the untuned one at 4.1 ms (4.0-4.3 ms): `tuned_s` +-0.1 ms."""
+def synthetic_report(
+    run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bool = False, untouched: float = 0.0
+) -> dict:
+    """A finished GPU run of two tasks (and with `untouched`, a third holding that share of
+    the model that got no trials), spend driven by a fake clock; the tuned model timed in turn
+    with the untuned one at 4.1 ms (4.0-4.3 ms): `tuned_s` +-0.1 ms."""
     clock = Clock()
     ledger = Ledger(clock=clock, devices=1, usd_per_hour=2.99)
     ledger.record_point(4e-3)
@@ -59,6 +63,7 @@ def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bo
             spend_s=1800.0,
             retired=None,
             schedule="tuned",
+            share=0.75,
         ),
         task_row(
             name="dense",
@@ -73,8 +78,27 @@ def synthetic_report(run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bo
             spend_s=1200.0,
             retired="plateau: ...",
             schedule="default" if kept_default else "tuned",
+            share=0.25 - untouched,
         ),
     ]
+    if untouched:
+        tasks.append(
+            task_row(
+                name="pool",
+                index=2,
+                weight=1,
+                flops=1e6,
+                trials=0,
+                failures=0,
+                rounds=0,
+                untuned_s=0.1e-3,
+                best_s=None,
+                spend_s=0.0,
+                retired=None,
+                schedule="default",
+                share=untouched,
+            )  # fmt: skip
+        )
     compiled = {
         "compile_s": 12.0,
         "check_s": 3.0,
@@ -175,7 +199,10 @@ def test_a_report_validates_and_renders_to_markdown_html_and_plots(tmp_path):
         written = write_report(run, report)
         html_text = written["html"].read_text()
         md = written["markdown"].read_text()
-    assert "| conv | 2 | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x | tuned |" in md
+    assert (
+        "| conv | 2 | 75.0% | 400 | 150 | 190 | 192 | 58 | 1.5 ms | 450 us | 3.33x | tuned |" in md
+    )
+    assert "2 of 2 tasks tuned." in md
     assert "(**3.15x faster**)" in md and "$2.49" in md
     assert "10 timings each: untuned 4 ms-4.3 ms, tuned 1.2 ms-1.4 ms" in md
     assert (
@@ -330,3 +357,14 @@ def test_report_and_summary_claim_a_change_only_beyond_the_spread(
         "schedules           1 of 2 tasks run tuned schedules; 1 tuned kept the default "
         "schedule, faster than every candidate: dense" in out
     )
+
+
+def test_the_report_says_how_much_of_the_model_is_in_tasks_never_tuned(tmp_path):
+    report = synthetic_report(tmp_path, untouched=0.05)
+    assert report["summary"]["tasks_tuned"] == 2
+    assert report["summary"]["untouched_share"] == pytest.approx(0.05)
+    jsonschema.validate(report, schema())
+    assert "2 of 3 tasks tuned; the 1 never tuned hold 5.0% of the model's kernel time." in (
+        markdown(report, {}, tmp_path)
+    )
+    assert describe_coverage({"tasks_tuned": 3, "untouched_share": 0.0}, 3) == "3 of 3 tasks tuned."

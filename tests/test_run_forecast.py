@@ -109,7 +109,7 @@ def test_a_model_that_stops_paying_ends_before_its_budget():
     assert run("10h", prior=quick, early_stop=None)["stop"] == "budget"  # early stop off
 
 
-def test_heavy_tasks_get_their_floor_first_and_no_early_stop_comes_before_it():
+def test_floors_hold_off_the_early_stop_without_deciding_who_gets_rounds():
     # mlpish forecast "converged" at 256 trials where the run tuned to its budget (532): its
     # two heavy tasks each had a floor of 256 trials that the forecast did not know.
     quick = TuningPrior(scale=0.8, power=1.0, source="quick")
@@ -122,15 +122,34 @@ def test_heavy_tasks_get_their_floor_first_and_no_early_stop_comes_before_it():
     for _ in range(3):
         free.add_round(64)
         floored.add_round(64)
-    assert free.trials == [64, 64, 64]  # by gain, the light task's first round comes third
-    assert floored.trials[2] == 0  # the heavy tasks short of their floor go first
-    allocation = floored
-    while not allocation.floors_met:
-        allocation.add_round(64)
-    assert allocation.trials[:2] == [256, 256]
+    assert free.trials == floored.trials == [64, 64, 64]  # by gain: the floors change nothing
+    while not floored.floors_met:  # met by gain alone, later
+        floored.add_round(64)
+    assert floored.trials[0] >= 256 and floored.trials[1] >= 256
     # No task with a known latency (every baseline failed): nothing to allocate, no floor.
     unknown = Allocation([0.0, 0.0, 0.0], quick, heavy_floors([None] * 3, share=0.8, trials=256))
     assert unknown.add_round(64) == 0.0 and unknown.floors_met
+
+
+def test_the_forecast_touches_every_task_of_a_percent_before_any_goes_deep():
+    slow = TuningPrior(scale=200.0, power=1.0, source="slow")  # the heavy task's gain is steep
+    shares = [0.895, 0.05, 0.04, 0.01, 0.005]
+    wide = Allocation(shares, slow, coverage=0.01)
+    for _ in range(4):
+        wide.give(*wide.next_round([16, 64]))
+    assert wide.rounds == [1, 1, 1, 1, 0]  # each of a percent or more once, the smallest size
+    assert wide.trials == [16, 16, 16, 16, 0]
+    deep = Allocation(shares, slow, coverage=1.0)  # no coverage: by gain, the heavy task again
+    for _ in range(4):
+        deep.give(*deep.next_round([16, 64]))
+    assert deep.rounds[0] == 4
+    # Round sizes follow the cost of a round: a fixed part buys larger ones.
+    after = Allocation([1.0], slow)
+    after.give(0, 16)
+    assert after.next_round([16, 64], lambda k: k) == (0, 16)
+    assert after.next_round([16, 64], lambda k: 100 + k) == (0, 64)
+    sized = run("10h", sizes=[16, 32, 64], coverage=0.01)
+    assert sized["rounds"] > run("10h")["rounds"]  # smaller first rounds, more of them
 
 
 def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():

@@ -1,58 +1,133 @@
+import math
+
 import pytest
 
-from tune_orchestrator.scheduler import GainScheduler, TaskState, assign_floors, model_latency_s
+from tune_orchestrator.scheduler import (
+    GainScheduler,
+    RoundCosts,
+    RoundSizes,
+    TaskState,
+    assign_floors,
+    current_shares,
+    model_latency_s,
+)
 from tune_orchestrator.tasks import Task
 
+SIZES = RoundSizes(16, 64)
 
-def state(index, *, weight=1, baseline=None, history=(), retired=None):
+
+def state(index, *, weight=1, baseline=None, history=(), trials=16, round_s=1.0, fixed_s=0.0,
+          retired=None):  # fmt: skip
+    """A task with rounds of `trials` candidates whose bests were `history`."""
     task = Task(index, f"t{index}", weight, 1e6, None, f"{index:016x}")
     s = TaskState(task, baseline_s=baseline)
     for best in history:
-        s.record_round(best)
+        s.record_round(best, trials=trials, seconds=round_s, fixed_s=fixed_s)
+        s.trials += trials
     s.retired = retired
     return s
 
 
-def test_untuned_tasks_go_by_weight_times_latency():
+def picked(sched, states, exclude=()):
+    plan = sched.pick(states, SIZES, exclude)
+    return None if plan is None else plan.state
+
+
+def test_untouched_tasks_get_a_first_round_of_the_smallest_size_heaviest_first():
     sched = GainScheduler()
     small = state(0, weight=1, baseline=1e-3)
     heavy = state(1, weight=3, baseline=1e-3)  # called three times per inference
-    assert sched.pick([small, heavy]) is heavy
+    plan = sched.pick([small, heavy], SIZES)
+    assert plan.state is heavy and plan.size == 16
+
+
+def test_every_task_holding_a_percent_of_the_model_is_touched_before_any_goes_deep():
+    sched = GainScheduler(coverage_share=0.01)
+    steep = state(0, baseline=10.0, history=[1.0])  # 10x in one round: the best curve by far
+    light = state(1, baseline=0.05)  # 4.8% of the current model, never tuned
+    tiny = state(2, baseline=0.005)  # 0.5%: not worth a round before the steep task's next
+    assert picked(sched, [steep, light, tiny]) is light
+    light.record_round(0.04, trials=16, seconds=1.0)
+    light.trials = 16
+    assert picked(sched, [steep, light, tiny]) is steep
+    assert picked(GainScheduler(coverage_share=0.0), [steep, tiny]) is tiny
+
+
+def test_coverage_follows_the_current_latency_not_the_untuned_one():
+    sched = GainScheduler(coverage_share=0.01)
+    heavy = state(0, baseline=100.0)
+    light = state(1, baseline=0.5)  # 0.5% of the untuned model
+    assert [round(x, 4) for x in current_shares([heavy, light])] == [0.995, 0.005]
+    heavy.record_round(10.0, trials=16, seconds=1.0)
+    heavy.trials = 16
+    assert current_shares([heavy, light])[1] == pytest.approx(0.5 / 10.5)  # now 4.8%
+    assert picked(sched, [heavy, light]) is light
+
+
+def test_the_curve_exponent_is_measured_over_the_last_window_rounds():
+    sched = GainScheduler(window=2)
+    s = state(0, baseline=100.0, history=[10.0, 8.0, 6.0])  # after 16, 32, 48 trials
+    assert s.trials_after == [16, 32, 48]
+    assert sched.exponent(s) == pytest.approx(math.log(10 / 6) / math.log(48 / 16))
+    one = state(1, baseline=100.0, history=[10.0])  # the untuned latency counts as one trial
+    assert sched.exponent(one) == pytest.approx(math.log(10) / math.log(16))
+    assert sched.exponent(state(2, baseline=1.0)) is None
 
 
 def test_a_task_that_still_improves_beats_one_that_stalled():
     sched = GainScheduler(window=2, min_gain=0.01)
     stalled = state(0, baseline=10e-3, history=[2e-3, 2e-3, 2e-3])
     improving = state(1, baseline=4e-3, history=[3e-3, 2e-3])
-    assert sched.expected_improvement(stalled) == 0.01  # floored, not zero
-    assert sched.expected_improvement(improving) == pytest.approx((4 - 2) / 4 / 2)
-    assert sched.pick([stalled, improving]) is improving
+    assert picked(sched, [stalled, improving]) is improving
+    # Stalled, it still expects min_gain from doubling its trials: never zero.
+    assert sched.expected_gain(stalled, 48) == pytest.approx(2e-3 * 0.01)
 
 
-def test_the_window_looks_back_a_fixed_number_of_rounds():
-    sched = GainScheduler(window=2)
-    s = state(0, baseline=100.0, history=[10.0, 8.0, 6.0])
-    assert sched.expected_improvement(s) == pytest.approx((10.0 - 6.0) / 10.0 / 2)
+def test_a_tuned_schedule_slower_than_the_default_gains_only_once_it_beats_it():
+    sched = GainScheduler(window=1, min_gain=0.01)
+    behind = state(0, baseline=1.0, history=[4.0, 2.0])  # halving, still 2x the default
+    assert sched.expected_gain(behind, 32) == pytest.approx(1.0 * (1 - 2 ** -math.log2(1 / 0.99)))
+    ahead = state(1, baseline=1.0, history=[0.8, 0.4])  # the same curve, ahead of the default
+    assert sched.expected_gain(ahead, 32) == pytest.approx(0.4 - 0.4 * 2**-1)
 
 
-def test_never_tuned_tasks_expect_the_first_round_gain():
-    sched = GainScheduler(first_round_gain=0.4)
-    assert sched.expected_improvement(state(0, baseline=1.0)) == 0.4
-    assert sched.expected_gain(state(0, weight=2, baseline=1.0)) == pytest.approx(0.8)
+def test_a_fixed_cost_per_round_buys_larger_rounds_none_buys_the_smallest():
+    sched = GainScheduler(window=1)
+
+    def task(fixed_s):  # 1 s per candidate, and `fixed_s` a round whatever its size
+        return state(0, baseline=1.0, history=[0.5], round_s=fixed_s + 16.0, fixed_s=fixed_s)
+
+    assert sched.pick([task(0.0)], SIZES).size == 16
+    assert RoundCosts.of(task(40.0)) == RoundCosts(40.0, 1.0)
+    assert sched.pick([task(40.0)], SIZES).size == 32
+    assert sched.pick([task(100.0)], SIZES).size == 64
+
+
+def test_floors_of_trials_do_not_change_the_order():
+    tasks = [state(0, baseline=6.0), state(1, baseline=3.0), state(2, baseline=1.0)]
+    assign_floors(tasks, share=0.8, trials=256)
+    assert [t.share for t in tasks] == pytest.approx([0.6, 0.3, 0.1])
+    assert [t.floor for t in tasks] == [256, 256, 0]  # 60% is short of 80%: the next joins
+    sched = GainScheduler(window=1)
+    for t, best in zip(tasks, [1.0, 2.9, 0.1], strict=True):
+        t.record_round(best, trials=64, seconds=1.0)
+        t.trials = 64
+    tasks[0].retired = "search space exhausted"
+    # Task 1 is short of its floor and its curve is flat; task 2 has no floor and gains more.
+    assert picked(sched, tasks) is tasks[2]
 
 
 def test_a_task_without_any_latency_goes_first():
     sched = GainScheduler()
-    assert sched.pick([state(0, baseline=1.0), state(1)]).task.index == 1
+    plan = sched.pick([state(0, baseline=1.0), state(1)], SIZES)
+    assert plan.state.task.index == 1 and plan.gain_s == math.inf
 
 
 def test_done_tasks_get_no_rounds_and_none_is_returned_when_all_are_done():
     sched = GainScheduler()
-    assert (
-        sched.pick([state(0, baseline=5.0, retired="exhausted"), state(1, baseline=1.0)]).task.index
-        == 1
-    )
-    assert sched.pick([state(0, baseline=1.0, retired="exhausted")]) is None
+    done = state(0, baseline=5.0, retired="exhausted")
+    assert picked(sched, [done, state(1, baseline=1.0)]).task.index == 1
+    assert sched.pick([state(0, baseline=1.0, retired="exhausted")], SIZES) is None
 
 
 def test_model_latency_sums_weight_times_the_deployed_latency():
@@ -66,36 +141,23 @@ def test_model_latency_sums_weight_times_the_deployed_latency():
 def test_the_lookahead_never_picks_the_task_being_measured():
     sched = GainScheduler()
     heavy, light = state(0, weight=3, baseline=1e-3), state(1, baseline=1e-3)
-    assert sched.pick([heavy, light]) is heavy
-    assert sched.pick([heavy, light], exclude={0}) is light
-    assert sched.pick([heavy], exclude={0}) is None
-
-
-def test_the_heaviest_tasks_get_a_floor_and_go_first_until_they_reach_it():
-    tasks = [state(0, baseline=6.0), state(1, baseline=3.0), state(2, baseline=1.0)]
-    assign_floors(tasks, share=0.8, trials=256)
-    assert [t.share for t in tasks] == pytest.approx([0.6, 0.3, 0.1])
-    assert [t.floor for t in tasks] == [256, 256, 0]  # 60% is short of 80%: the next joins
-    sched = GainScheduler(window=1)
-    tasks[0].record_round(5.0)  # 17% better: 0.83 s of model latency per second of round
-    tasks[1].record_round(2.9)  # 3% better: 0.1 s per second
-    for t in tasks:
-        t.round_s = [1.0]
-    tasks[0].trials, tasks[1].trials = 256, 64
-    assert sched.pick(tasks) is tasks[1]  # short of its floor: first, whatever it gains
-    tasks[1].trials = 256
-    assert sched.pick(tasks) is tasks[0]  # floors met: by expected gain per second again
+    assert picked(sched, [heavy, light]) is heavy
+    assert picked(sched, [heavy, light], exclude={0}) is light
+    assert picked(sched, [heavy], exclude={0}) is None
 
 
 def test_a_task_whose_search_keeps_finding_nothing_new_yields_to_others():
     sched = GainScheduler()
     a, b = state(0, weight=2, baseline=1e-3), state(1, baseline=1e-3)
-    assert sched.pick([a, b]) is a
+    assert picked(sched, [a, b]) is a
     a.empty_searches = 2  # its expected gain is quartered
-    assert sched.pick([a, b]) is b
+    assert picked(sched, [a, b]) is b
 
 
-@pytest.mark.parametrize("kwargs", [{"window": 0}, {"first_round_gain": 0}, {"min_gain": 2}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"window": 0}, {"first_round_gain": 0}, {"min_gain": 1}, {"coverage_share": 2}],
+)
 def test_bad_arguments_are_refused(kwargs):
     with pytest.raises(ValueError):
         GainScheduler(**kwargs)
@@ -103,21 +165,33 @@ def test_bad_arguments_are_refused(kwargs):
 
 def test_equal_gains_go_to_the_task_whose_rounds_cost_less():
     sched = GainScheduler(window=1)
-    slow = state(0, baseline=4.0, history=[2.0])
-    fast = state(1, baseline=4.0, history=[2.0])
-    slow.round_s, fast.round_s = [120.0], [30.0]
-    assert sched.pick([slow, fast]) is fast
-    fast.round_s = [600.0]  # now more than 4x dearer than the other for the same gain
-    assert sched.pick([slow, fast]) is slow
+    slow = state(0, baseline=4.0, history=[2.0], round_s=120.0)
+    fast = state(1, baseline=4.0, history=[2.0], round_s=30.0)
+    assert picked(sched, [slow, fast]) is fast
+    fast.round_s[-1] = 600.0  # now dearer than the other for the same gain
+    assert picked(sched, [slow, fast]) is slow
 
 
 def test_a_never_tuned_task_is_costed_at_the_typical_round():
     sched = GainScheduler(window=1, first_round_gain=0.5)
-    tuned = state(0, baseline=10.0, history=[8.0])  # expects 20% of 8 = 1.6 s per round
-    tuned.round_s = [100.0]
-    fresh = state(1, baseline=2.0)  # expects 50% of 2 = 1.0 at the typical cost
-    assert sched.expected_cost(fresh, 100.0) == 100.0
-    assert sched.pick([tuned, fresh]) is tuned
+    tuned = state(0, baseline=10.0, history=[8.0], round_s=100.0)  # 6.25 s per candidate
+    fresh = state(1, baseline=2.0)
+    typical = RoundCosts.typical([tuned, fresh])
+    assert typical == RoundCosts(0.0, 100.0 / 16)
+    plan = sched.plan(
+        fresh, SIZES, typical
+    )  # 50% of 2 s from the smallest round, at the typical cost
+    assert (plan.size, plan.gain_s, plan.cost_s) == (16, pytest.approx(1.0), pytest.approx(100.0))
+
+
+def test_round_sizes_are_whole_waves_doubling_from_a_first_touch():
+    assert RoundSizes.for_run(16, 64, 2).options() == [16, 32, 64]
+    assert RoundSizes.for_run(16, 64, 16).options() == [16, 32, 64]
+    assert RoundSizes.for_run(16, 64, 12) == RoundSizes(24, 72)  # whole waves of 12 builds
+    assert RoundSizes.for_run(16, 96, 16).options() == [16, 32, 64, 96]
+    assert RoundSizes.for_run(128, 64, 2) == RoundSizes(64, 64)
+    with pytest.raises(ValueError):
+        RoundSizes(8, 4)
 
 
 # -- the proposal pool ------------------------------------------------------------------------

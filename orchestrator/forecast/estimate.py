@@ -224,7 +224,11 @@ def estimate(
     runs_path = Path(runs_dir)
     journals = earlier_runs(runs_path)
     prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
-    round_size = settings.tune.trials_per_round
+    from ..loop import round_sizes  # the loop imports TVM's search: only here
+    from ..measuring import build_workers
+
+    sizes = round_sizes(settings, build_workers(settings), resolved.devices)
+    round_size = sizes.largest
     if seen_cost is not None:
         fixed_s, per_s = seen_cost
         cost_source = f"round costs from {len(journals)} earlier run(s)"
@@ -255,7 +259,8 @@ def estimate(
     s_stop = settings.stopping
     floors = heavy_floors(weights, share=s_stop.heavy_share, trials=s_stop.heavy_trials)
     forecast = []
-    for row in plan(shares, prior, round_size=round_size, round_s=round_s):
+    coverage = settings.scheduler.coverage_share
+    for row in plan(shares, prior, round_size=round_size, round_s=round_s, coverage=coverage):
         hours = row["seconds"] / 3600.0
         forecast.append(
             {
@@ -289,6 +294,8 @@ def estimate(
             rounds=costs,
             task_shares=shares,
             floors=floors,
+            sizes=sizes.options(),
+            coverage=coverage,
             prior=prior,
             attainable=attainable,
             timing=timing,
@@ -321,6 +328,7 @@ def estimate(
         "fixed": {**dataclasses.asdict(fixed), "measured": resolved.device_present},
         "round": {
             "candidates": round_size,
+            "first_candidates": sizes.smallest,
             "seconds": round_s,
             "fixed_s": fixed_s,
             "per_candidate_s": per_s,

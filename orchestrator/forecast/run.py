@@ -50,14 +50,14 @@ class EarlyStop:
             task_share=stopping.evidence_share,
         )
 
-    def stops(self, allocation: Allocation, rounds: int, size: int) -> bool:
+    def stops(self, allocation: Allocation, rounds: int) -> bool:
         return (
             allocation.reached >= 1.0 - self.min_gain
             and rounds >= self.min_rounds
             and allocation.floors_met
             and all(
-                trials >= self.task_rounds * size
-                for share, trials in zip(allocation.shares, allocation.trials, strict=True)
+                count >= self.task_rounds
+                for share, count in zip(allocation.shares, allocation.rounds, strict=True)
                 if share >= self.task_share
             )
         )
@@ -156,6 +156,8 @@ def forecast_run(
     rounds: RoundCosts,
     task_shares: Sequence[float],
     floors: Sequence[int] = (),
+    sizes: Sequence[int] = (),
+    coverage: float = 0.0,
     prior: TuningPrior,
     attainable: float,
     timing: Timing,
@@ -168,9 +170,10 @@ def forecast_run(
 
     `minimum_s` is the fixed spend the run forecasts before any work (import included): a
     budget below it is refused up front. `task_shares` are the tasks' shares of the untuned
-    latency, `floors` their floors of trials (scheduler.heavy_floors: the run gives them first
-    and may not stop early before they are met); `attainable` is the share of each task's
-    latency tuning can remove.
+    latency, `floors` their floors of trials (scheduler.heavy_floors: the run may not stop
+    early before they are met); rounds have one of `sizes` (default: `rounds.size`), a first
+    round for each task holding `coverage` of the latency first, as the run's scheduler gives
+    them; `attainable` is the share of each task's latency tuning can remove.
     """
     if not 0 <= attainable < 1:
         raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
@@ -190,24 +193,25 @@ def forecast_run(
 
     window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
     smallest = BudgetLimits(budget, round_size=rounds.size).min_round
-    allocation = Allocation(task_shares, prior, floors)
+    allocation = Allocation(task_shares, prior, floors, coverage=coverage)
     tuning_s, trials, count, stop = 0.0, 0, 0, None
     while stop is None:
-        size = rounds.size if trial_cap is None else min(rounds.size, trial_cap - trials)
+        planned = allocation.next_round(sizes or [rounds.size], rounds.seconds)
+        task, size = planned or (0, rounds.size)  # None: nothing to allocate, stopped below
+        if trial_cap is not None:
+            size = min(size, trial_cap - trials)
         if window is not None:
             fits = rounds.candidates_within(window - tuning_s)
             # A round too small to repay its search is not started, as in the run.
             size = min(size, fits if fits >= smallest else 0)
         if size <= 0:
             stop = "budget" if trial_cap is None or trials < trial_cap else "trials"
-        elif not allocation.shares or (
-            early_stop is not None and early_stop.stops(allocation, count, rounds.size)
-        ):
+        elif planned is None or (early_stop is not None and early_stop.stops(allocation, count)):
             stop = "converged"
         elif count >= max_rounds:
             stop = "rounds"
         else:
-            allocation.add_round(size)
+            allocation.give(task, size)
             tuning_s += rounds.seconds(size)
             trials += size
             count += 1

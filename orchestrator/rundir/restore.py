@@ -110,11 +110,14 @@ def restore(
         if kind == "session":
             sessions += 1
         elif kind == "round" and entry.get("task") in measured:
-            best = entry.get("best_s")
-            states[entry["task"]].history.append(best if best is not None else float("inf"))
             state = states[entry["task"]]
-            if entry.get("seconds") is not None:
-                state.round_s.append(float(entry["seconds"]))
+            best = entry.get("best_s")
+            state.history.append(best if best is not None else float("inf"))
+            state.round_trials.append(
+                int(entry.get("trials", entry.get("measured", 0) + entry.get("failed", 0)))
+            )
+            state.round_s.append(float(entry.get("seconds") or 0.0))
+            state.round_fixed_s.append(float(entry.get("fixed_s", 0.0)))
             if entry.get("measured"):
                 state.measured_rounds += 1
             state.proposed += int(entry.get("proposed", 0))

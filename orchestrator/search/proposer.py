@@ -33,7 +33,9 @@ class Proposer:
     """Each task's search and pool. A round takes candidates with `offer()`; `ahead()` starts
     the next tasks' searches in background threads, and `offer()` waits for a task's own.
 
-    `make_search(task)` creates a task's TaskSearch; `measured` maps a task index to the keys
+    `make_search(task, proposals)` creates a task's TaskSearch for rounds that propose
+    `proposals`; `proposals` here is the most any round proposes (what the pools hold is a few
+    rounds of that); `measured` maps a task index to the keys
     of candidates measured or being measured (the search knows only what it proposed in this
     process, not the database's records); `set_aside` to the keys the filter rejected, which
     may wait but do not stand in for new proposals; `charge(phase, seconds, overlapped)` books
@@ -43,7 +45,7 @@ class Proposer:
     def __init__(
         self,
         *,
-        make_search: Callable[[Task], TaskSearch],
+        make_search: Callable[[Task, int], TaskSearch],
         cost_model: Any,
         measured: dict[int, set[int]],
         set_aside: dict[int, set[int]] | None = None,
@@ -69,10 +71,10 @@ class Proposer:
             else None
         )
 
-    def search(self, task: Task) -> TaskSearch:
+    def search(self, task: Task, proposals: int | None = None) -> TaskSearch:
         if task.index not in self._searches:
             start = time.monotonic()
-            search = self.make_search(task)
+            search = self.make_search(task, proposals or self.proposals)
             self._book("search", time.monotonic() - start)
             with self._lock:
                 self._searches[task.index] = search
@@ -83,27 +85,27 @@ class Proposer:
         search = self._searches.get(task.index)
         return self.pool.size(task.index) == 0 and search is not None and search.exhausted
 
-    def offer(self, task: Task) -> tuple[list[Candidate], TopUp]:
-        """The task's waiting candidates (latest batch first), after a top-up of its pool (or
-        the one already running ahead); a search error propagates."""
+    def offer(self, task: Task, proposals: int) -> tuple[list[Candidate], TopUp]:
+        """The task's waiting candidates (latest batch first), after a top-up of its pool to
+        `proposals` (or the one already running ahead); a search error propagates."""
         pending = self._pending.pop(task.index, None)
         if pending is not None:
             start = time.monotonic()
             done = pending.result()
             self._book("ahead", time.monotonic() - start)  # what it did not hide is waited for
-            topped = done if self.pool.size(task.index) else self.top_up(task)
+            topped = done if self.pool.size(task.index) else self.top_up(task, proposals)
         else:
-            topped = self.top_up(task)
+            topped = self.top_up(task, proposals)
         return self.pool.waiting(task.index), topped
 
-    def top_up(self, task: Task) -> TopUp:
-        """Search for more when fewer than a round's proposals wait (not counting those the
-        filter set aside: a pool full of rejects must not stall the search)."""
-        search = self.search(task)
-        if self._fresh(task) >= self.proposals or search.exhausted:
+    def top_up(self, task: Task, proposals: int) -> TopUp:
+        """Search for `proposals` more when fewer wait (not counting those the filter set
+        aside: a pool full of rejects must not stall the search)."""
+        search = self.search(task, proposals)
+        if self._fresh(task) >= proposals or search.exhausted:
             return TopUp()
         start = time.monotonic()
-        found = search.propose()
+        found = search.propose(proposals)
         seconds = time.monotonic() - start
         self._book("search", seconds)
         with self._lock:
@@ -126,13 +128,14 @@ class Proposer:
         )
         return TopUp(len(added), len(found) - len(fresh), search.last, seconds)
 
-    def ahead(self, tasks: Iterable[Task]) -> None:
-        """Start background top-ups of these tasks' pools (those not already running)."""
+    def ahead(self, rounds: Iterable[tuple[Task, int]]) -> None:
+        """Start background top-ups of these tasks' pools to these proposals (those not
+        already running)."""
         if self._background is None:
             return
-        for task in tasks:
-            if task.index not in self._pending and self._fresh(task) < self.proposals:
-                self._pending[task.index] = self._background.submit(self.top_up, task)
+        for task, proposals in rounds:
+            if task.index not in self._pending and self._fresh(task) < proposals:
+                self._pending[task.index] = self._background.submit(self.top_up, task, proposals)
 
     def _fresh(self, task: Task) -> int:
         return self.pool.size(task.index, excluding=self.set_aside.get(task.index, ()))

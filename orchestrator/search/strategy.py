@@ -145,6 +145,9 @@ class TaskSearch:
                 settings, target, database, cost_model, rand_state, threads, proposals
             )
             self._verifiers = [verifier] + [verifier.clone() for _ in range(threads - 1)]
+        self._settings, self._database = settings, database
+        # Per population: (the strategy that samples, the one that evolves); see _sized.
+        self._by_population = {self.population: (self._strategy, self._evolution)}
         self.workload = database.commit_workload(task.workload)
         self.proposals = proposals
         self.eps_greedy = s.eps_greedy
@@ -212,6 +215,7 @@ class TaskSearch:
         if self.exhausted:
             return []
         wanted = wanted or self.proposals
+        self._sized(population_size(self._settings, wanted))
         elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
         parents = elites + self._recent[: self.population // 2]
         prechecked = self._prechecked()
@@ -253,6 +257,22 @@ class TaskSearch:
             MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks
         ]
 
+    def _sized(self, population: int) -> None:
+        """Search with a population of `population` from now on: a small round searches a
+        small population. TVM fixes a strategy's population when it is made, so each size gets
+        its strategies once, bound to this task's contexts."""
+        if population not in self._by_population:
+            strategies = []
+            late = self._evolution is not self._strategy  # the evolution has its own context
+            for ctx in [self.ctx, self._evolution_ctx] if late else [self.ctx]:
+                strategy = evolutionary_search(self._settings, population)
+                strategy._initialize_with_tune_context(ctx)
+                strategy.pre_tuning(1 << 30, population, self._spaces, self._database, self._model)
+                strategies.append(strategy)
+            self._by_population[population] = (strategies[0], strategies[-1])
+        self._strategy, self._evolution = self._by_population[population]
+        self.population = population
+
     def _prechecked(self) -> int:
         return sum(self._precheck.rejected.values()) if self._precheck is not None else 0
 
@@ -271,7 +291,7 @@ class TaskSearch:
         as parents for the next rounds."""
         ranked = self._elites + [(secs, mc.sch) for mc, secs in measured if secs < float("inf")]
         ranked.sort(key=lambda e: e[0])
-        self._elites = ranked[: max(1, int(self.population * self.elite_share))]
+        self._elites = ranked[: most_parents(self._settings)]
 
     def _with_random(
         self, bests: list[Any], fresh: list[Any], wanted: int
