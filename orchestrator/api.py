@@ -314,7 +314,7 @@ def tune(
             simulated=resolved.simulated,
         ) as run,
         on_signals(interrupt, handle_signals),
-        _removed_if_refused(out_dir, fresh),
+        _refusal(out_dir, fresh, emit),
     ):
         f = settings.filter
         predictor = (
@@ -364,13 +364,17 @@ def tune(
 
 
 @contextlib.contextmanager
-def _removed_if_refused(path: Path, fresh: bool) -> Iterator[None]:
-    """A run directory made for a budget refused up front is removed again: nothing ran."""
+def _refusal(path: Path, fresh: bool, emit: Callable[..., None]) -> Iterator[None]:
+    """A budget refused up front ends the event stream with a `refused` event (a pipeline
+    reading events sees why, and the budget that would do), and the run directory made for it
+    is removed again: nothing ran."""
+    from . import exits
     from .errors import BudgetTooSmall
 
     try:
         yield
-    except BudgetTooSmall:
+    except BudgetTooSmall as exc:
+        emit("refused", reason=str(exc), minimum=exc.minimum, exit_code=exits.BUDGET_TOO_SMALL)
         if fresh:
             shutil.rmtree(path, ignore_errors=True)
         raise

@@ -4,6 +4,7 @@ Every event carries `schema`, `version`, `event` and `time` (Unix seconds); the 
 kind are in `orchestrator/events.schema.json`:
 
     run_started  tasks  untuned_tasks  compiled  round  task_retired  warning  stopped  finished
+    refused (instead of all the others: the budget was refused before any work)
 """
 
 from __future__ import annotations

@@ -365,3 +365,16 @@ def test_the_pipeline_example_runs_and_exits_with_the_code(tmp_path, fast_config
         for line in (tmp_path / "runs" / "step.events.jsonl").read_text().splitlines()
     ]
     assert events[-1]["event"] == "finished"
+
+
+def test_a_budget_refused_up_front_ends_the_json_stream_with_a_refused_event(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = tune_args(model, tmp_path / "run", fast_config, "--json", budget="2s")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 3, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    (refused,) = events  # nothing ran: the refusal is the whole stream
+    jsonschema.validate(refused, event_schema())
+    assert refused["event"] == "refused" and refused["exit_code"] == 3
+    assert refused["reason"] in result.stderr
+    assert f"give --budget {refused['minimum']} or more" in refused["reason"]
