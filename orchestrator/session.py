@@ -238,9 +238,12 @@ class Session:
     ) -> None:
         """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases,
         or a first round's search (forecast as the run will before it times one) and the
-        final phase. The two are not added up: each is padded on its own."""
+        final phase. The two are not added up: each is padded on its own. A resumed run with
+        candidates measured before needs no further round: it ships what it has when the
+        final phase fits."""
+        kept = restored.trials  # measured in earlier sessions, in the database
         first = None
-        if ledger.forecast_round(0) is None:  # no round timed yet, here or before a resume
+        if not kept and ledger.forecast_round(0) is None:  # no round timed yet
             first = overheads.upfront_first_round_s(
                 self.settings,
                 gpus=self.fleet.devices(self.target.device_type),
@@ -263,6 +266,14 @@ class Session:
         if short is None:
             return
         limit, total = short
+        if kept:
+            raise BudgetTooSmall(
+                f"budget {limit.text} is too small to compile and check the {kept} candidates "
+                f"measured earlier: that needs about {fmt_duration(needed)} more after "
+                f"{fmt_duration(ledger.wall_s)} spent; give --budget {total} or more (they stay "
+                f"in {self.run.path})",
+                minimum=total,
+            )
         raise BudgetTooSmall(
             f"budget {limit.text} is too small for {self.model.name}: {what} need about "
             f"{fmt_duration(needed)} more"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -206,6 +207,22 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     report = json.loads((run / "report.json").read_text())
     assert report["summary"]["trials"] == 24 and report["sessions"] == 2
     assert report["spend"]["wall_s"] > first_wall
+
+
+def test_a_resume_short_of_its_final_phase_keeps_what_was_measured_and_says_so(
+    tuned, tmp_path, fast_config
+):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    before = records(run)
+    spent = tuned.report["spend"]["wall_s"]
+    budget = f"{math.ceil(spent) + 1}s"  # a second more than the first session spent
+    result = CliRunner().invoke(main, tune_args(tuned.model, run, fast_config, budget=budget))
+    assert result.exit_code == 3, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "too small to compile and check the 16 candidates measured earlier" in line
+    assert "nothing was tuned" not in line
+    assert records(run) == before  # refused before any work: the run directory is as it was
 
 
 def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_config):
