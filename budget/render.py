@@ -134,7 +134,19 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     return (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
         f"(postprocessing runs inside sampling and mutation){_gpu_checks(search)}"
+        f"{_unmeasured(search)}"
     )
+
+
+def _unmeasured(search: Mapping[str, Any]) -> str:
+    """What became of proposals not measured, as clauses to append ("" when nothing)."""
+    clauses = [
+        (search.get("waiting_restored"), "left waiting by the last session, pooled again"),
+        (search.get("waiting_saved"), "left waiting, saved for a resume (waiting.jsonl)"),
+        (search.get("dropped"), "dropped unmeasured: set aside while their task's pool was full"),
+        (search.get("abandoned"), "searches ahead still running at the stop, not waited for"),
+    ]
+    return "".join(f"; {n} {what}" for n, what in clauses if n)
 
 
 def _gpu_checks(search: Mapping[str, Any]) -> str:

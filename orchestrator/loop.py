@@ -137,6 +137,7 @@ class TuningLoop:
         threads: int,
         pipeline: bool = False,
         bests: dict[int, list[tuple[Any, float]]] | None = None,
+        parked: dict[int, list[Any]] | None = None,
     ) -> None:
         self.states = list(states)
         self.target = target
@@ -177,6 +178,7 @@ class TuningLoop:
             proposals=self.proposals,
             ahead=self.ahead,
             charge=self._charge,
+            parked=parked,
         )
         s = settings.stopping
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
@@ -278,8 +280,10 @@ class TuningLoop:
         ]
 
     def _discard(self, prepared: Round | None) -> None:
+        """A round prepared ahead that the stop leaves unmeasured: its candidates wait."""
         if prepared is not None:
             self.builder.release(prepared.builds)
+            self.proposer.put_back(prepared.state.task, prepared.chosen)
 
     def _next_plans(self, exclude: set[int], count: int) -> list[RoundPlan]:
         """The rounds the scheduler would plan next, in order (no task twice, none

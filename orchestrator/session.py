@@ -34,6 +34,7 @@ from .reporting import write_report
 from .rundir import RunDir
 from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
 from .rundir.restore import Restored, restore, spend_so_far
+from .rundir.waiting import load_waiting, save_waiting
 from .scheduler import GainScheduler, current_shares, model_latency_s
 from .search import make_cost_model
 from .search.strategy import most_parents
@@ -414,13 +415,21 @@ class Session:
             rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
             threads=host_cores(),
             pipeline=self._pipelined(engine),
+            parked=load_waiting(self.run, self.tasks),
         )
         if ledger.prior_round is None:  # the first round, forecast before it is timed
             ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)
         try:
             return loop.run()
         finally:
-            self.search = loop.search_times.to_dict()
+            proposer = loop.proposer
+            self.search = {
+                **loop.search_times.to_dict(),
+                "waiting_restored": proposer.restored,
+                "waiting_saved": save_waiting(self.run, proposer.leftovers(), self.target.target),
+                "dropped": sum(proposer.pool.dropped.values()),
+                "abandoned": proposer.abandoned,
+            }
 
     def _first_round_cost(self, proposals: int, ledger: Ledger) -> RoundCost:
         """Search from the population and the cores; per candidate, what building and

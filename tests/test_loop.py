@@ -9,7 +9,8 @@ import threading
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from tune_orchestrator.budget import AnyOf, BudgetLimits, Ledger, parse_budget
+from tune_orchestrator.budget import AnyOf, BudgetLimits, Ledger, StoppingRule, parse_budget
+from tune_orchestrator.budget.base import Decision
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Filter, NoFilter, Selection
 from tune_orchestrator.loop import TuningLoop
@@ -119,6 +120,8 @@ def make_loop(
     ledger=None,
     tasks_used=2,
     bests=None,
+    parked=None,
+    stops=None,
     **settings,
 ):
     target, found = tasks
@@ -134,7 +137,7 @@ def make_loop(
         engine=engine,
         candidate_filter=flt or NoFilter(),
         scheduler=GainScheduler(),
-        stopping=AnyOf([BudgetLimits(parse_budget(budget), round_size=8)]),
+        stopping=AnyOf([BudgetLimits(parse_budget(budget), round_size=8), *([stops] or [])]),
         plateau=None,
         ledger=ledger or Ledger(),
         journal=journal if journal is not None else (lambda entry: None),
@@ -144,6 +147,7 @@ def make_loop(
         threads=2,
         pipeline=pipeline,
         bests=bests,
+        parked=parked,
     )
     return loop, engine
 
@@ -366,3 +370,96 @@ def test_journal_entries_stay_json(tasks, fast_config):
     loop, _ = make_loop(tasks, fast_config, budget="8trials", journal=entries.append)
     loop.run()
     json.dumps(entries)
+
+
+class AfterRounds(StoppingRule):
+    """Stops once `rounds` rounds were measured, whatever else was prepared."""
+
+    def __init__(self, rounds):
+        self.rounds = rounds
+
+    def decide(self, ledger, tasks=()):
+        return Decision(ledger.rounds >= self.rounds, "enough rounds")
+
+
+def proposed_keys(monkeypatch) -> list[int]:
+    """Records the structural key of every candidate any TaskSearch proposes from now on."""
+    real, keys = TaskSearch.propose, []
+
+    def propose(self, wanted=None):
+        found = real(self, wanted)
+        keys.extend(structural_key(mc.sch.mod) for mc in found)
+        return found
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    return keys
+
+
+def test_every_proposal_is_measured_or_left_waiting_none_is_lost(tasks, fast_config, monkeypatch):
+    """Set aside by the filter, cut by the budget or prepared ahead when the run stops: what
+    was proposed and not measured is in the leftovers a resume starts from."""
+    proposed = proposed_keys(monkeypatch)
+    loop, engine = make_loop(
+        tasks, fast_config, budget="400trials", flt=HalfFilter(), pipeline=True, tasks_used=3,
+        stops=AfterRounds(5),  # as an interrupt does: the round prepared ahead goes unmeasured
+    )  # fmt: skip
+    loop.run()
+    measured = {int(a.split("-")[1]) for a in engine.measured}
+    waiting = {c.key for cs in loop.proposer.leftovers().values() for c in cs}
+    assert loop.ledger.rounds == 5 and waiting and not measured & waiting
+    assert set(proposed) == measured | waiting
+    assert not any(loop.proposer.pool.dropped.values())
+
+
+def test_candidates_left_waiting_are_measured_first_after_a_resume(tasks, fast_config, tmp_path):
+    from tune_orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir.waiting import load_waiting, save_waiting
+
+    first, _ = make_loop(tasks, fast_config, budget="8trials", flt=HalfFilter(), tasks_used=1)
+    first.run()
+    left = first.proposer.leftovers()
+    keys = {c.key for c in left[0]}
+    assert len(keys) == 8  # set aside by the filter in two rounds that measured 4 each
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        assert save_waiting(run, left, tasks[0]) == 8
+        parked = load_waiting(run, tasks[1])
+    assert {structural_key(mc.sch.mod) for mc in parked[0]} == keys
+    resumed, engine = make_loop(tasks, fast_config, budget="8trials", tasks_used=1, parked=parked)
+    resumed.run()
+    assert {int(a.split("-")[1]) for a in engine.measured} == keys  # no new search needed
+    assert resumed.proposer.restored == 8
+
+
+def test_the_stop_does_not_wait_for_a_search_running_ahead():
+    from tune_orchestrator.search import Proposer
+
+    started, release = threading.Event(), threading.Event()
+
+    class StuckSearch:
+        exhausted = False
+
+        def propose(self, wanted=None):
+            started.set()
+            release.wait(30)
+            return []
+
+    proposer = Proposer(
+        make_search=lambda task, proposals: StuckSearch(),
+        cost_model=None,
+        measured={},
+        proposals=8,
+        ahead=1,
+        charge=lambda *args: None,
+    )
+    task = tasks_of(1)[0]
+    proposer.ahead([(task, 8)])
+    assert started.wait(30)
+    proposer.close()  # returns with the search still running: nobody will use its proposals
+    assert proposer.abandoned == 1
+    release.set()
+
+
+def tasks_of(n):
+    from tune_orchestrator.tasks import Task
+
+    return [Task(i, f"t{i}", 1, 1e6, None, f"{i:016x}") for i in range(n)]

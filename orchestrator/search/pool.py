@@ -65,6 +65,10 @@ class ProposalPool:
             for candidate in candidates:
                 waiting.pop(candidate.key, None)
 
+    def tasks(self) -> list[int]:
+        with self._lock:
+            return sorted(self._waiting)
+
     def size(self, task: int, *, excluding: Collection[int] = ()) -> int:
         """Candidates waiting for `task`, not counting the keys in `excluding`."""
         with self._lock:

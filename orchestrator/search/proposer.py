@@ -7,7 +7,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..tasks import Candidate, Task, structural_key
@@ -52,6 +52,7 @@ class Proposer:
         proposals: int,
         ahead: int,
         charge: Callable[[str, float, bool], None],
+        parked: Mapping[int, list[Any]] | None = None,
     ) -> None:
         self.make_search = make_search
         self.cost_model = cost_model
@@ -62,6 +63,10 @@ class Proposer:
         self.times = SearchTimes()  # every search's, summed
         self._charge = charge
         self._searches: dict[int, TaskSearch] = {}
+        # MeasureCandidates an earlier session left waiting, per task: pooled with the search.
+        self._parked = dict(parked or {})
+        self.restored = 0  # of those, how many were pooled again
+        self.abandoned = 0  # searches ahead still running at the stop, not waited for
         self._lock = threading.Lock()
         self._main = threading.current_thread()
         self._pending: dict[int, concurrent.futures.Future[TopUp]] = {}
@@ -78,7 +83,24 @@ class Proposer:
             self._book("search", time.monotonic() - start)
             with self._lock:
                 self._searches[task.index] = search
+            self._pool_parked(task, search)
         return self._searches[task.index]
+
+    def _pool_parked(self, task: Task, search: TaskSearch) -> None:
+        """Pool what an earlier session left waiting for this task, unless measured since."""
+        known = self.measured.setdefault(task.index, set())
+        fresh = {}
+        for mc in self._parked.pop(task.index, []):
+            key = structural_key(mc.sch.mod)
+            if key not in known:
+                fresh.setdefault(key, mc)
+        if fresh:
+            features = candidate_features(self.cost_model, search.ctx, list(fresh.values()))
+            pooled = [
+                Candidate(task, mc, key, f)
+                for (key, mc), f in zip(fresh.items(), features, strict=True)
+            ]
+            self.restored += len(self.pool.add(task.index, pooled))
 
     def exhausted(self, task: Task) -> bool:
         """Nothing waits and the search has nothing left to propose."""
@@ -146,9 +168,16 @@ class Proposer:
     def put_back(self, task: Task, candidates: Iterable[Candidate]) -> None:
         self.pool.add(task.index, candidates)
 
+    def leftovers(self) -> dict[int, list[Candidate]]:
+        """Every task's waiting candidates: what the next session can start from."""
+        return {i: c for i in self.pool.tasks() if (c := self.pool.waiting(i))}
+
     def close(self) -> None:
+        """Stop without waiting for a search ahead still running (a first CUDA search takes
+        tens of seconds): its proposals would come after the stop, so nobody uses them."""
         if self._background is not None:
-            self._background.shutdown(wait=True, cancel_futures=True)
+            self.abandoned = sum(1 for f in self._pending.values() if f.running())
+            self._background.shutdown(wait=False, cancel_futures=True)
 
     def _book(self, phase: str, seconds: float) -> None:
         self._charge(phase, seconds, threading.current_thread() is not self._main)
