@@ -463,3 +463,20 @@ def tasks_of(n):
     from tune_orchestrator.tasks import Task
 
     return [Task(i, f"t{i}", 1, 1e6, None, f"{i:016x}") for i in range(n)]
+
+
+def test_the_early_stop_waits_for_the_heavy_tasks_floors(tasks, fast_config):
+    """Floors do not order the rounds, but the early stop may not end the run before the tasks
+    holding `heavy_share` of the latency have had `heavy_trials` trials each."""
+    from tune_orchestrator.budget.diminishing import DiminishingReturns
+
+    budget = parse_budget("400trials")
+    early = DiminishingReturns(budget.limits[0], min_rounds=2, min_share=1.0, min_measured_rounds=0)
+    loop, _ = make_loop(
+        tasks, fast_config, budget="400trials", tasks_used=3, stops=early,
+        **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
+    )  # fmt: skip
+    reason = loop.run()
+    assert "trial budget" not in reason  # the early stop ended it
+    floored = [s for s in loop.states if s.floor]
+    assert floored and all(s.trials >= s.floor or s.retired for s in floored)
