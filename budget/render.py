@@ -64,6 +64,8 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     lines.append(f"Stopped because {s['stop_reason']}.")
     if s["check_ok"] is False:
         lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
+    if "shipped_checked" in s:  # reports written before model.so said whether it was checked
+        lines.append(f"model.so: {describe_shipped(s)}.")
     forecast = report.get("forecast")
     if forecast and forecast["left"] > 0:
         lines.append(
@@ -107,6 +109,24 @@ def describe_change(change: str | None, speedup: float) -> str:
     if change == "slower":
         return f"{1 / speedup:.2f}x slower"
     return f"{speedup:.2f}x faster"
+
+
+def describe_shipped(summary: Mapping[str, Any]) -> str:
+    """What model.so is, in one phrase: which build, checked where or why not, and the tuned
+    build kept aside when its outputs differ."""
+    mismatch = summary.get("mismatch_library")
+    aside = (
+        f"; the tuned build's outputs differ, kept aside as {Path(mismatch).name}: do not deploy it"
+        if mismatch
+        else ""
+    )
+    if summary["shipped"] == "none":
+        return f"NOT WRITTEN: the untuned build's outputs differ from onnxruntime's too{aside}"
+    if summary["shipped_checked"]:
+        checked = f"outputs match onnxruntime (checked on {summary['checked_on']})"
+    else:
+        checked = f"UNCHECKED, its outputs were never compared with onnxruntime's: {summary['unchecked_reason']}"
+    return f"the {summary['shipped']} build, {checked}{aside}"
 
 
 def describe_kernels(k: Mapping[str, Any]) -> str:

@@ -103,6 +103,7 @@ def make_report(
     tuned: Mapping[str, Any] | None,
     spend: Spend,
     comparison: Mapping[str, Any] | None = None,
+    shipment: Mapping[str, Any],
     curve: Sequence[Point],
     stop_reason: str,
     paths: Mapping[str, str],
@@ -115,7 +116,8 @@ def make_report(
     simulated: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
-    `comparison` is how the two compared when timed in turn at the end (None: not timed)."""
+    `comparison` is how the two compared when timed in turn at the end (None: not timed);
+    `shipment` which build model.so is and where it was checked (deploy.builds.Shipment)."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
     kept = [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"]
     shares = [t.get("share") for t in tasks]
@@ -144,9 +146,8 @@ def make_report(
         "summary": {
             "untuned_latency_s": untuned_s,
             "tuned_latency_s": tuned_s,
-            "speedup": untuned_s / tuned_s if untuned_s and tuned_s else None,
-            "change": comparison["change"] if comparison else None,
-            "shipped": comparison["shipped"] if comparison else "tuned",
+            **_verdict(comparison),
+            **_shipped(shipment),
             "kept_default": kept,
             "tasks_tuned": sum(1 for t in tasks if t["trials"]),
             "untouched_share": untouched,
@@ -181,6 +182,24 @@ def make_report(
         "settings": dict(settings),
         "paths": dict(paths),
     }
+
+
+def _verdict(comparison: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One verdict and one figure: the speedup claimed (1.0 for "no change"); the ratio of
+    the medians as measured only under its own name."""
+    if not comparison:
+        return {"speedup": None, "change": None, "measured_ratio": None}
+    return {
+        "speedup": comparison["speedup"],
+        "change": comparison["change"],
+        "measured_ratio": comparison["measured_ratio"],
+    }
+
+
+def _shipped(shipment: Mapping[str, Any]) -> dict[str, Any]:
+    """Which build model.so is and whether its outputs were checked against onnxruntime."""
+    keys = ("shipped", "shipped_checked", "checked_on", "unchecked_reason", "mismatch_library")
+    return {k: shipment.get(k) for k in keys}
 
 
 def _point(p: Point) -> dict[str, Any]:

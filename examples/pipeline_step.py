@@ -48,11 +48,13 @@ def main() -> int:
     (args.out.parent / f"{args.out.name}.result.json").write_text(
         json.dumps(result.to_dict(), indent=2)
     )
-    print(
-        f"{result.untuned_latency_s * 1e3:.2f} ms -> {result.tuned_latency_s * 1e3:.2f} ms "
-        f"({result.speedup:.1f}x); stopped: {result.stop_reason}",
-        file=sys.stderr,
-    )
+    if result.speedup is not None:  # timed: the speedup claimed (1.0 for "no change")
+        print(f"{result.change}: speedup {result.speedup:.2f}x", file=sys.stderr)
+    checked = "checked" if result.shipped_checked else f"UNCHECKED ({result.unchecked_reason})"
+    shipped = f"the {result.shipped} build, {checked}"
+    if result.shipped == "none":
+        shipped = "not written, no build's outputs match onnxruntime's"
+    print(f"model.so: {shipped}; stopped: {result.stop_reason}", file=sys.stderr)
     return result.exit_code
 
 

@@ -36,8 +36,16 @@ class Result:
     The latencies are medians of the untuned and the tuned model timed in turn at the end of
     the run; `untuned_latency` / `tuned_latency` hold their spread (median_s, min_s, max_s,
     repeats). `change` is "faster" or "slower" only when every timing of one model beats
-    every timing of the other, else "no change" (None: not timed, no device here); `speedup`
-    is the ratio of the medians either way. `shipped` says which build model.so is.
+    every timing of the other, else "no change" (None: not timed); `speedup` is the speedup
+    claimed: the ratio of the medians for "faster" / "slower", exactly 1.0 for "no change"
+    (None: not timed). `measured_ratio` is the ratio of the medians as measured, noise
+    included: not a claim.
+
+    `shipped` says which build model.so is: "tuned", "untuned", or "none" (no model.so: the
+    outputs of both differ from onnxruntime's). `shipped_checked` is True where model.so's
+    outputs matched onnxruntime's (`checked_on` says where); False with `unchecked_reason`
+    where nothing could run it. A tuned build whose outputs differ (`check_ok` False, exit
+    code 4) is kept aside as `mismatch_library`, never shipped.
     """
 
     run_dir: Path
@@ -46,8 +54,13 @@ class Result:
     untuned_latency_s: float | None
     tuned_latency_s: float | None
     speedup: float | None
+    measured_ratio: float | None
     change: str | None
     shipped: str
+    shipped_checked: bool
+    checked_on: str | None
+    unchecked_reason: str | None
+    mismatch_library: Path | None
     untuned_latency: Mapping[str, Any] | None
     tuned_latency: Mapping[str, Any] | None
     kept_default: tuple[str, ...]  # tuned tasks whose default schedule stayed faster
@@ -80,8 +93,13 @@ class Result:
             untuned_latency_s=summary["untuned_latency_s"],
             tuned_latency_s=summary["tuned_latency_s"],
             speedup=summary["speedup"],
-            change=summary.get("change"),
-            shipped=summary.get("shipped", "tuned"),
+            measured_ratio=summary["measured_ratio"],
+            change=summary["change"],
+            shipped=summary["shipped"],
+            shipped_checked=summary["shipped_checked"],
+            checked_on=summary["checked_on"],
+            unchecked_reason=summary["unchecked_reason"],
+            mismatch_library=_path(summary["mismatch_library"]),
             untuned_latency=(report.get("untuned") or {}).get("latency"),
             tuned_latency=tuned.get("latency"),
             kept_default=tuple(summary.get("kept_default", ())),
@@ -130,7 +148,16 @@ class Result:
         out["tasks"] = list(out["tasks"])
         out["kept_default"] = list(self.kept_default)
         out["paths"] = {k: str(v) for k, v in self.paths.items()}
+        out["mismatch_library"] = _path_text(self.mismatch_library)
         return out
+
+
+def _path(text: str | None) -> Path | None:
+    return None if text is None else Path(text)
+
+
+def _path_text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def tune(

@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from tune_orchestrator.budget import BudgetError, parse_budget
 
 from . import exits
 from .errors import BudgetTooSmall, InputError
+
+if TYPE_CHECKING:
+    from .api import Result
 
 
 class BudgetType(click.ParamType):
@@ -276,12 +279,22 @@ def tune_command(
             err=True,
         )
     elif code == exits.CHECK_FAILED:
-        click.echo(
-            f"the tuned model's outputs differ from onnxruntime's (max relative error "
-            f"{result.max_rel_error:.2e}); see {result.paths['report_md']}",
-            err=True,
-        )
+        click.echo(check_failed_message(result), err=True)
     return code
+
+
+def check_failed_message(result: Result) -> str:
+    """Exit code 4 in words: what differs, where the tuned build went, what model.so is."""
+    shipped = (
+        "model.so is the untuned build, whose outputs match"
+        if result.shipped == "untuned"
+        else "no model.so was written: the untuned build's outputs differ too"
+    )
+    return (
+        f"the tuned model's outputs differ from onnxruntime's (max relative error "
+        f"{result.max_rel_error:.2e}); it is kept aside as {result.mismatch_library}, not to "
+        f"deploy; {shipped}; see {result.paths['report_md']}"
+    )
 
 
 @main.command("estimate")

@@ -94,7 +94,8 @@ class MlflowLogger:
             {
                 "untuned_latency_ms": _ms(result["untuned_latency_s"]),
                 "tuned_latency_ms": _ms(result["tuned_latency_s"]),
-                "speedup": result["speedup"],
+                "speedup": result["speedup"],  # the figure claimed: 1.0 for "no change"
+                "measured_ratio": result["measured_ratio"],  # as measured, noise included
                 "trials": result["trials"],
                 "wall_s": result["wall_s"],
                 "device_h": result["device_h"],
@@ -103,6 +104,8 @@ class MlflowLogger:
             step=None,
         )
         self._client.set_tag(self._run_id, "stop_reason", result["stop_reason"][:5000])
+        checked = "checked" if result["shipped_checked"] else "unchecked"
+        self._client.set_tag(self._run_id, "model.so", f"{result['shipped']} build, {checked}")
         paths = result["paths"]
         for key in (
             "report",

@@ -15,6 +15,7 @@ from tune_orchestrator.budget.render import (
     describe_kernels,
     describe_measurement,
     describe_search,
+    describe_shipped,
     describe_simulated,
 )
 from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
@@ -125,6 +126,9 @@ class Printer:
             f"{describe_change(e['change'], e['speedup'])}; model.so is the {e['shipped']} build"
         )
 
+    def _on_shipped(self, e: dict[str, Any]) -> None:
+        self._say(f"model.so: {describe_shipped(e)}")
+
     def _on_round(self, e: dict[str, Any]) -> None:
         spend = e["spend"]
         failed = f", {e['failed']} failed" if e["failed"] else ""
@@ -217,8 +221,10 @@ class Printer:
         lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
         lines += [
             f"  run directory       {result.run_dir}",
-            f"  tuned library       {result.paths['library']}",
+            f"  model.so            {describe_shipped(result.report['summary'])}",
         ]
+        if result.shipped != "none":
+            lines.append(f"{'':<22}{result.paths['library']}")
         click.echo("\n".join(lines))
 
 

@@ -23,7 +23,8 @@ from tune_orchestrator.measure import Builder, Engine, LocalEngine
 
 from .config import Settings
 from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
-from .deploy.builds import ModelBuilds
+from .deploy import devices
+from .deploy.builds import ModelBuilds, Shipment
 from .errors import BudgetTooSmall
 from .forecast import overheads
 from .interrupt import Interrupt
@@ -95,7 +96,14 @@ class Session:
         self.build_only = build_only
         self.emit = emit
         self.builds = ModelBuilds(
-            model=model, relax_mod=relax_mod, target=target, settings=settings, run=run, emit=emit
+            model=model,
+            relax_mod=relax_mod,
+            target=target,
+            settings=settings,
+            run=run,
+            emit=emit,
+            # A fleet's server is held for every check and timing at the end: minutes.
+            device=devices.for_run(target, fleet, timeout_s=max(600.0, settings.measure.timeout_s)),
         )
         self.warnings: list[str] = []
 
@@ -164,16 +172,16 @@ class Session:
                 untuned, stop_reason = self._measure_and_tune(
                     restored, database, defaults, cost_model, ledger
                 )
-            # 4. With the workers gone: compile with the database, check, time against the
-            #    untuned model, ship the faster.
-            tuned, untuned, comparison = self.builds.finish(database, ledger, untuned)
-            if comparison is not None:
-                self.run.append({"type": "compared", **comparison})
-            report = self._report(restored, untuned, tuned, comparison, ledger, stop_reason)
+            # 4. With the workers gone: compile with the database, check both builds, time
+            #    them in turn, ship the faster of those whose outputs match.
+            shipment = self.builds.finish(database, ledger, untuned)
+            if shipment.comparison is not None:
+                self.run.append({"type": "compared", **shipment.comparison})
+            report = self._report(restored, shipment, ledger, stop_reason)
             with ledger.phase("report"):
                 write_report(self.run, report)
             # report.json counts its own writing; report.md and .html were written before.
-            report = self._report(restored, untuned, tuned, comparison, ledger, stop_reason)
+            report = self._report(restored, shipment, ledger, stop_reason)
             self.run.write_json(RunDir.REPORT, report)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
@@ -454,9 +462,7 @@ class Session:
     def _report(
         self,
         restored: Restored,
-        untuned: Any,
-        tuned: Any,
-        comparison: Any,
+        shipment: Shipment,
         ledger: Ledger,
         stop_reason: str,
     ) -> dict[str, Any]:
@@ -515,9 +521,10 @@ class Session:
             build_only=self.build_only,
             sessions=restored.sessions + 1,
             tasks=rows,
-            untuned=untuned,
-            tuned=tuned,
-            comparison=comparison,
+            untuned=shipment.untuned,
+            tuned=shipment.tuned,
+            comparison=shipment.comparison,
+            shipment=shipment.to_dict(),
             spend=ledger.snapshot(),
             curve=ledger.history,
             stop_reason=stop_reason,

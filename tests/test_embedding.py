@@ -69,7 +69,9 @@ def test_api_result_agrees_with_report_json(api_run):
         == report["tuned"]["latency"]["median_s"]
     )
     assert result.untuned_latency_s == report["untuned"]["latency"]["median_s"]
-    assert result.speedup == pytest.approx(result.untuned_latency_s / result.tuned_latency_s)
+    assert result.measured_ratio == pytest.approx(result.untuned_latency_s / result.tuned_latency_s)
+    assert result.speedup == (1.0 if result.change == "no change" else result.measured_ratio)
+    assert result.shipped_checked and result.checked_on == "this host"
     assert (result.wall_s, result.device_h, result.usd, result.energy_j) == (
         summary["wall_s"],
         summary["device_h"],
@@ -90,7 +92,7 @@ def test_every_event_reaches_the_callback_and_validates(api_run):
     kinds = [e["event"] for e in events]
     assert kinds[:2] == ["run_started", "tasks"]
     # the tuned model after tuning, timed in turn with the untuned one
-    assert kinds[-4:] == ["stopped", "compiled", "compared", "finished"]
+    assert kinds[-5:] == ["stopped", "compiled", "compared", "shipped", "finished"]
     assert {"untuned_tasks", "compiled", "round"} <= set(kinds)
     assert kinds.count("round") == 2  # 12 trials in rounds of 8
     for event in events:
@@ -215,6 +217,10 @@ def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
     )
     assert result.exit_code == 4, result.output
     assert "the tuned model's outputs differ from onnxruntime's" in result.stderr
+    # The untuned build cannot meet that tolerance either: nothing ships.
+    assert "no model.so was written: the untuned build's outputs differ too" in result.stderr
+    assert not (tmp_path / "run" / "model.so").exists()
+    assert (tmp_path / "run" / "model.tuned-MISMATCH.so").is_file()
 
 
 def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, fast_config):

@@ -7,10 +7,13 @@ import json
 import pytest
 from click.testing import CliRunner
 from mlflow import MlflowClient
+from test_report import synthetic_report
 
 import onnx_models
 from cli_args import tune_args
+from tune_orchestrator.api import Result
 from tune_orchestrator.cli import main
+from tune_orchestrator.mlflow_log import MlflowLogger
 
 
 def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_config):
@@ -51,6 +54,7 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
         report["summary"]["tuned_latency_s"] * 1e3
     )
     assert run.data.metrics["speedup"] == pytest.approx(report["summary"]["speedup"])
+    assert run.data.metrics["measured_ratio"] == pytest.approx(report["summary"]["measured_ratio"])
 
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {
@@ -83,3 +87,21 @@ def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config, monke
     assert result.exit_code == 2
     assert result.stderr.startswith("error: cannot use MLflow at nonsense-scheme://x")
     assert not (tmp_path / "runs").exists()  # no run directory was started
+
+
+def test_mlflow_gets_the_speedup_claimed_and_the_measured_ratio_apart(tmp_path, monkeypatch):
+    """Within the spread of the timings, MLflow's speedup is 1.0, as in the report."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    report = synthetic_report(tmp_path, tuned_s=4.15e-3)  # overlaps the untuned timings
+    result = Result.from_report(report).to_dict()
+    logger = MlflowLogger(tracking_uri=uri, experiment="verdicts", params={})
+    logger(
+        {"event": "run_started", "run_dir": str(tmp_path), "model": "m", "target": "cuda",
+         "resumed": False, "budget": "2gpu-h"}
+    )  # fmt: skip
+    logger({"event": "finished", "result": result, "exit_code": 0})
+    run = MlflowClient(tracking_uri=uri).get_run(logger.run_id)
+    assert run.data.metrics["speedup"] == 1.0 == report["summary"]["speedup"]
+    assert run.data.metrics["measured_ratio"] == pytest.approx(4.1e-3 / 4.15e-3)
+    assert run.data.tags["model.so"] == "tuned build, checked"

@@ -10,7 +10,7 @@ import pytest
 import tvm
 
 from tune_orchestrator.config import Settings
-from tune_orchestrator.deploy.timing import Latency, Timing, change, time_models
+from tune_orchestrator.deploy.timing import Latency, Timing, change, claimed_speedup, time_models
 from tune_orchestrator.errors import InputError
 
 
@@ -107,6 +107,21 @@ def test_repeats_stay_within_the_bounds():
 )
 def test_a_change_is_claimed_only_when_every_timing_beats_every_other(untuned, tuned, expected):
     assert change(Latency(untuned), Latency(tuned)) == expected
+
+
+@pytest.mark.parametrize(
+    "untuned, tuned, claimed",
+    [
+        ((10, 11, 12), (5, 5.5, 7), 2.0),
+        ((10, 11, 12), (13, 22, 25), 0.5),
+        ((10, 11, 30), (5, 5.5, 10.5), 1.0),  # the medians say 2x; the spread says noise
+    ],
+)
+def test_the_speedup_claimed_is_the_ratio_beyond_the_spread_and_exactly_1_within(
+    untuned, tuned, claimed
+):
+    u, t = Latency(untuned), Latency(tuned)
+    assert claimed_speedup(change(u, t), u, t) == claimed
 
 
 def test_the_check_settings_bound_the_repeats(tmp_path):

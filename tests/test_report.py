@@ -15,9 +15,10 @@ from tune_orchestrator.budget import Ledger, parse_budget
 from tune_orchestrator.budget.render import describe_coverage, markdown
 from tune_orchestrator.budget.report import make_report, schema, task_row
 from tune_orchestrator.budget.units import fmt_latency
-from tune_orchestrator.cli import main
-from tune_orchestrator.deploy.timing import Latency, change
+from tune_orchestrator.cli import check_failed_message, main
+from tune_orchestrator.deploy.timing import Latency, change, claimed_speedup
 from tune_orchestrator.errors import InputError
+from tune_orchestrator.events import schema as events_schema
 from tune_orchestrator.forecast.estimate import journal_observations
 from tune_orchestrator.printer import Printer
 from tune_orchestrator.reporting import rerender, write_report
@@ -32,7 +33,12 @@ class Clock:
 
 
 def synthetic_report(
-    run_dir: Path, *, tuned_s: float = 1.3e-3, kept_default: bool = False, untouched: float = 0.0
+    run_dir: Path,
+    *,
+    tuned_s: float = 1.3e-3,
+    kept_default: bool = False,
+    untouched: float = 0.0,
+    shipment: dict | None = None,
 ) -> dict:
     """A finished GPU run of two tasks (and with `untouched`, a third holding that share of
     the model that got no trials), spend driven by a fake clock; the tuned model timed in turn
@@ -116,14 +122,24 @@ def synthetic_report(
         "latency": {"median_s": 4.1e-3, "min_s": 4e-3, "max_s": 4.3e-3, "repeats": 10},
         "start_latency": {"median_s": 5.9e-3, "min_s": 5e-3, "max_s": 7e-3, "repeats": 10},
     }
-    verdict = change(Latency((4e-3, 4.1e-3, 4.3e-3)), Latency((tuned_s - 1e-4, tuned_s + 1e-4)))
+    timed = Latency((4e-3, 4.1e-3, 4.3e-3)), Latency((tuned_s - 1e-4, tuned_s + 1e-4))
+    verdict = change(*timed)
     comparison = {
         "change": verdict,
-        "speedup": 4.1e-3 / tuned_s,
+        "speedup": claimed_speedup(verdict, *timed),
+        "measured_ratio": 4.1e-3 / tuned_s,
         "shipped": "untuned" if verdict == "slower" else "tuned",
         "repeats": 10,
         "untuned": untuned["latency"],
         "tuned": compiled["latency"],
+    }
+    shipment = {
+        "shipped": comparison["shipped"],
+        "shipped_checked": True,
+        "checked_on": "this host",
+        "unchecked_reason": None,
+        "mismatch_library": None,
+        **(shipment or {}),
     }
     paths = {
         k: str(run_dir / k)
@@ -135,6 +151,7 @@ def synthetic_report(
             "journal",
             "config",
             "report",
+            "report_md",
         )
     }
     return make_report(
@@ -160,6 +177,7 @@ def synthetic_report(
         untuned=untuned,
         tuned=compiled,
         comparison=comparison,
+        shipment=shipment,
         spend=ledger.snapshot(),
         curve=ledger.history,
         stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
@@ -368,3 +386,92 @@ def test_the_report_says_how_much_of_the_model_is_in_tasks_never_tuned(tmp_path)
         markdown(report, {}, tmp_path)
     )
     assert describe_coverage({"tasks_tuned": 3, "untouched_share": 0.0}, 3) == "3 of 3 tasks tuned."
+
+
+def finished_event(result: Result) -> dict:
+    """The `finished` event of `result`, as tune() emits it."""
+    return {
+        "schema": "tune-orchestrator/event",
+        "version": 1,
+        "event": "finished",
+        "time": 0.0,
+        "result": json.loads(json.dumps(result.to_dict())),
+        "exit_code": result.exit_code,
+    }
+
+
+def test_a_change_within_the_spread_is_speedup_1_in_report_result_event_and_text(tmp_path):
+    report = synthetic_report(tmp_path, tuned_s=4.15e-3)  # 4.05-4.25 ms against 4.0-4.3 ms
+    summary = report["summary"]
+    assert summary["change"] == "no change" and summary["speedup"] == 1.0
+    assert summary["measured_ratio"] == pytest.approx(4.1e-3 / 4.15e-3)  # kept, as measured
+    jsonschema.validate(report, schema())
+    result = Result.from_report(report)
+    assert (result.change, result.speedup) == ("no change", 1.0)
+    assert result.measured_ratio == summary["measured_ratio"]
+    event = finished_event(result)
+    jsonschema.validate(event, events_schema())
+    assert event["result"]["speedup"] == 1.0 and event["result"]["change"] == "no change"
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        written = write_report(run, report)
+    for text in (written["markdown"].read_text(), written["html"].read_text()):
+        assert "no change: the timings overlap" in text and "0.99x" not in text
+
+
+def test_a_tuned_build_whose_outputs_differ_says_what_shipped_everywhere(tmp_path, capsys):
+    aside = str(tmp_path / "run" / "model.tuned-MISMATCH.so")
+    report = synthetic_report(tmp_path, shipment={"shipped": "untuned", "mismatch_library": aside})
+    report["tuned"]["check"] = {"max_rel_error": 0.5, "rtol": 1e-3, "outputs": 1, "ok": False}
+    report["summary"]["check_ok"] = False
+    jsonschema.validate(report, schema())
+    result = Result.from_report(report)
+    assert result.exit_code == 4 and result.shipped == "untuned"
+    assert result.mismatch_library == Path(aside)
+    jsonschema.validate(finished_event(result), events_schema())
+    assert check_failed_message(result).startswith(
+        "the tuned model's outputs differ from onnxruntime's (max relative error 5.00e-01); it "
+        f"is kept aside as {aside}, not to deploy; model.so is the untuned build, whose outputs "
+        "match; see "
+    )
+    said = (
+        "the untuned build, outputs match onnxruntime (checked on this host); the tuned "
+        "build's outputs differ, kept aside as model.tuned-MISMATCH.so: do not deploy it"
+    )
+    assert f"model.so: {said}." in markdown(report, {}, tmp_path)
+    Printer(quiet=True, tty=False).summary(result)
+    assert f"  model.so            {said}\n" in capsys.readouterr().out
+
+
+def test_when_no_build_matches_exit_4_says_no_model_so_was_written(tmp_path, capsys):
+    report = synthetic_report(
+        tmp_path,
+        shipment={"shipped": "none", "shipped_checked": False, "checked_on": None,
+                  "mismatch_library": str(tmp_path / "model.tuned-MISMATCH.so")},
+    )  # fmt: skip
+    report["tuned"]["check"]["ok"] = report["summary"]["check_ok"] = False
+    jsonschema.validate(report, schema())
+    result = Result.from_report(report)
+    assert result.exit_code == 4
+    assert "; no model.so was written: the untuned build's outputs differ too;" in (
+        check_failed_message(result)
+    )
+    Printer(quiet=True, tty=False).summary(result)
+    out = capsys.readouterr().out
+    assert "  model.so            NOT WRITTEN: the untuned build's outputs differ" in out
+    assert str(result.paths["library"]) not in out
+
+
+def test_an_unchecked_model_so_says_so_and_why(tmp_path, capsys):
+    why = "no CUDA device here and no RPC fleet (--rpc) to run it on"
+    report = synthetic_report(
+        tmp_path, shipment={"shipped_checked": False, "checked_on": None, "unchecked_reason": why}
+    )
+    jsonschema.validate(report, schema())
+    result = Result.from_report(report)
+    assert result.shipped_checked is False and result.unchecked_reason == why
+    assert result.exit_code == 0
+    Printer(quiet=True, tty=False).summary(result)
+    assert (
+        "  model.so            the tuned build, UNCHECKED, its outputs were never compared "
+        f"with onnxruntime's: {why}\n"
+    ) in capsys.readouterr().out

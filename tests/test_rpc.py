@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import tvm
 from click.testing import CliRunner
+from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
 import onnx_models
@@ -22,7 +23,11 @@ from cli_args import tune_args
 from devices import GPU
 from engine_contract import check_engine_contract
 from tune_orchestrator import InputError
+from tune_orchestrator.budget import Ledger
 from tune_orchestrator.cli import main
+from tune_orchestrator.config import Settings
+from tune_orchestrator.deploy.builds import ModelBuilds
+from tune_orchestrator.deploy.devices import FleetDevice
 from tune_orchestrator.measure import (
     BuildInput,
     BuildPool,
@@ -34,6 +39,9 @@ from tune_orchestrator.measure import (
 )
 from tune_orchestrator.measure.rpc import tracker_keys
 from tune_orchestrator.measuring import target_and_fleet
+from tune_orchestrator.model import import_to_relax, load_model
+from tune_orchestrator.rundir import RunDir
+from tune_orchestrator.targets import resolve_target
 
 KEY = "test-cpu"
 ARGS = (("float32", (4096,)), ("float32", (4096,)))
@@ -248,3 +256,28 @@ def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
     assert report["measurement"]["engine"] == "RpcEngine" and report["summary"]["trials"] == 8
     assert report["measurement"]["in_flight"] == 2
     assert sum(t["failures"] for t in report["tasks"]) == 0
+
+
+def test_the_end_of_a_fleet_run_checks_and_times_both_builds_on_a_server(tracker, tmp_path):
+    """What a CUDA run on a fleet does at the end (no GPU here), on the CPU servers."""
+    model = load_model(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    device = FleetDevice(tracker=tracker, key=KEY, device_type="cpu", timeout_s=120)
+    settings = Settings.load(
+        overrides={"check.latency_repeat": 3, "check.latency_min_repeat_ms": 10}, env={}
+    )
+    events = []
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        builds = ModelBuilds(
+            model=model,
+            relax_mod=import_to_relax(model),
+            target=resolve_target("llvm"),
+            settings=settings,
+            run=run,
+            emit=lambda kind, **fields: events.append(kind),
+            device=device,
+        )
+        shipment = builds.finish(ms.database.MemoryDatabase(), Ledger(), None)
+    assert shipment.tuned["check"]["ok"] and shipment.untuned["check"]["ok"]
+    assert shipment.comparison["repeats"] == 3 and events[-2:] == ["compared", "shipped"]
+    assert shipment.checked_on == f"a server of the RPC fleet (key {KEY!r} at {tracker})"
+    assert (tmp_path / "run" / "model.so").is_file() and shipment.unchecked_reason is None

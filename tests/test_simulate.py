@@ -85,6 +85,10 @@ def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhe
     assert 8 <= len(records) <= 8 + len(report["tasks"])  # tuned ones, and default schedules
     assert (out / "model-SIMULATED.so").stat().st_size > 0
     assert report["paths"]["library"].endswith("model-SIMULATED.so")
+    assert report["summary"]["shipped_checked"] is False
+    assert report["summary"]["unchecked_reason"] == (
+        "a simulated GPU gave the timings and no GPU ran the model"
+    )
     # The device time is on the run's clock: the measure phase is not zero.
     assert report["phases"]["measure"] > 0
 

@@ -1,9 +1,13 @@
 """A session's builds of the model: the untuned one at the start (the baseline of progress
-estimates), the tuned one at the end; with the workers gone, the two are timed in turn and
-the faster ships as model.so."""
+estimates), the tuned one at the end. With the workers gone, both are checked against
+onnxruntime and timed in turn, on this host's device or a server of the run's fleet. model.so
+is only ever a build whose outputs matched (the untuned one where the tuned one's differ or
+it is faster); only where nothing can run the model does the tuned build ship unchecked, and
+the report says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -19,9 +23,50 @@ from ..rundir import RunDir
 from ..targets import ResolvedTarget
 from . import kernels
 from . import library as deploy
-from .timing import SLOWER, Timing, change, time_models
+from .devices import FleetDevice, LocalDevice
+from .timing import SLOWER, Timing, change, claimed_speedup, time_models
 
-UNTUNED, TUNED = "untuned", "tuned"
+UNTUNED, TUNED, NONE = "untuned", "tuned", "none"
+
+
+@dataclasses.dataclass
+class Shipment:
+    """What the end of a session found, and which build became model.so (filled in step by
+    step by ModelBuilds.finish)."""
+
+    tuned: dict[str, Any]
+    untuned: dict[str, Any] | None
+    comparison: dict[str, Any] | None = None  # both timed in turn (None: not timed)
+    shipped: str = NONE  # TUNED, UNTUNED, or NONE: no model.so
+    checked_on: str | None = None  # where model.so's outputs matched onnxruntime's
+    unchecked_reason: str | None = None  # why model.so ships unchecked (None: it was checked)
+    mismatch_library: str | None = None  # the tuned build, kept aside: its outputs differ
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shipped": self.shipped,
+            "shipped_checked": self.checked_on is not None,
+            "checked_on": self.checked_on,
+            "unchecked_reason": self.unchecked_reason,
+            "mismatch_library": self.mismatch_library,
+            "tuned_check": self.tuned.get("check"),
+            "untuned_check": (self.untuned or {}).get("check"),
+        }
+
+
+def choose(found: Shipment) -> str:
+    """The build that ships: never one whose outputs differ; the untuned one where the tuned
+    one's differ, or where both match and the tuned one is slower beyond the spread."""
+    tuned_ok, untuned_ok = _check_ok(found.tuned), _check_ok(found.untuned)
+    if tuned_ok is False:
+        return UNTUNED if untuned_ok else NONE
+    slower = found.comparison is not None and found.comparison["change"] == SLOWER
+    return UNTUNED if tuned_ok and untuned_ok and slower else TUNED
+
+
+def _check_ok(result: dict[str, Any] | None) -> bool | None:
+    """Whether the build's outputs matched onnxruntime's (None: not checked)."""
+    return ((result or {}).get("check") or {}).get("ok")
 
 
 class ModelBuilds:
@@ -36,12 +81,15 @@ class ModelBuilds:
         settings: Settings,
         run: RunDir,
         emit: Callable[..., None],
+        device: LocalDevice | FleetDevice | None = None,
     ) -> None:
+        """`device` checks and times the builds at the end (None: nothing can run them)."""
         self.model = model
         self.relax_mod = relax_mod
         self.target = target
         self.run = run
         self.emit = emit
+        self.device = device
         self.checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
         self.timing = Timing.from_settings(settings.check)
 
@@ -50,7 +98,8 @@ class ModelBuilds:
 
     def build(self, database: Any, ledger: Ledger, label: str, *, timed: bool) -> dict[str, Any]:
         """Compile with `database` to logs/<label>.so; check its CUDA kernels where no GPU
-        can load it; where the device is here, check its outputs (and time it)."""
+        can load it; where the device is here, check its outputs (and time it). A fleet's
+        device checks it at the end (finish)."""
         result: dict[str, Any] = {}
         library = self.library(label)
         start = time.monotonic()
@@ -62,10 +111,10 @@ class ModelBuilds:
         with ledger.phase("compile"):
             deploy.export_library(executable, library)
         result["compile_s"] = time.monotonic() - start
-        if self.target.device_present:
+        if self.device is not None and not self.device.remote:
             start = time.monotonic()
             with ledger.phase("check"):
-                vm, dev = deploy.load_vm(library, self.target.device_type)
+                vm, dev = self.device.load(library)
                 result["check"] = self.checker.check(vm, dev).to_dict()
                 if timed:
                     (latency,) = time_models([(vm, dev)], self.checker.inputs, self.timing)
@@ -81,50 +130,106 @@ class ModelBuilds:
         )
         return result
 
-    def finish(
-        self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
-        """Build the tuned model and ship model.so: (tuned, untuned, comparison).
+    def finish(self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None) -> Shipment:
+        """Build the tuned model, check both builds against onnxruntime and time them in turn
+        on `device`, and ship model.so: a build whose outputs matched, the untuned one only
+        where it is faster beyond the spread of the timings or the tuned one's outputs differ.
+        With no device, the tuned build ships marked unchecked."""
+        found = Shipment(tuned=self.build(database, ledger, TUNED, timed=False), untuned=untuned)
+        if self.device is None:
+            failure: str | None = self._nothing_runs_it()
+        else:
+            failure = self._on_device(found, ledger)
+        self._ship(found, failure)
+        if found.comparison is not None:
+            found.comparison["shipped"] = found.shipped
+            self.emit("compared", **found.comparison)
+        self.emit("shipped", **found.to_dict())
+        return found
 
-        Where the device is here, the untuned and the tuned library are timed in turn; the
-        untuned one ships only when it is faster beyond the spread of the timings.
-        """
+    def _on_device(self, found: Shipment, ledger: Ledger) -> str | None:
+        """Check and time on the device; a fleet that fails is the reason nothing more was
+        checked (on this host, a failure is a bug and raised)."""
         from tvm.s_tir import meta_schedule as ms
 
-        tuned = self.build(database, ledger, TUNED, timed=False)
-        if not self.target.device_present:
-            os.replace(self.library(TUNED), self.run[RunDir.LIBRARY])
-            return tuned, untuned, None
-        if untuned is None or not self.library(UNTUNED).is_file():
+        assert self.device is not None
+        if found.untuned is None or not self.library(UNTUNED).is_file():
             again = self.build(ms.database.MemoryDatabase(), ledger, UNTUNED, timed=False)
-            untuned = {**(untuned or {}), **again}
+            found.untuned = {**(found.untuned or {}), **again}
+        try:
+            self._check(found.tuned, TUNED, ledger)
+            self._check(found.untuned, UNTUNED, ledger)
+            if found.tuned["check"]["ok"]:  # a wrong model's speed is no result
+                found.comparison = self._compare(found, ledger)
+        except Exception as exc:
+            if not self.device.remote:
+                raise
+            return f"the RPC fleet could not run it ({type(exc).__name__}: {exc})"
+        finally:
+            self.device.close()
+        return None
+
+    def _check(self, result: dict[str, Any], label: str, ledger: Ledger) -> None:
+        """Compare the outputs with onnxruntime's, unless done when it was built."""
+        assert self.device is not None
+        if "check" in result:
+            return
+        with ledger.phase("check"):
+            vm, dev = self.device.load(self.library(label))
+            result["check"] = self.checker.check(vm, dev).to_dict()
+
+    def _compare(self, found: Shipment, ledger: Ledger) -> dict[str, Any]:
+        """Time both builds in turn; the verdict and the speedup claimed from it."""
+        assert self.device is not None and found.untuned is not None
         with ledger.phase("check"):
             untuned_latency, tuned_latency = time_models(
-                [self._load(UNTUNED), self._load(TUNED)], self.checker.inputs, self.timing
+                [self.device.load(self.library(UNTUNED)), self.device.load(self.library(TUNED))],
+                self.checker.inputs,
+                self.timing,
             )
-        verdict = change(untuned_latency, tuned_latency)
-        shipped = UNTUNED if verdict == SLOWER else TUNED
-        self._ship(shipped)
-        start = untuned.get("start_latency", untuned.get("latency"))
-        untuned = {**untuned, "latency": untuned_latency.to_dict()}
+        start = found.untuned.get("start_latency", found.untuned.get("latency"))
+        found.untuned = {**found.untuned, "latency": untuned_latency.to_dict()}
         if start is not None:  # timed at the start of the run: progress estimates only
-            untuned["start_latency"] = start
-        tuned["latency"] = tuned_latency.to_dict()
-        comparison = {
+            found.untuned["start_latency"] = start
+        found.tuned["latency"] = tuned_latency.to_dict()
+        verdict = change(untuned_latency, tuned_latency)
+        return {
             "change": verdict,
-            "speedup": untuned_latency.median_s / tuned_latency.median_s,
-            "shipped": shipped,
+            "speedup": claimed_speedup(verdict, untuned_latency, tuned_latency),
+            "measured_ratio": untuned_latency.median_s / tuned_latency.median_s,
             "repeats": len(tuned_latency.samples),
-            "untuned": untuned["latency"],
-            "tuned": tuned["latency"],
+            "untuned": found.untuned["latency"],
+            "tuned": found.tuned["latency"],
         }
-        self.emit("compared", **comparison)
-        return tuned, untuned, comparison
 
-    def _load(self, label: str) -> tuple[Any, Any]:
-        return deploy.load_vm(self.library(label), self.target.device_type)
+    def _ship(self, found: Shipment, failure: str | None) -> None:
+        """model.so becomes the build chosen, checked or with the reason it is not; `failure`
+        is why the device checked less than it should have (None: it checked all)."""
+        found.shipped = choose(found)
+        self._place(found)
+        shipped = {TUNED: found.tuned, UNTUNED: found.untuned}.get(found.shipped)
+        if shipped is not None and _check_ok(shipped) is None:
+            found.unchecked_reason = failure
+            return
+        if shipped is not None and self.device is not None:
+            found.checked_on = self.device.where
+        if failure:
+            self.emit("warning", message=f"the end of the run was cut short: {failure}")
 
-    def _ship(self, label: str) -> None:
+    def _place(self, found: Shipment) -> None:
+        """The files: a tuned build whose outputs differ is kept aside under a name nobody
+        deploys; model.so is the shipped build, or absent where none ships."""
+        aside = self.run[RunDir.MISMATCH]
+        aside.unlink(missing_ok=True)  # set aside by an earlier session: stale now
+        if _check_ok(found.tuned) is False:
+            os.replace(self.library(TUNED), aside)
+            found.mismatch_library = str(aside)
+        if found.shipped == NONE:
+            self.run[RunDir.LIBRARY].unlink(missing_ok=True)
+        else:
+            self._install(found.shipped)
+
+    def _install(self, label: str) -> None:
         """model.so becomes the tuned library (moved) or a copy of the untuned one (kept for
         the next session), replaced in one step."""
         target = self.run[RunDir.LIBRARY]
@@ -137,6 +242,15 @@ class ModelBuilds:
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _nothing_runs_it(self) -> str:
+        """Why no device checks the model: --build-only without the GPU, or --simulate."""
+        if self.target.simulated:
+            return "a simulated GPU gave the timings and no GPU ran the model"
+        return (
+            f"no {self.target.device_type.upper()} device here and no RPC fleet (--rpc) "
+            "to run it on"
+        )
 
     def _check_kernels(self, executable: Any) -> kernels.KernelCheck:
         arch = self.target.target.attrs.get("arch")

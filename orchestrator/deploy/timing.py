@@ -111,6 +111,14 @@ def change(untuned: Latency, tuned: Latency) -> str:
     return NO_CHANGE
 
 
+def claimed_speedup(verdict: str, untuned: Latency, tuned: Latency) -> float:
+    """The speedup a run claims: the ratio of the medians where the timings do not overlap,
+    exactly 1.0 where they do (a ratio within the spread is noise, not a result)."""
+    if verdict == NO_CHANGE:
+        return 1.0
+    return untuned.median_s / tuned.median_s
+
+
 def _timer(
     vm: Any, dev: Any, inputs: Sequence[np.ndarray], min_repeat_ms: float
 ) -> tuple[Callable[[], float], int, float]:

@@ -26,6 +26,9 @@ class RunDir:
     REPORT_HTML = "report.html"
     PLOTS = "plots"
     LIBRARY = "model.so"
+    # A tuned build whose outputs differ from onnxruntime's: kept for a bug report, never
+    # deployed (model.so is then the untuned build, or absent).
+    MISMATCH = "model.tuned-MISMATCH.so"
     WORKLOAD_DB = "database_workload.json"
     RECORD_DB = "database_tuning_record.json"
     LOGS = "logs"
