@@ -1,13 +1,17 @@
 """Runs inside a CUDA measuring worker (one process, one CUDA context, one GPU).
 
 A job loads the candidate's module, allocates its inputs once per workload (cupy, handed to
-TVM through DLPack) and warms up: the first launch loads the device code, a second one, timed,
-sizes a repeat (_timing.TimingPlan.launches), and the repeat's back-to-back launches are
-captured in a CUDA graph, so that a kernel of a few microseconds is timed without the host's
-launch overhead (plain launches if capture fails). Then the job takes the GPU's timed window
-alone and times repeats with CUDA events until the rule in _timing.py stops it, and checks the
-outputs for NaN / Inf. Its device work outside the window holds the window shared, so it never
-lands inside another worker's timing (_window.py). Everything runs on this worker's own stream.
+TVM through DLPack) and warms up: the first launch loads the device code and writes the
+outputs, which are checked for NaN / Inf right there (a candidate that writes them is not
+timed at all); a second launch, timed, sizes a repeat (_timing.TimingPlan.launches), and the
+repeat's back-to-back launches are captured in a CUDA graph, so that a kernel of a few
+microseconds is timed without the host's launch overhead (plain launches if capture fails, or
+one launch per repeat when a kernel fills one alone). Then the job takes the GPU's timed window
+alone and times repeats with CUDA events until the rule in _timing.py stops it. Its device work
+outside the window holds the window shared, so it never lands inside another worker's timing
+(_window.py); all of it comes before the timing, in one hold, so a job never waits for the
+window again after its timing (a waiting timer closes the window to shared holders).
+Everything runs on this worker's own stream.
 """
 
 from __future__ import annotations
@@ -74,6 +78,14 @@ def measure(
                 with step(steps, "allocate"):
                     arrays, tensors = _inputs(device_index, args)
                 with step(steps, "warm_up"):
+                    first_s = _first_launch(kernel, tensors, device_index, stream)
+                with step(steps, "check"):
+                    finite = _finite(arrays)
+                if not finite:  # wrong already: not worth a timing
+                    _arguments.pop((device_index, args), None)  # the next one gets fresh inputs
+                    result.update(run_secs=[first_s], finite=False, raced=False, window=None)
+                    return result
+                with step(steps, "warm_up"):
                     launch, launches, replay, mode = _prepare(
                         kernel, tensors, device_index, stream, plan
                     )
@@ -81,13 +93,9 @@ def measure(
                 if not plan.flush_l2:
                     launch(1)  # the caches hold this candidate's data, as in every repeat
                 samples, reason = _time(replay, launches, stream, plan, best_s, device_index)
-            with stream, _quiet(window, until), step(steps, "check"):
-                finite = all(bool(cupy.isfinite(a).all()) for a in arrays if a.dtype.kind == "f")
-                if not finite:  # the next candidate of this workload gets fresh inputs
-                    _arguments.pop((device_index, args), None)
         result.update(
             run_secs=samples,
-            finite=finite,
+            finite=True,
             raced=reason == RACED,
             window=held,
             launches=launches,
@@ -98,7 +106,8 @@ def measure(
     except Exception as exc:  # this candidate's failure: data; a broken context: a new worker
         result.update(error=f"measurement failed: {short_error(exc)}")
         result[RESTART] = not _context_alive(device_index)
-    steps["wait"] = window.waited_s if window else 0.0
+    finally:
+        steps["wait"] = window.waited_s if window else 0.0
     return result
 
 
@@ -123,12 +132,10 @@ def _held(window: DeviceWindow | None, until: float, steps: dict[str, float]) ->
     steps["timed"] = held[1] - held[0]
 
 
-def _prepare(
-    kernel: Any, tensors: list[Any], device_index: int, stream: Any, plan: TimingPlan
-) -> tuple[Callable[[int], None], int, Callable[[], None], str]:
-    """Warm up; (launch(n) on the stream, launches per repeat, a function launching one
-    repeat, "graph" or "loop")."""
-    import cupy
+def _launcher(
+    kernel: Any, tensors: list[Any], device_index: int, stream: Any
+) -> Callable[[int], None]:
+    """launch(n): n back-to-back launches of the candidate on the worker's stream."""
 
     def launch(n: int) -> None:
         import tvm_ffi
@@ -137,14 +144,41 @@ def _prepare(
             for _ in range(n):
                 kernel(*tensors)
 
-    launch(1)  # loads the device code
+    return launch
+
+
+def _first_launch(kernel: Any, tensors: list[Any], device_index: int, stream: Any) -> float:
+    """The first launch, which loads the device code and writes the outputs; its seconds
+    (load included: a first guess of the latency, for a candidate never timed)."""
+    started = time.monotonic()
+    _launcher(kernel, tensors, device_index, stream)(1)
     stream.synchronize()
+    return time.monotonic() - started
+
+
+def _finite(arrays: list[Any]) -> bool:
+    """No NaN or Inf in any floating-point array (the outputs, after a launch)."""
+    import cupy
+
+    return all(bool(cupy.isfinite(a).all()) for a in arrays if a.dtype.kind == "f")
+
+
+def _prepare(
+    kernel: Any, tensors: list[Any], device_index: int, stream: Any, plan: TimingPlan
+) -> tuple[Callable[[int], None], int, Callable[[], None], str]:
+    """After the first launch: size a repeat, capture it; (launch(n) on the stream, launches
+    per repeat, a function launching one repeat, "graph", "single" or "loop")."""
+    import cupy
+
+    launch = _launcher(kernel, tensors, device_index, stream)
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     start.record(stream)
     launch(1)
     end.record(stream)
     end.synchronize()
     launches = min(_MAX_LAUNCHES, plan.launches(cupy.cuda.get_elapsed_time(start, end) / 1e3))
+    if launches == 1:  # one launch fills a repeat: a graph would save nothing
+        return launch, 1, lambda: launch(1), "single"
     try:
         stream.begin_capture()
         try:

@@ -1,7 +1,9 @@
 """The CUDA engine: candidates timed on the device, on every GPU given, with the scheduling of
 parallel.py. Each GPU gets a pool of worker processes (one CUDA context each, as many as the DOP
-may reach), started at once so that their start-up overlaps the caller's own work; each job is
-_cuda_worker.measure. A candidate that crashes or hangs costs one result; its worker is
+may reach): as many as the DOP starts at are started at once, so that their start-up overlaps
+the caller's own work; the others start as the DOP rises (each imports TVM and cupy and makes a
+context: 16 at once during the untuned baseline competed with its builds for the host's cores).
+Each job is _cuda_worker.measure. A candidate that crashes or hangs costs one result; its worker is
 replaced, as is one whose CUDA context a candidate broke. NVML telemetry is read around each
 measure() call.
 """
@@ -43,7 +45,7 @@ def window_path(cuda_index: int) -> str:
 
 
 class CudaWorkers(Workers):
-    """`per_gpu` measuring processes on each of `gpus`."""
+    """Up to `per_gpu` measuring processes on each of `gpus`, `first` of them started now."""
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class CudaWorkers(Workers):
         per_gpu: int,
         timeout_s: float,
         log_path: str | Path | None = None,
+        first: int | None = None,
     ) -> None:
         if not gpus:
             raise ValueError("gpus cannot be empty.")
@@ -67,8 +70,9 @@ class CudaWorkers(Workers):
             )
             for gpu in self.gpus
         ]
+        self.first = min(per_gpu, first or per_gpu)
         for pool in self._pools:
-            pool.start(per_gpu)
+            pool.start(self.first)
         self._windows = [window_path(gpu) for gpu in self.gpus]
         self._running: dict[concurrent.futures.Future, Job] = {}
         self.telemetry = GpuTelemetry(self.gpus)
@@ -107,7 +111,7 @@ class CudaWorkers(Workers):
         return {
             "telemetry": GpuTelemetry.summary(self.batch_telemetry),
             "workers_ready_s": ready_summary(
-                self.per_gpu * len(self._pools), [s for pool in self._pools for s in pool.ready_s]
+                self.first * len(self._pools), [s for pool in self._pools for s in pool.ready_s]
             ),
         }
 
@@ -141,8 +145,9 @@ class CudaEngine(ParallelEngine):
             ) from None
         controller = controller or DopController()
         per_gpu = fixed_dop or controller.config.max_dop
+        first = fixed_dop or controller.config.start
         super().__init__(
-            CudaWorkers(gpus, per_gpu=per_gpu, timeout_s=timeout_s, log_path=log_path),
+            CudaWorkers(gpus, per_gpu=per_gpu, timeout_s=timeout_s, log_path=log_path, first=first),
             controller,
             fixed_dop=fixed_dop,
             overlap_timing=overlap_timing,

@@ -145,6 +145,7 @@ def make_engine(
             overlap_timing=settings.dop.overlap_timing,
             plan=timing_plan(settings, "cuda"),
             latency=Landscape(seed=settings.tune.seed).of_input,
+            warm=fleet.parallelism or settings.dop.start,  # as many as the real engine starts
         )
     if fleet.rpc:
         return RpcEngine(

@@ -62,11 +62,11 @@ class Landscape:
 
 
 def stand_in_gpu(seed: int = 0) -> Any:
-    """The simulated device's costs, from the lent H100 (DESIGN.md): our engine prepared and
-    timed 7.0 candidates/s one at a time, so about 0.14 s each, mostly module load and warm-up."""
+    """The simulated device: the per-step costs our engine measured on a lent H100
+    (measure/calibration/nvidia-h100.json)."""
     from tune_orchestrator.measure.simulated import SimulatedGpu
 
-    return SimulatedGpu(prepare_s=0.12, check_s=0.005, noise=0.01, seed=seed)
+    return SimulatedGpu.calibrated("nvidia-h100", seed=seed)
 
 
 class VirtualClock:

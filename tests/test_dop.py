@@ -66,6 +66,42 @@ def test_timings_stay_true_under_interference_because_they_never_overlap():
     assert statistics.median(abs(m - t) / t for m, t in zip(measured, truth, strict=True)) < 0.03
 
 
+def test_preparing_never_runs_inside_a_timing_and_timings_never_overlap():
+    """Warm-up launches the kernel: the worker holds the window shared for it (_window.py)."""
+    gpu = SimulatedGpu(prepare_s=0.005, load_s=0.001, check_s=0.002, check_after_timing=True)
+    engine, _ = in_rounds(gpu, n=256)
+    timed, shared = engine.figures.windows[0], engine.workers.shared_holds[0]
+    assert len(shared) == 2 * 256 and not windows_overlap(timed)  # prepare, then check
+    assert not any(s < t_end - 1e-12 and t < s_end - 1e-12
+                   for s, s_end in shared for t, t_end in timed)  # fmt: skip
+
+
+def test_checking_before_the_timing_keeps_the_window_busier():
+    """A check after the timing is a second shared hold, which waits behind the timers that
+    asked meanwhile and holds back the ones after it; the worker now checks the warm-up's
+    outputs in the same hold as the warm-up."""
+    common = {"prepare_s": 0.045, "check_s": 0.02, "load_s": 0.002, "seed": 3}
+    before, _ = in_rounds(SimulatedGpu(**common), n=640, fixed_dop=16)
+    after, _ = in_rounds(SimulatedGpu(**common, check_after_timing=True), n=640, fixed_dop=16)
+    assert before.stats()["busy"] > after.stats()["busy"] + 0.05
+    assert before.stats()["candidates_per_s"] > 1.1 * after.stats()["candidates_per_s"]
+
+
+def test_a_worker_started_on_demand_pays_its_start_once():
+    gpu = SimulatedGpu(worker_start_s=5.0)
+    warm, _ = in_rounds(gpu, n=128, fixed_dop=4)
+    cold, _ = in_rounds(gpu, n=128, fixed_dop=4, warm=1)
+    assert warm.virtual_s < 5.0 <= cold.virtual_s < 5.0 + warm.virtual_s + 1.0
+
+
+def test_the_stand_in_gpu_takes_its_costs_from_a_real_gpu():
+    from tune_orchestrator.simulate import stand_in_gpu
+
+    gpu = stand_in_gpu()
+    assert gpu == SimulatedGpu.calibrated("nvidia-h100")
+    assert 0.02 < gpu.prepare_s < 0.2 and gpu.worker_start_s > 1
+
+
 def test_overlapping_the_same_candidates_corrupts_them():
     """Why exclusive is the default: the same GPU with timings overlapped at DOP 8."""
     gpu = SimulatedGpu(noise=0.01, interference=0.5, interference_noise=0.2)
@@ -75,12 +111,22 @@ def test_overlapping_the_same_candidates_corrupts_them():
     assert parallel and statistics.median(abs(m - t) / t for m, t in parallel) > 0.5
 
 
+def in_rounds(gpu: SimulatedGpu, n: int, **engine_args) -> tuple[SimulatedEngine, list]:
+    """`n` candidates measured in rounds of 64 per GPU, as the tuning loop hands them over."""
+    engine, items = engine_on(gpu, **engine_args), inputs(n)
+    size = 64 * len(engine.workers.gpus)
+    return engine, [m for k in range(0, n, size) for m in engine.measure(items[k : k + size])]
+
+
 def test_the_dop_becomes_the_workers_that_keep_the_window_busy():
-    slow_preparation, _ = run(SimulatedGpu(prepare_s=0.01), n=800)
-    quick_preparation, _ = run(SimulatedGpu(prepare_s=0.0005), n=800)
+    """Preparing holds the window shared (it runs the kernel), so a slow preparation bounds
+    the busy share however many prepare at once: 10 ms against ~2 ms timings leaves ~70%."""
+    slow_preparation, _ = in_rounds(SimulatedGpu(prepare_s=0.01), n=800)
+    quick_preparation, _ = in_rounds(SimulatedGpu(prepare_s=0.0005), n=800)
     stats = slow_preparation.stats()
-    assert stats["busy"] >= 0.8 and slow_preparation.dop >= 5
-    assert quick_preparation.dop <= 3 and quick_preparation.stats()["busy"] >= 0.8
+    assert 0.6 <= stats["busy"] < 0.8 and slow_preparation.dop == 16
+    assert quick_preparation.dop < slow_preparation.dop
+    assert quick_preparation.stats()["busy"] >= 0.85
     paces = stats["paces"]
     assert paces and paces[0]["dop"] == 1 and paces[0]["new_dop"] > 1  # it starts at 1
     assert all(p["reason"] for p in paces)
@@ -88,8 +134,8 @@ def test_the_dop_becomes_the_workers_that_keep_the_window_busy():
 
 @pytest.mark.parametrize("gpus", [2, 4, 8])
 def test_candidates_spread_over_gpus_and_throughput_scales(gpus):
-    one, _ = run(SimulatedGpu(), n=1024)
-    many, results = run(SimulatedGpu(), n=1024 * gpus, gpus=gpus)
+    one, _ = in_rounds(SimulatedGpu(), n=1024)
+    many, results = in_rounds(SimulatedGpu(), n=1024 * gpus, gpus=gpus)
     assert all(m.ok for m in results)
     stats = many.stats()
     assert stats["gpus"] == list(range(gpus)) and len(stats["busy_per_gpu"]) == gpus
@@ -97,7 +143,7 @@ def test_candidates_spread_over_gpus_and_throughput_scales(gpus):
     assert max(per_gpu) - min(per_gpu) <= 0.15 * statistics.fmean(per_gpu)  # taken as freed
     ratio = stats["candidates_per_s"] / (gpus * one.stats()["candidates_per_s"])
     assert 0.85 < ratio < 1.15  # virtual time: the model scales, whatever this host does
-    assert min(stats["busy_per_gpu"]) > 0.75
+    assert min(stats["busy_per_gpu"]) > 0.6  # the window's bound (see the test above)
 
 
 def test_a_clearly_slower_candidate_is_raced_and_still_a_valid_measurement():
