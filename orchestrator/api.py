@@ -317,8 +317,11 @@ def tune(
         _removed_if_refused(out_dir, fresh),
     ):
         f = settings.filter
+        # Its refits use every core this process may run on.
         predictor = (
-            Predictor(seed=settings.tune.seed, min_samples=f.min_samples) if shared else None
+            Predictor(seed=settings.tune.seed, min_samples=f.min_samples, threads=host_cores())
+            if shared
+            else None
         )
         candidate_filter = make_filter(
             settings.tune.filter,
@@ -333,6 +336,7 @@ def tune(
                 audit_share=f.audit_share,
                 min_audit=f.min_audit,
                 seed=settings.tune.seed,
+                threads=host_cores(),
             ),
             state_dir=run.path,
             predictor=predictor,
