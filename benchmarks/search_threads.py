@@ -168,10 +168,11 @@ class Bench:
     def prepare(self, *, guided: bool) -> None:
         """One round of each task, timed on the landscape, as every run's parents; `guided`:
         the cost model learns them and scores the runs' schedules (else it scores at random)."""
+        from tune_orchestrator.filters._predictor import Fitted
         from tune_orchestrator.search.cost_model import candidate_features
         from tune_orchestrator.tasks import structural_key
 
-        self.predictor.booster = None
+        self.predictor.fitted = Fitted(objective=self.predictor.objective)  # untrained
         for task in self.tasks:
             search = self.search(task, os.cpu_count() or 1)
             proposed = search.propose()

@@ -24,6 +24,7 @@ booster. Three objectives learn it:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -36,7 +37,7 @@ import numpy as np
 # The log ratio of a candidate that failed to build or run: log(20), "far slower than the
 # best" (the pooled objectives' target; packsum's throughput target for it is 0).
 FAILED_TARGET = math.log(20.0)
-_PARAMS = {"max_depth": 6, "eta": 0.1, "subsample": 0.9, "nthread": 2}
+_PARAMS = {"max_depth": 6, "eta": 0.1, "subsample": 0.9}
 _ROUNDS = 120
 OBJECTIVES = {"packsum": "reg:squarederror", "regression": "reg:squarederror", "rank": "rank:ndcg"}
 # rank:ndcg's hessians (pairwise lambdas, normalized per query) are far below a squared
@@ -46,7 +47,7 @@ _MIN_CHILD_WEIGHT = {"packsum": 0.0, "regression": 2.0, "rank": 0.1}
 # packsum: TVM's XGBModel's settings (eta 0.2, min_child_weight 0, a tiny gamma) at our depth
 # and rounds; each candidate weighs its relative throughput, at least _MIN_WEIGHT (failures
 # and far slower candidates still count a little).
-_PACKSUM = {"max_depth": 6, "eta": 0.2, "gamma": 1e-4, "nthread": 2}
+_PACKSUM = {"max_depth": 6, "eta": 0.2, "gamma": 1e-4}
 _MIN_WEIGHT = 0.1
 # A packsum score at or below this (the relative throughput is not a probability: sums can
 # go negative) is placed here, log ratio 13.8.
@@ -109,73 +110,19 @@ def pooled(features: Sequence[np.ndarray], width: int | None = None) -> np.ndarr
     return out
 
 
-class Predictor:
-    """Training data by workload, and the booster fitted on all of it."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fitted:
+    """What predicting needs, never changed once made: the booster, the objective it learned,
+    the measurements it had and whether it started warm. The learner swaps in a new one
+    whole, so the search's threads, which read it once per call, never see half a refit."""
 
-    def __init__(self, *, seed: int = 0, min_samples: int = 64, objective: str = "packsum") -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(
-                f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}."
-            )
-        self.seed = seed
-        self.objective = objective
-        self.min_samples = min_samples
-        self.warm = False  # trained on earlier runs: usable before min_samples of this run
-        self.booster: Any | None = None
-        self._data: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+    booster: Any | None = None
+    objective: str = "packsum"
+    samples: int = 0
+    warm: bool = False  # trained on earlier runs: usable before min_samples of this run
 
-    @property
-    def samples(self) -> int:
-        return sum(len(lat) for _, lat in self._data.values())
-
-    @property
-    def ready(self) -> bool:
-        return self.booster is not None and (self.warm or self.samples >= self.min_samples)
-
-    def add(
-        self, workload: str, features: Sequence[np.ndarray], latencies: Sequence[float]
-    ) -> None:
-        """Measured candidates of one workload (their store matrices); inf latency marks a
-        failure."""
-        rows, lats = self._data.setdefault(workload, ([], []))
-        for stores, latency, bad in zip(features, latencies, unreadable(features), strict=True):
-            if not bad:  # a candidate without features teaches nothing
-                rows.append(stores)
-                lats.append(float(latency))
-
-    def fit(self) -> None:
-        import xgboost as xgb
-
-        xs: list[np.ndarray] = []
-        ys, query = [], []
-        for group, (rows, lats) in enumerate(self._data.values()):
-            finite = [x for x in lats if math.isfinite(x)]
-            if not finite:
-                continue
-            best = min(finite)
-            xs.extend(rows)
-            ys.extend(math.log(x / best) if math.isfinite(x) else FAILED_TARGET for x in lats)
-            query.extend([group] * len(lats))
-        if len(ys) < 2:
-            return
-        y = np.asarray(ys)
-        if self.objective == "packsum":
-            self.booster = _fit_packsum(xs, np.where(y < FAILED_TARGET, np.exp(-y), 0.0), self.seed)
-            self.booster.set_attr(**{_ATTR: self.objective})
-            return
-        if self.objective == "rank":  # each task a query; levels: 0 failed .. _LEVELS best
-            levels = np.round(_LEVELS * (1.0 - np.minimum(y, FAILED_TARGET) / FAILED_TARGET))
-            train = xgb.DMatrix(pooled(xs), label=levels, qid=np.asarray(query))
-        else:
-            train = xgb.DMatrix(pooled(xs), label=y)
-        params = {
-            **_PARAMS,
-            "objective": OBJECTIVES[self.objective],
-            "min_child_weight": _MIN_CHILD_WEIGHT[self.objective],
-            "seed": self.seed,
-        }
-        self.booster = xgb.train(params, train, num_boost_round=_ROUNDS)
-        self.booster.set_attr(**{_ATTR: self.objective})
+    def ready(self, min_samples: int) -> bool:
+        return self.booster is not None and (self.warm or self.samples >= min_samples)
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Per candidate, lower is better: the predicted log(latency / task's best) for
@@ -201,12 +148,117 @@ class Predictor:
             return np.where(bad, np.inf, -predicted)
         return np.where(bad, FAILED_TARGET, predicted)
 
+
+class Predictor:
+    """Training data by workload, and the booster fitted on all of it.
+
+    Only the learner (the tuning loop's thread) adds, fits and loads; any thread may predict,
+    from `fitted`, which each fit replaces in one assignment. `threads`: the cores a fit
+    uses."""
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        min_samples: int = 64,
+        objective: str = "packsum",
+        threads: int = 1,
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(
+                f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}."
+            )
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1 but got {threads}.")
+        self.seed = seed
+        self.min_samples = min_samples
+        self.threads = threads
+        self.fitted = Fitted(objective=objective)
+        self.samples = 0  # measurements added (those with features)
+        self._data: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+
+    @property
+    def booster(self) -> Any | None:
+        return self.fitted.booster
+
+    @property
+    def objective(self) -> str:
+        return self.fitted.objective
+
+    @property
+    def warm(self) -> bool:
+        return self.fitted.warm
+
+    @warm.setter
+    def warm(self, warm: bool) -> None:
+        self.fitted = dataclasses.replace(self.fitted, warm=warm)
+
+    @property
+    def ready(self) -> bool:
+        return self.fitted.ready(self.min_samples)
+
+    def add(
+        self, workload: str, features: Sequence[np.ndarray], latencies: Sequence[float]
+    ) -> None:
+        """Measured candidates of one workload (their store matrices); inf latency marks a
+        failure."""
+        rows, lats = self._data.setdefault(workload, ([], []))
+        for stores, latency, bad in zip(features, latencies, unreadable(features), strict=True):
+            if not bad:  # a candidate without features teaches nothing
+                rows.append(stores)
+                lats.append(float(latency))
+                self.samples += 1
+
+    def fit(self) -> None:
+        xs: list[np.ndarray] = []
+        ys, query = [], []
+        for group, (rows, lats) in enumerate(self._data.values()):
+            finite = [x for x in lats if math.isfinite(x)]
+            if not finite:
+                continue
+            best = min(finite)
+            xs.extend(rows)
+            ys.extend(math.log(x / best) if math.isfinite(x) else FAILED_TARGET for x in lats)
+            query.extend([group] * len(lats))
+        if len(ys) < 2:
+            return
+        booster = self._train(xs, np.asarray(ys), np.asarray(query))
+        booster.set_attr(**{_ATTR: self.objective})
+        self.fitted = Fitted(
+            booster=booster, objective=self.objective, samples=self.samples, warm=self.warm
+        )
+
+    def _train(self, xs: list[np.ndarray], y: np.ndarray, query: np.ndarray) -> Any:
+        import xgboost as xgb
+
+        if self.objective == "packsum":
+            throughput = np.where(y < FAILED_TARGET, np.exp(-y), 0.0)
+            return _fit_packsum(xs, throughput, seed=self.seed, threads=self.threads)
+        if self.objective == "rank":  # each task a query; levels: 0 failed .. _LEVELS best
+            levels = np.round(_LEVELS * (1.0 - np.minimum(y, FAILED_TARGET) / FAILED_TARGET))
+            train = xgb.DMatrix(pooled(xs), label=levels, qid=query)
+        else:
+            train = xgb.DMatrix(pooled(xs), label=y)
+        params = {
+            **_PARAMS,
+            "objective": OBJECTIVES[self.objective],
+            "min_child_weight": _MIN_CHILD_WEIGHT[self.objective],
+            "seed": self.seed,
+            "nthread": self.threads,
+        }
+        return xgb.train(params, train, num_boost_round=_ROUNDS)
+
+    def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
+        """See Fitted.predict."""
+        return self.fitted.predict(features)
+
     def save(self, path: Path) -> None:
         """xgboost's JSON format (never pickle), replaced atomically."""
-        if self.booster is None:
+        booster = self.booster
+        if booster is None:
             return
         tmp = path.with_name(f".{path.name}.{os.getpid()}.json")
-        self.booster.save_model(str(tmp))
+        booster.save_model(str(tmp))
         os.replace(tmp, path)
 
     def load(self, path: Path) -> None:
@@ -214,13 +266,14 @@ class Predictor:
 
         booster = xgb.Booster()
         booster.load_model(str(path))
-        self.booster = booster
         # A saved booster says what it learned (files saved before packsum by xgboost's name).
         learned = booster.attr(_ATTR)
         if learned not in OBJECTIVES:
             name = json.loads(booster.save_config())["learner"]["objective"]["name"]
             learned = "rank" if name.startswith("rank:") else "regression"
-        self.objective = learned
+        self.fitted = Fitted(
+            booster=booster, objective=learned, samples=self.samples, warm=self.warm
+        )
 
 
 def _stacked(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +284,9 @@ def _stacked(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack(features), owner
 
 
-def _fit_packsum(features: Sequence[np.ndarray], throughput: np.ndarray, seed: int) -> Any:
+def _fit_packsum(
+    features: Sequence[np.ndarray], throughput: np.ndarray, *, seed: int, threads: int
+) -> Any:
     """A booster scoring store rows whose sums per candidate fit `throughput`, each candidate
     weighted by its throughput (at least _MIN_WEIGHT): squared error on the sums, its gradient
     handed to every store row of the candidate."""
@@ -244,7 +299,12 @@ def _fit_packsum(features: Sequence[np.ndarray], throughput: np.ndarray, seed: i
         sums = np.bincount(owner, weights=predicted, minlength=len(throughput))
         return ((sums - throughput) * weight)[owner], weight[owner]
 
-    params = {**_PACKSUM, "min_child_weight": _MIN_CHILD_WEIGHT["packsum"], "seed": seed}
+    params = {
+        **_PACKSUM,
+        "min_child_weight": _MIN_CHILD_WEIGHT["packsum"],
+        "seed": seed,
+        "nthread": threads,
+    }
     return xgb.train(params, xgb.DMatrix(rows), num_boost_round=_ROUNDS, obj=objective)
 
 

@@ -44,6 +44,7 @@ class TrimmerConfig:
     audit_share: float = 0.2  # of the rejected candidates, at least `min_audit`
     min_audit: int = 2
     seed: int = 0
+    threads: int = 1  # cores a fit of the filter's own predictor uses
 
     def __post_init__(self) -> None:
         if not 0 < self.recall_target <= 1:
@@ -62,6 +63,8 @@ class TrimmerConfig:
             raise ValueError(f"audit_share must be in (0, 1] but got {self.audit_share}.")
         if self.min_audit < 1:
             raise ValueError(f"min_audit must be at least 1 but got {self.min_audit}.")
+        if self.threads < 1:
+            raise ValueError(f"threads must be at least 1 but got {self.threads}.")
 
 
 @dataclasses.dataclass
@@ -186,7 +189,9 @@ class TrimmerFilter(Filter):
         self.config = c = config or TrimmerConfig()
         self.state_dir = state_dir
         self.trains = predictor is None
-        self.predictor = predictor or Predictor(seed=c.seed, min_samples=c.min_samples)
+        self.predictor = predictor or Predictor(
+            seed=c.seed, min_samples=c.min_samples, threads=c.threads
+        )
         self.calibration = Calibration(
             target=c.recall_target,
             share=c.top_share,

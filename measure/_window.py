@@ -14,7 +14,7 @@ import fcntl
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class WindowBusy(Exception):
@@ -23,19 +23,21 @@ class WindowBusy(Exception):
 
 
 class DeviceWindow:
-    """The window of one GPU: lock file `path` (and `path`.gate, the turnstile)."""
+    """The window of one GPU: lock file `path` (and `path`.gate, the turnstile); `clock`
+    times the waits and the holds."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.gate = path + ".gate"
+        self.clock = clock
         self.waited_s = 0.0  # time spent blocked on this window, all waits together
-        self.held: tuple[float, float] | None = None  # (acquired, released), time.monotonic()
+        self.held: tuple[float, float] | None = None  # (acquired, released) on the clock
 
     @contextlib.contextmanager
     def timed(self, wait_s: float | None = None) -> Iterator[None]:
         """Hold the window alone; WindowBusy if that takes longer than `wait_s`."""
         with open(self.gate, "a") as gate, open(self.path, "a") as window:
-            asked = time.monotonic()
+            asked = self.clock()
             try:
                 with _deadline(wait_s):
                     fcntl.flock(gate, fcntl.LOCK_EX)
@@ -44,26 +46,26 @@ class DeviceWindow:
                     finally:
                         fcntl.flock(gate, fcntl.LOCK_UN)
             finally:
-                acquired = time.monotonic()
+                acquired = self.clock()
                 self.waited_s += acquired - asked
             try:
                 yield
             finally:
-                self.held = (acquired, time.monotonic())
+                self.held = (acquired, self.clock())
                 fcntl.flock(window, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def shared(self, wait_s: float | None = None) -> Iterator[None]:
         """Device work that may run beside other such work, never inside a timing."""
         with open(self.gate, "a") as gate, open(self.path, "a") as window:
-            asked = time.monotonic()
+            asked = self.clock()
             try:
                 with _deadline(wait_s):
                     fcntl.flock(gate, fcntl.LOCK_EX)  # the turnstile: no timer is waiting
                     fcntl.flock(gate, fcntl.LOCK_UN)
                     fcntl.flock(window, fcntl.LOCK_SH)
             finally:
-                self.waited_s += time.monotonic() - asked
+                self.waited_s += self.clock() - asked
             try:
                 yield
             finally:

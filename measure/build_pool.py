@@ -90,10 +90,12 @@ class BuildPool(Builder):
         """Seconds the next build may take: `adaptive_timeout` x the median of the run's recent
         builds, within [min_timeout_s, the configured timeout_s]; that timeout until
         `_MIN_TIMED` builds are timed, or always when adaptive_timeout is 0."""
-        if not self.adaptive_timeout or len(self._seconds) < _MIN_TIMED:
-            return self.max_timeout_s
-        scaled = self.adaptive_timeout * statistics.median(self._seconds)
-        return min(self.max_timeout_s, max(self.min_timeout_s, scaled))
+        return adaptive_timeout_s(
+            self._seconds,
+            factor=self.adaptive_timeout,
+            low=self.min_timeout_s,
+            high=self.max_timeout_s,
+        )
 
     def stats(self) -> dict[str, Any]:
         return {"workers_ready_s": ready_summary(self.workers, self._pool.ready_s)}
@@ -107,6 +109,14 @@ class BuildPool(Builder):
     def close(self) -> None:
         self._pool.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def adaptive_timeout_s(recent: Sequence[float], *, factor: float, low: float, high: float) -> float:
+    """`factor` x the median of `recent` build seconds, within [`low`, `high`]; `high` while
+    fewer than _MIN_TIMED builds are timed or when `factor` is 0."""
+    if not factor or len(recent) < _MIN_TIMED:
+        return high
+    return min(high, max(low, factor * statistics.median(recent)))
 
 
 def sweep_stale_build_dirs(root: Path, idle_s: float = 3600.0) -> list[Path]:

@@ -344,8 +344,11 @@ def tune(
         _refusal(out_dir, fresh, emit),
     ):
         f = settings.filter
+        # Its refits use every core this process may run on.
         predictor = (
-            Predictor(seed=settings.tune.seed, min_samples=f.min_samples) if shared else None
+            Predictor(seed=settings.tune.seed, min_samples=f.min_samples, threads=host_cores())
+            if shared
+            else None
         )
         candidate_filter = make_filter(
             settings.tune.filter,
@@ -360,6 +363,7 @@ def tune(
                 audit_share=f.audit_share,
                 min_audit=f.min_audit,
                 seed=settings.tune.seed,
+                threads=host_cores(),
             ),
             state_dir=run.path,
             predictor=predictor,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,15 @@ def fast_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return onnx_models.tiny_cnn(tmp_path_factory.mktemp("models") / "tiny.onnx")
+
+
+@pytest.fixture
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """host_cores() answers 2 wherever the package calls it, so that forecasts (and the
+    budgets they suggest) read as on the 2-core machine the expected texts come from."""
+    from tune_orchestrator import targets
+
+    real = targets.host_cores
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tune_orchestrator") and getattr(module, "host_cores", None) is real:
+            monkeypatch.setattr(module, "host_cores", lambda: 2)

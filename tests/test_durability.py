@@ -110,6 +110,18 @@ def default_records(run: Path) -> int:
     return len({e["task"] for e in entries if e["type"] == "baseline" and e["record_key"]})
 
 
+def wait_for_a_round(run: Path, proc: subprocess.Popen, timeout_s: float = 600.0) -> None:
+    """Until the journal holds a finished round (complete lines only) or the process ends."""
+    deadline = time.monotonic() + timeout_s
+    journal = run / RunDir.JOURNAL
+    while proc.poll() is None and time.monotonic() < deadline:
+        text = journal.read_text() if journal.exists() else ""
+        lines = text.splitlines()[: text.count("\n")]
+        if any(json.loads(line).get("type") == "round" for line in lines):
+            return
+        time.sleep(0.1)
+
+
 def identity(line: str) -> str:
     workload, (trace, *_rest) = json.loads(line)
     return json.dumps([workload, trace])
@@ -129,16 +141,17 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
     ]
     kept: list[str] = []
     lived = []
-    for _ in range(KILLS):
-        proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+    for kill in range(KILLS):
+        stderr = tmp_path / f"session-{kill}.err"  # a file: a full pipe would stall the run
+        with stderr.open("w") as err:
+            proc = subprocess.Popen(
+                args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+            )
         started = time.monotonic()
-        time.sleep(rng.uniform(1.0, 20.0))  # import, untuned, a round, compiling: anywhere
+        if kill == 0:  # mid-tuning, however slow the machine: after its first round
+            wait_for_a_round(run, proc)
+        else:
+            time.sleep(rng.uniform(1.0, 20.0))  # import, untuned, a round, compiling: anywhere
         if proc.poll() is not None:  # finished before the kill: nothing left to test
             break
         os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: workers too
@@ -148,6 +161,7 @@ def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_co
         assert now[: len(kept)] == kept  # what was in the database stays, unchanged
         assert len({identity(line) for line in now}) == len(now)  # and nothing twice
         kept = now
+    assert lived, f"no session was killed; the first one's stderr: {tmp_path / 'session-0.err'}"
     final = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0, final.stderr
     now = records(run)

@@ -140,7 +140,9 @@ def test_exit_2_for_bad_input_from_a_real_process(tmp_path):
     ]
 
 
-def test_exit_3_up_front_when_the_budget_cannot_cover_compiling_and_checking(tmp_path, fast_config):
+def test_exit_3_up_front_when_the_budget_cannot_cover_compiling_and_checking(
+    tmp_path, fast_config, two_cores
+):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     result = CliRunner().invoke(
         main,
@@ -154,7 +156,7 @@ def test_exit_3_up_front_when_the_budget_cannot_cover_compiling_and_checking(tmp
 
 
 def test_exit_3_up_front_when_the_budget_cannot_cover_a_first_round_and_the_final_phase(
-    tmp_path, fast_config
+    tmp_path, fast_config, two_cores
 ):
     """A CUDA first round's search is forecast at over half a minute before any round was
     timed: a budget that covers the fixed phases but not that is refused before any work,
@@ -167,7 +169,7 @@ def test_exit_3_up_front_when_the_budget_cannot_cover_a_first_round_and_the_fina
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: budget 30s is too small for tiny: a first round's search (~")
-    assert "cores for cuda), compiling and checking need about " in line
+    assert " on 2 cores for cuda), compiling and checking need about " in line
     assert "give --budget 1min or more (nothing was tuned)" in line
     assert not (tmp_path / "run").exists()
 

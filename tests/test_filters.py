@@ -445,6 +445,19 @@ def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_pat
     assert spearmanr(first.predict(x[:100]), latency[:100]).correlation > 0.8  # lower: faster
 
 
+@pytest.mark.parametrize("objective", ["packsum", "rank"])
+def test_a_fit_uses_the_cores_it_is_given(objective):
+    x = np.random.default_rng(0).uniform(size=(20, 2, 4)).astype(np.float32)
+    model = Predictor(threads=3, objective=objective)
+    model.add("w", x, 1e-4 * (1 + x[:, 0, 0]))
+    model.fit()
+    learner = json.loads(model.booster.save_config())["learner"]
+    assert learner["generic_param"]["nthread"] == "3"
+    assert TrimmerFilter(target=None, config=TrimmerConfig(threads=3)).predictor.threads == 3
+    with pytest.raises(ValueError, match="threads must be at least 1 but got 0"):
+        Predictor(threads=0)
+
+
 def test_the_predictor_learns_from_a_first_round_of_one_task():
     """The filter starts judging after its first 64 measurements, often one round of one
     task: its model must order them then, not score them all alike."""

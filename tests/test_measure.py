@@ -4,7 +4,6 @@ import concurrent.futures
 import functools
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from tune_orchestrator.measure import (
 )
 from tune_orchestrator.measure._pool import WorkerPool
 from tune_orchestrator.measure.base import short_error
+from tune_orchestrator.measure.build_pool import adaptive_timeout_s
 
 ARGS = (("float32", (16,)), ("float32", (16,)))
 LLVM = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -77,18 +77,6 @@ def writes_nan(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
         with T.sblock("B"):
             vi = T.axis.remap("S", [i])
             B[vi] = T.log(A[vi] - 100.0)  # the inputs are ~N(0, 1): log of a negative number
-
-
-@T.prim_func(s_tir=True)
-def slow_to_compile(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    # 8000 unrolled steps: LLVM takes seconds (8.8 s on a 2-core VM), as it does on the
-    # heavily unrolled schedules that MetaSchedule's random samples sometimes are.
-    for i in T.unroll(8000):
-        with T.sblock("B"):
-            vi = T.axis.remap("R", [i])
-            with T.init():
-                B[0] = T.float32(0)
-            B[vi % 64] = B[(vi * 7) % 64] * A[(vi * 13) % 64] + T.sin(A[vi % 64])
 
 
 def module(func):
@@ -174,21 +162,33 @@ def test_a_build_told_to_stop_starts_no_more_and_returns_the_ones_it_built(any_b
     any_builder.release(again)
 
 
-def test_a_build_far_slower_than_the_runs_others_is_cut_at_a_multiple_of_their_median():
+def test_the_build_timeout_is_a_multiple_of_the_recent_builds_median_within_bounds():
+    limit = functools.partial(adaptive_timeout_s, factor=3, low=0.5, high=60)
+    assert limit([0.2] * 15) == 60  # too few builds timed yet: the configured timeout
+    assert limit([0.2] * 9 + [3.0] * 7) == pytest.approx(0.6)  # the median, not the mean
+    assert limit([0.1] * 16) == 0.5 and limit([30.0] * 16) == 60
+    assert adaptive_timeout_s([0.2] * 16, factor=0, low=0.5, high=60) == 60  # not adaptive
+
+
+def test_a_pools_builds_set_the_timeout_of_its_next_builds():
     with BuildPool(workers=2, timeout_s=60, adaptive_timeout=3, min_timeout_s=0.5) as builder:
         assert builder.timeout_s == 60  # nothing timed yet: the configured timeout
         quick = builder.build([BuildInput(module(add_one), LLVM)] * 16)
         assert all(b.ok for b in quick)
-        limit = max(0.5, 3 * statistics.median(b.seconds for b in quick))
-        assert builder.timeout_s == pytest.approx(limit) and limit < 5
-        start = time.monotonic()
-        slow, fine = builder.build(
-            [BuildInput(module(slow_to_compile), LLVM), BuildInput(module(add_one), LLVM)]
-        )
-        assert not slow.ok and slow.error == f"build timed out after {limit:g} s"
-        assert fine.ok
-        assert time.monotonic() - start < limit + 4  # not the seconds the slow build needs
-        builder.release(quick + [fine])
+        limit = adaptive_timeout_s([b.seconds for b in quick], factor=3, low=0.5, high=60)
+        assert builder.timeout_s == limit == builder._pool.timeout_s  # the worker pool's too
+        builder.release(quick)
+
+
+def test_a_job_longer_than_the_timeout_is_cut_as_timed_out_and_its_worker_replaced():
+    pool = WorkerPool(workers=1, timeout_s=0.5)
+    try:
+        value, error = pool.outcome(pool.submit(time.sleep, 60), "build")  # as if it hung
+        assert value is None and error == "build timed out after 0.5 s"
+        pool.timeout_s = 60  # room for the new worker to start
+        assert pool.outcome(pool.submit(os.getpid), "a job")[1] is None
+    finally:
+        pool.close()
 
 
 def test_build_folders_left_by_killed_runs_are_removed_and_no_live_ones(tmp_path):

@@ -3,8 +3,6 @@ change claimed only beyond the spread."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import tvm
@@ -14,18 +12,28 @@ from tune_orchestrator.deploy.timing import Latency, Timing, change, claimed_spe
 from tune_orchestrator.errors import InputError
 
 
-class FakeVM:
-    """A model whose inference sleeps `seconds`; it notes each run in `log`."""
+class FakeClock:
+    """Seconds that pass only when a fake model runs."""
 
-    def __init__(self, name: str, seconds: float, log: list[str]) -> None:
-        self.name, self.seconds, self.log = name, seconds, log
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeVM:
+    """A model whose inference takes `seconds` on `clock`; it notes each run in `log`."""
+
+    def __init__(self, name: str, seconds: float, log: list[str], clock: FakeClock) -> None:
+        self.name, self.seconds, self.log, self.clock = name, seconds, log, clock
 
     def __getitem__(self, function: str):
         assert function == "main"
 
         def main(*args):
             self.log.append(self.name)
-            time.sleep(self.seconds)
+            self.clock.now += self.seconds
 
         return main
 
@@ -40,10 +48,10 @@ class FakeVM:
             for _ in range(repeat):
                 n = number
                 while True:
-                    start = time.perf_counter()
+                    start = self.clock()
                     for _ in range(n):
                         main()
-                    took = time.perf_counter() - start
+                    took = self.clock() - start
                     if took * 1e3 >= min_repeat_ms:
                         break
                     n *= 2
@@ -58,32 +66,33 @@ INPUTS = [np.zeros((2, 2), dtype="float32")]
 
 def test_a_slow_model_gets_the_minimum_timings_and_no_warm_up_run_per_timing():
     log: list[str] = []
+    clock = FakeClock()
     timing = Timing(repeat=10, min_repeat=3, max_s=0.2, min_repeat_ms=50)
-    started = time.monotonic()
-    (latency,) = time_models([(FakeVM("slow", 0.15, log), tvm.cpu())], INPUTS, timing)
-    took = time.monotonic() - started
-    assert len(latency.samples) == 3 and latency.runs_per_timing == 1
+    (latency,) = time_models(
+        [(FakeVM("slow", 0.15, log, clock), tvm.cpu())], INPUTS, timing, clock=clock
+    )
+    assert latency.samples == pytest.approx((0.15,) * 3) and latency.runs_per_timing == 1
     assert len(log) == 4  # one run to size the timings, then one per timing
-    assert all(0.14 < s < 0.5 for s in latency.samples)
-    assert took < 1.5
 
 
 def test_a_fast_model_gets_every_timing_each_running_it_for_min_repeat_ms():
     log: list[str] = []
-    timing = Timing(repeat=5, min_repeat=3, max_s=60.0, min_repeat_ms=20)
-    (latency,) = time_models([(FakeVM("fast", 0.002, log), tvm.cpu())], INPUTS, timing)
-    assert len(latency.samples) == 5
-    assert 5 <= latency.runs_per_timing <= 10  # 20 ms / 2 ms, less sleep overshoot
-    assert all(0.0015 < s < 0.01 for s in latency.samples)
+    clock = FakeClock()
+    run_s = 2.0**-9  # ~2 ms, and sums of it are exact: 8 runs last 15.625 ms
+    timing = Timing(repeat=5, min_repeat=3, max_s=60.0, min_repeat_ms=15.625)
+    (latency,) = time_models(
+        [(FakeVM("fast", run_s, log, clock), tvm.cpu())], INPUTS, timing, clock=clock
+    )
+    assert latency.samples == (run_s,) * 5 and latency.runs_per_timing == 8
 
 
 def test_models_are_timed_in_turn_as_often_as_the_slowest_allows():
     log: list[str] = []
+    clock = FakeClock()
     timing = Timing(repeat=6, min_repeat=2, max_s=0.25, min_repeat_ms=50)
-    a, b = FakeVM("a", 0.06, log), FakeVM("b", 0.12, log)
-    untimed = len(log)
-    latencies = time_models([(a, tvm.cpu()), (b, tvm.cpu())], INPUTS, timing)
-    timed = log[untimed + 2 :]  # after one sizing run of each
+    a, b = FakeVM("a", 0.06, log, clock), FakeVM("b", 0.12, log, clock)
+    latencies = time_models([(a, tvm.cpu()), (b, tvm.cpu())], INPUTS, timing, clock=clock)
+    timed = log[2:]  # after one sizing run of each
     assert [len(x.samples) for x in latencies] == [2, 2]  # 0.25 s fits two timings of b
     assert timed == ["a", "b", "b", "a"]
 

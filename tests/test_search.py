@@ -5,9 +5,14 @@ learning."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import numpy as np
 import pytest
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.s_tir.schedule import Schedule
 
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Predictor
@@ -113,3 +118,69 @@ def test_each_schedules_features_are_extracted_once_for_the_search_the_filter_an
     candidate_features(model, search.ctx, second)  # the filter ranks the round
     model.add(search.ctx, second, results(second))  # and learning learns it
     assert extracted == []
+
+
+def test_search_threads_score_while_the_loop_learns_without_a_race(conv, monkeypatch):
+    """Search-ahead threads ask `ready` and `predict` while the main thread adds measurements
+    of new workloads and refits: no error, and every score is one a fitted model gives."""
+    stores = np.random.default_rng(0).uniform(size=(16, 2, 4)).astype(np.float32)
+    latencies = 1e-4 * (1 + stores[:, 0, 0])
+    monkeypatch.setattr(shared, "store_features", lambda _, mcs: list(stores[: len(mcs)]))
+    context, candidates = measure_candidates(conv, 16)
+    predictor = Predictor(seed=0)
+    model = SharedCostModel(predictor, warmup=0)
+    predictor.add("w0", stores, latencies)
+    model.fit()
+    predictor._data = _Yielding(predictor._data)
+    published = {_rounded(shared.throughput(predictor, stores))}
+    answers: list[tuple[float, ...]] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def search_ahead() -> None:
+        try:
+            while not done.is_set():
+                assert model.ready
+                answers.append(_rounded(model.predict(context, candidates)))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=search_ahead) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline, n = time.monotonic() + 1.5, 0
+        while time.monotonic() < deadline and not errors:
+            n += 1
+            predictor.add(f"w{n}", stores[:2], latencies[:2])  # a new workload each time
+            if n % 20 == 0:
+                model.fit()
+                published.add(_rounded(shared.throughput(predictor, stores)))
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    assert errors == [], errors
+    assert answers and set(answers) <= published
+
+
+def measure_candidates(conv, n):
+    """A tuning context of the task and `n` MeasureCandidates of its unscheduled workload."""
+    target, task = conv
+    context = ms.TuneContext(mod=task.workload, target=target, task_name="scored")
+    args = ms.arg_info.ArgInfo.from_entry_func(task.workload)
+    return context, [ms.MeasureCandidate(Schedule(task.workload), args) for _ in range(n)]
+
+
+def _rounded(scores: np.ndarray) -> tuple[float, ...]:
+    return tuple(np.round(scores, 9).tolist())
+
+
+class _Yielding(dict):
+    """Training data that hands the GIL over at each workload it yields: a thread walking it
+    while the learner adds a workload meets the change at once, not once in a while."""
+
+    def values(self):
+        for value in super().values():
+            time.sleep(0)
+            yield value

@@ -3,6 +3,8 @@ keeps timings apart across processes, and the busy-share arithmetic."""
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import multiprocessing
 import os
 import signal
@@ -107,24 +109,40 @@ def _spawn(target, path: str):
     return proc, release
 
 
+def _turnstile_closed(path: str, timeout_s: float = 30.0) -> bool:
+    """Whether another process comes to hold the window's turnstile (a timer waiting for
+    the window) within `timeout_s`: a hang guard, not a timing."""
+    deadline = time.monotonic() + timeout_s
+    with open(path + ".gate", "a") as gate:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            time.sleep(0.01)
+    return False
+
+
 def test_one_timing_at_a_time_and_device_work_waits_for_it(tmp_path):
     path = str(tmp_path / "window.lock")
     holder, release = _spawn(_hold_timed, path)
+    ticks = itertools.count()
     try:
-        window = DeviceWindow(path)
+        window = DeviceWindow(path, clock=lambda: float(next(ticks)))
         with pytest.raises(WindowBusy):
             with window.timed(wait_s=0.2):
                 pass
         with pytest.raises(WindowBusy):
             with window.shared(wait_s=0.2):
                 pass
-        assert window.waited_s >= 0.35
+        assert window.waited_s == 2.0  # one tick per wait: the failed ones count too
     finally:
         release.set()
         holder.join(30)
     with window.timed(wait_s=5):  # free again
         pass
-    assert window.held is not None and window.held[0] <= window.held[1]
+    assert window.waited_s == 3.0 and window.held == (5.0, 6.0)  # (acquired, released)
 
 
 def test_device_work_runs_side_by_side_but_keeps_timings_out(tmp_path):
@@ -149,7 +167,7 @@ def test_a_waiting_timing_is_not_starved_by_a_stream_of_device_work(tmp_path):
     timer = ctx.Process(target=_hold_timed, args=(path, timed, release_timer))
     timer.start()
     try:
-        time.sleep(0.5)  # the timer is now queued behind the shared holder, at the turnstile
+        assert _turnstile_closed(path)  # the timer is queued behind the shared holder
         assert not timed.is_set()
         with pytest.raises(WindowBusy):  # new device work waits behind the queued timer
             with DeviceWindow(path).shared(wait_s=0.3):
@@ -168,10 +186,8 @@ def test_a_process_killed_in_its_window_releases_it(tmp_path):
     holder, _ = _spawn(_hold_timed, path)
     os.kill(holder.pid, signal.SIGKILL)  # what the pool does to a hanging candidate
     holder.join(30)
-    start = time.monotonic()
-    with DeviceWindow(path).timed(wait_s=5):
+    with DeviceWindow(path).timed(wait_s=5):  # WindowBusy if the dead holder still held it
         pass
-    assert time.monotonic() - start < 5
 
 
 # -- busy share ----------------------------------------------------------------------------

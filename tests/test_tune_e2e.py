@@ -280,7 +280,7 @@ def test_the_real_report_validates_and_comes_in_every_form(tuned):
     assert tuned.report["price"]["source"].startswith("configs/prices.toml")
 
 
-def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config):
+def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_cores):
     args = [
         "estimate",
         tuned.model,

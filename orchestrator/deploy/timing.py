@@ -80,15 +80,19 @@ class Timing:
 
 
 def time_models(
-    models: Sequence[tuple[Any, Any]], inputs: Sequence[np.ndarray], timing: Timing
+    models: Sequence[tuple[Any, Any]],
+    inputs: Sequence[np.ndarray],
+    timing: Timing,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[Latency]:
     """Time each (VirtualMachine, device) on `inputs`, in turn (A B B A ...), each as often.
 
-    A model slower than `min_repeat_ms` is timed one run at a time on the host clock after a
-    device sync (no warm-up run per timing); a faster one by TVM's timer, `number` runs per
+    A model slower than `min_repeat_ms` is timed one run at a time on the host `clock` after
+    a device sync (no warm-up run per timing); a faster one by TVM's timer, `number` runs per
     timing, as many as last `min_repeat_ms`.
     """
-    timers = [_timer(vm, dev, inputs, timing.min_repeat_ms) for vm, dev in models]
+    timers = [_timer(vm, dev, inputs, timing.min_repeat_ms, clock) for vm, dev in models]
     repeats = min(timing.repeats(seconds) for _, _, seconds in timers)
     samples: list[list[float]] = [[] for _ in timers]
     for r in range(repeats):
@@ -120,7 +124,11 @@ def claimed_speedup(verdict: str, untuned: Latency, tuned: Latency) -> float:
 
 
 def _timer(
-    vm: Any, dev: Any, inputs: Sequence[np.ndarray], min_repeat_ms: float
+    vm: Any,
+    dev: Any,
+    inputs: Sequence[np.ndarray],
+    min_repeat_ms: float,
+    clock: Callable[[], float],
 ) -> tuple[Callable[[], float], int, float]:
     """(one timing, runs per timing, seconds one timing takes)."""
     import tvm
@@ -130,10 +138,10 @@ def _timer(
 
     def once() -> float:
         dev.sync()
-        start = time.perf_counter()
+        start = clock()
         main(*args)
         dev.sync()
-        return time.perf_counter() - start
+        return clock() - start
 
     coarse = once()
     if coarse * 1e3 >= min_repeat_ms:

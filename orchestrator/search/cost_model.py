@@ -21,7 +21,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from tune_orchestrator.filters._predictor import Predictor, store_features, workload_key
+from tune_orchestrator.filters._predictor import Fitted, Predictor, store_features, workload_key
 
 # Schedules whose features stay cached (each entry holds its schedule alive, so a cached
 # handle can never be reused by another schedule).
@@ -43,7 +43,11 @@ def candidate_features(
 class SharedCostModel(PyCostModel):
     """Scores schedules for the search with our predictor: exp(-predicted log ratio to the
     task's best), i.e. predicted throughput relative to the best. Before `warmup`
-    measurements (and unless warm-started) it scores at random, as TVM's XGBModel does."""
+    measurements (and unless warm-started) it scores at random, as TVM's XGBModel does.
+
+    TVM calls `predict` from the search threads (those searching ahead too) while the loop's
+    thread adds and fits: they score with the predictor's `fitted`, read once per call and
+    replaced whole by each fit, and never touch its training data."""
 
     def __init__(self, predictor: Predictor, *, warmup: int = 0, seed: int = 0) -> None:
         super().__init__()
@@ -59,8 +63,7 @@ class SharedCostModel(PyCostModel):
 
     @property
     def ready(self) -> bool:
-        p = self.predictor
-        return p.booster is not None and (p.warm or p.samples >= self.warmup)
+        return self.predictor.fitted.ready(self.warmup)
 
     def features(self, context: Any, candidates: Sequence[Any]) -> list[np.ndarray]:
         """Store features of MeasureCandidates, extracted once per schedule."""
@@ -87,11 +90,12 @@ class SharedCostModel(PyCostModel):
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
-        if not self.ready:  # random scores need no features
+        fitted = self.predictor.fitted  # one read: the model ready and the one predicting
+        if not fitted.ready(self.warmup):  # random scores need no features
             return self._rng.uniform(size=len(candidates))
         features = self.features(context, candidates)
         start = time.perf_counter()
-        scores = throughput(self.predictor, features)
+        scores = throughput(fitted, features)
         self._charge("predict", time.perf_counter() - start)
         return np.asarray(scores, dtype="float64")
 
@@ -133,7 +137,7 @@ class SharedCostModel(PyCostModel):
         self.predictor.save(Path(path))
 
 
-def throughput(predictor: Predictor, features: Sequence[np.ndarray]) -> np.ndarray:
+def throughput(predictor: Predictor | Fitted, features: Sequence[np.ndarray]) -> np.ndarray:
     """The search's scores: predicted throughput relative to the task's best, exp(-predicted
     log ratio), above 0; TVM's evolution samples parents in proportion to them. A ranker's
     scores (the predictor.json of a version whose filter had its own, loaded by --warm-start)
