@@ -111,7 +111,8 @@ def _parse_limit(part: str, whole: str) -> Limit:
     if match["dollars"] is not None:
         value, unit = float(match["dollars"]), "$"
     else:
-        value = float(match["number"]) * (10.0 ** int(match["exp"]) if match["exp"] else 1.0)
+        # float() reads the exponent itself: inf or 0 where 10 ** exp would overflow.
+        value = float(match["number"] + (f"e{match['exp']}" if match["exp"] else ""))
         unit = match["unit"]
     if unit not in _UNITS:
         raise BudgetError(
@@ -121,7 +122,7 @@ def _parse_limit(part: str, whole: str) -> Limit:
     kind, scale = _UNITS[unit]
     amount = value * scale
     if not (math.isfinite(amount) and amount > 0):
-        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive amount")
+        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
     if kind == TRIALS and amount != int(amount):
         raise BudgetError(f"budget {whole!r}: a number of trials must be whole, got {part!r}")
     return Limit(kind, amount, part)

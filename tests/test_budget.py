@@ -82,7 +82,7 @@ def test_several_limits_join_with_commas():
         ("", "the budget is empty"),
         ("5", "expected a number and a unit"),
         ("5parsecs", "unknown unit 'parsecs'"),
-        ("0min", "must be a positive amount"),
+        ("0min", "must be a positive, finite amount"),
         ("-3h", "expected a number and a unit"),
         ("1.5trials", "must be whole"),
         ("5min,10min", "gives wall-clock time twice"),
