@@ -47,10 +47,13 @@ def tune_vanilla(
     seed: int,
     work: str,
     builder_timeout_s: float = 600.0,
+    per_iter: int = 64,
 ) -> dict[str, Any]:
     """What a user writes by hand: import, prepare, `tune_relax`, `compile_relax`. tune_relax
     runs with its defaults except the builder's timeout: its default 30 s is shorter than a
-    fresh build worker's start on a loaded 2-core host, and every build then fails.
+    fresh build worker's start on a loaded 2-core host, and every build then fails; and
+    `per_iter`, its candidates per task and batch (TVM's default 64 leaves most tasks of a
+    many-task model untouched at a few hundred trials: it goes round the tasks once first).
     `whole_s` is the whole call (import to compiled model), as `tune_ours`'s `total_s`; each
     committed batch is timestamped (checkpoints: seconds since the call, records so far)."""
     start = time.perf_counter()
@@ -82,6 +85,7 @@ def tune_vanilla(
         target=target,
         work_dir=work,
         max_trials_global=trials,
+        num_trials_per_iter=per_iter,
         seed=seed,
         builder=ms.builder.LocalBuilder(timeout_sec=builder_timeout_s),
         measure_callbacks=callbacks,
@@ -93,6 +97,7 @@ def tune_vanilla(
         "whole_s": time.perf_counter() - start,
         "tune_s": tune_s,
         "builder_timeout_s": builder_timeout_s,
+        "per_iter": per_iter,
         "records": len(records),
         "failed": sum(1 for r in records if not measured_secs(r.run_secs)),
         "checkpoints": checkpoints,

@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument(
         "--fraction", type=float, default=0, help="also run ours for vanilla's wall / FRACTION"
     )
+    parser.add_argument(
+        "--per-iter", type=int, default=64, help="vanilla's num_trials_per_iter (TVM's: 64)"
+    )
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     parser.add_argument("--budget", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
@@ -75,6 +78,7 @@ def main() -> None:
                     args.seed,
                     args.work,
                     args.builder_timeout,
+                    args.per_iter,
                 )
             )
         )
@@ -106,6 +110,7 @@ def main() -> None:
         child = ["--side", side.split("-")[0], "--model", str(args.model), "--trials",
                  str(args.trials), "--seed", str(args.seed), "--filter", args.filter,
                  "--builder-timeout", str(args.builder_timeout), "--target-json", target_json,
+                 "--per-iter", str(args.per_iter),
                  "--work", str(works[side])]  # fmt: skip
         figures[side] = run_child(Path(__file__), child + (["--budget", budget] if budget else []))
 
