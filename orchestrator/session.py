@@ -40,7 +40,7 @@ from .scheduler import GainScheduler, current_shares, model_latency_s
 from .search import make_cost_model
 from .search.strategy import most_parents
 from .simulate import WORD, VirtualClock
-from .targets import ResolvedTarget, host_cores
+from .targets import ResolvedTarget, cores_text, host_cores
 from .tasks import Task
 
 Emit = Callable[..., None]
@@ -266,7 +266,7 @@ class Session:
             first_round=first,
         )
         what = (
-            f"a first round's search (~{fmt_duration(first or 0.0)} on {host_cores()} cores "
+            f"a first round's search (~{fmt_duration(first or 0.0)} on {cores_text(host_cores())} "
             f"for {self.target.device_type}), compiling and checking"
             if by_first
             else "the untuned baseline, compiling and checking"

@@ -51,6 +51,11 @@ class ResolvedTarget:
         return f"cuda {self.target.attrs.get('arch', '')} ({name})".strip()
 
 
+def cores_text(cores: int) -> str:
+    """The count with its noun: 1 core, 16 cores."""
+    return f"{cores} core" if cores == 1 else f"{cores} cores"
+
+
 def host_cores() -> int:
     """Cores this process may run on (respects CPU affinity and container limits)."""
     try:
