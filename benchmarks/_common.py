@@ -171,41 +171,11 @@ def tune_ours(
     }
 
 
-def json_lines(path: Path) -> list[Any]:
-    """The values of a JSON-lines file (a MetaSchedule JSONDatabase file), blank lines skipped."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def measured_secs(run_secs: Sequence[Any] | None) -> list[float]:
     """A record's repeats in seconds; empty when it has none or failed (a failed candidate is
     recorded as one repeat of orchestrator.loop.FAILED_RUN_SECS, 1e10 s)."""
     secs = [float(s) for s in (run_secs or [])]
     return secs if secs and min(secs) < 1e9 else []
-
-
-def committed_records(run_dir: Path) -> list[tuple[int, Any]]:
-    """A run's tuning records (TuningRecord) in the order it committed them (the database
-    file's line order; TVM's own reader sorts them), each with its workload's index."""
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
-    workloads = [
-        Workload.from_json(tvm_ffi.convert(w))
-        for w in json_lines(run_dir / "database_workload.json")
-    ]
-    return [
-        (index, TuningRecord.from_json(tvm_ffi.convert(raw), workloads[index]))
-        for index, raw in json_lines(run_dir / "database_tuning_record.json")
-    ]
-
-
-def record_schedule(record: Any) -> Any:
-    """A tuning record's schedule: its trace replayed on its workload, postprocessors kept."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(record.workload.mod)
-    record.trace.apply_to_schedule(sch, remove_postproc=False)
-    return sch
 
 
 def args_info(sch: Any) -> Any:

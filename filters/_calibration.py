@@ -13,8 +13,8 @@ Positions, not predicted gaps: the spread of a round's predictions changes from 
 round and task to task (a round searched around one fast schedule is predicted within a few
 percent, a first round within a factor of ten), so a gap threshold pooled over rounds lands
 near the widest round's spread and keeps nearly everything everywhere else: live runs kept
-97-98% of what they were offered. `benchmarks/filter_replay.py` replays measured rounds
-through both.
+97-98% of what they were offered (both calibrations were replayed on measured rounds by
+benchmarks/filter_replay.py, removed after 314362b; docs/benchmarks.md, Earlier studies).
 """
 
 from __future__ import annotations

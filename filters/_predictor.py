@@ -19,7 +19,8 @@ booster. Three objectives learn it:
   those versions still loads. Replayed on six measured runs (39 rounds), holding 90% of a
   round's true top 10% took 62% of the round ranked by `packsum`, 71% by `rank` and by
   `regression`, at rank correlations within rounds of 0.46, 0.38 and 0.36 (means over the
-  runs; benchmarks/filter_replay.py, the README's Benchmarks).
+  runs, 2026-11-24; benchmarks/filter_replay.py, removed after 314362b; docs/benchmarks.md,
+  Earlier studies).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ On a CUDA target, every schedule the evolutionary search makes (a fresh sample o
 replayed and then run through the target's postprocessors. The last check, VerifyGPUCode, lowers
 the schedule (~15 ms of CPU) to compare its shared memory and threads per block with the GPU's
 limits, and rejects most schedules: 97-99% of fresh samples of vggish's convolutions
-(benchmarks/search_steps.py). Most of those rejections can be read off the replayed loop nest:
+(benchmarks/search_steps.py, removed after 314362b). Most of those rejections can be read off
+the replayed loop nest:
 
 - a shared-memory stage placed by compute_at holds the product of the loops compute_at gave
   it, and the stages one block reads are all live at once;
