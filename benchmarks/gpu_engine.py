@@ -237,6 +237,9 @@ def part_one(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
             | {name: len(inputs) / r[1] for name, r in runs.items()},
             "speedup_vs_local_runner": {name: stock_s / r[1] for name, r in runs.items()},
             "fidelity": {"isolated_vs_local_runner": fidelity(ref, stock)},
+            # Per candidate, for calibrate_simulator.py: what the timing itself costs beyond
+            # the kernel (the H100 run of 2026-11-26 timed 4x what its kernels explain).
+            "isolated_mean_s": ref,
             "failures": {
                 "local_runner": sum(1 for v in stock if not math.isfinite(v)),
                 "isolated": sum(1 for m in isolated if not m.ok),
