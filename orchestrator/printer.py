@@ -13,6 +13,7 @@ from tune_orchestrator.budget.render import (
     describe_coverage,
     describe_filter,
     describe_kernels,
+    describe_library,
     describe_measurement,
     describe_search,
     describe_simulated,
@@ -207,6 +208,9 @@ class Printer:
             f"  budget              {describe_budget(result.report['budget'])}",
             f"  stopped because     {result.stop_reason}",
         ]
+        library = describe_library(result.report.get("library"))
+        if library:
+            lines.append(f"  {'library':<20}{library}")
         searched = describe_search(result.report.get("search") or {})
         if searched:
             lines.append(f"  {'search':<20}{searched}")

@@ -25,6 +25,20 @@ latency_min_repeat_ms = 10
 
 
 @pytest.fixture(scope="session")
+def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' $XDG_CACHE_HOME: one folder for the whole session (matplotlib keeps its
+    font cache there too, built once)."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def _no_user_cache(cache_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes to the user's cache: the tuning library's default root follows
+    $XDG_CACHE_HOME, here a folder of the test session (subprocesses inherit it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+
+
+@pytest.fixture(scope="session")
 def fast_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("config") / "fast.toml"
     path.write_text(FAST_CONFIG)
