@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,18 +25,15 @@ latency_min_repeat_ms = 10
 """
 
 
-@pytest.fixture(scope="session")
-def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tests' $XDG_CACHE_HOME: one folder for the whole session (matplotlib keeps its
-    font cache there too, built once)."""
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def _no_user_cache(cache_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """No test writes to the user's cache: the tuning library's default root follows
-    $XDG_CACHE_HOME, here a folder of the test session (subprocesses inherit it)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    $XDG_CACHE_HOME, here one folder for the whole session, set before any fixture runs a
+    tune (subprocesses inherit it; matplotlib builds its font cache there once)."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
