@@ -147,6 +147,15 @@ class Printer:
             f"{fmt_duration(spend['wall_s'])}{money}  best model ~{fmt_latency(e['model_latency_s'])}"
         )
 
+    def _on_library_round(self, e: dict[str, Any]) -> None:
+        failed = f", {e['failed']} failed" if e["failed"] else ""
+        plateau = ", at a plateau there" if e["plateau"] else ""
+        self._say(
+            f"library    {e['task']} [{e['task_index'] + 1}/{e['tasks']}]  {e['measured']} of its "
+            f"fastest records measured{failed}  task best {fmt_latency(e['best_s'])}  "
+            f"({e['library_trials']} library trials{plateau})"
+        )
+
     def _on_task_retired(self, e: dict[str, Any]) -> None:
         self._say(f"task {e['task']} retired: {e['reason']}")
 

@@ -437,7 +437,7 @@ class Session:
         try:
             # Exact reuse first: the library's fastest records of each task it knows.
             self.library.reuse(
-                loop, restored.states, restored.library_rounds, ledger, self.run.append
+                loop, restored.states, restored.library_rounds, ledger, self.run.append, self.emit
             )
             if ledger.prior_round is None:  # the first round, forecast before it is timed
                 ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)

@@ -231,6 +231,27 @@ def test_the_scheduler_sees_a_task_at_a_plateau_in_the_library_as_deep():
     assert flat.trials_after == [512] and flat.depth == 516
 
 
+def test_the_library_round_event_validates_and_prints(capsys):
+    import jsonschema
+
+    from tune_orchestrator.budget import Ledger
+    from tune_orchestrator.events import Emitter
+    from tune_orchestrator.events import schema as event_schema
+    from tune_orchestrator.measure import Measurement
+    from tune_orchestrator.printer import Printer
+
+    events = []
+    flat = library_task(0, library_trials=512, plateau=True)
+    measured = [Measurement((5.0,)), Measurement(None, "build failed")]
+    emit = Emitter(events.append, Printer(tty=False))
+    RunLibrary._emit(flat, measured, 3, Ledger(), emit)
+    jsonschema.validate(events[0], event_schema())
+    assert events[0]["measured"] == 1 and events[0]["failed"] == 1 and events[0]["plateau"]
+    out = capsys.readouterr().out
+    assert "library    t0 [1/3]  1 of its fastest records measured, 1 failed" in out
+    assert "(512 library trials, at a plateau there)" in out
+
+
 def test_a_run_leaves_the_library_alone_when_told_or_when_its_timings_are_not_real(tmp_path):
     settings = Settings.load()
     cpu = resolve_target("llvm")
@@ -366,6 +387,7 @@ def test_e2e_a_second_run_starts_where_the_first_ended(twice):
     names = {t["index"]: t["name"] for t in second.report["tasks"]}
     assert {names[e["task"]] for e in library_rounds} == tuned
     assert second.report["library"]["reused_tasks"] == len(tuned)
+    assert second.stdout.count("library    ") == len(tuned)  # one progress line each
     # It measured the first run's best schedule of each task again: the best it reached.
     view = LibraryView(twice.after_first)
     best_keys = set()

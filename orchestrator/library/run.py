@@ -17,6 +17,7 @@ from .files import Library, default_root, trace_key
 from .records import LibraryView, Match, workload_key
 
 Journal = Callable[[dict[str, Any]], None]
+Emit = Callable[..., None]
 
 
 class RunLibrary:
@@ -91,7 +92,13 @@ class RunLibrary:
             fit_warm(predictors)
 
     def reuse(
-        self, loop: Any, states: Sequence[TaskState], done: set[int], ledger: Any, journal: Journal
+        self,
+        loop: Any,
+        states: Sequence[TaskState],
+        done: set[int],
+        ledger: Any,
+        journal: Journal,
+        emit: Emit,
     ) -> None:
         """The library round, before the first round: each task whose workload the library
         holds (and that had no library round in an earlier session, `done`) gets its
@@ -115,6 +122,7 @@ class RunLibrary:
             if measured:
                 share = seconds * len(measured) / total
                 self._record(state, matches[state.task.index], measured, share, ledger, journal)
+                self._emit(state, measured, len(states), ledger, emit)
         latency = model_latency_s(states)
         ledger.record_point(latency)
         journal({"type": "point", "model_latency_s": latency, "spend": ledger.snapshot().to_dict()})
@@ -165,6 +173,25 @@ class RunLibrary:
                 "seconds": round(seconds, 3),
                 "spend": ledger.snapshot().to_dict(),
             }
+        )
+
+    @staticmethod
+    def _emit(
+        state: TaskState, measured: Sequence[Any], tasks: int, ledger: Any, emit: Emit
+    ) -> None:
+        from ..loop import spend_fields
+
+        emit(
+            "library_round",
+            task=state.task.name,
+            task_index=state.task.index,
+            tasks=tasks,
+            measured=sum(m.ok for m in measured),
+            failed=sum(not m.ok for m in measured),
+            best_s=state.best_s,
+            library_trials=state.library_trials,
+            plateau=state.plateau,
+            spend=spend_fields(ledger),
         )
 
     def add(
