@@ -57,7 +57,10 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
         spent.append(f"${s['usd']:.2f}")
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
-    lines.append(f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds.")
+    lines.append(
+        f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds"
+        f"{library_rounds(report.get('library'))}."
+    )
     coverage = describe_coverage(s, len(report["tasks"]))
     if coverage:
         lines.append(coverage)
@@ -87,6 +90,12 @@ def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
     if untouched is not None and tuned < tasks:
         line += f"; the {tasks - tuned} never tuned hold {untouched:.1%} of the model's kernel time"
     return line + "."
+
+
+def library_rounds(library: Mapping[str, Any] | None) -> str:
+    """What follows "N trials in R rounds" when tasks had library rounds besides."""
+    count = (library or {}).get("reused_tasks") or 0
+    return f" (+{count} library round{'' if count == 1 else 's'})" if count else ""
 
 
 def describe_library(library: Mapping[str, Any] | None) -> str | None:

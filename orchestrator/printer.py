@@ -17,6 +17,7 @@ from tune_orchestrator.budget.render import (
     describe_measurement,
     describe_search,
     describe_simulated,
+    library_rounds,
 )
 from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
 
@@ -212,6 +213,7 @@ class Printer:
         coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
         lines += [
             f"  trials              {result.trials} in {result.rounds} rounds"
+            + library_rounds(result.report.get("library"))
             + (f"; {coverage.rstrip('.')}" if coverage else ""),
             f"  spent               {spent} ({phases})",
             f"  budget              {describe_budget(result.report['budget'])}",

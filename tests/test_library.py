@@ -17,7 +17,7 @@ from tvm import s_tir, te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-from tune_orchestrator.budget.render import describe_library
+from tune_orchestrator.budget.render import describe_library, library_rounds
 from tune_orchestrator.config import Settings
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.library import Contents, Library, LibraryView, RunLibrary, plateaued
@@ -303,6 +303,9 @@ def test_the_report_line_says_what_was_reused_and_added():
         {**failed, "not_added": "the check failed"}
     )
     assert describe_library(None) is None
+    assert library_rounds({"reused_tasks": 3}) == " (+3 library rounds)"
+    assert library_rounds({"reused_tasks": 1}) == " (+1 library round)"
+    assert library_rounds({"reused_tasks": 0}) == library_rounds(None) == ""
 
 
 # -- end to end: real tunes of the tiny model -------------------------------------------------
