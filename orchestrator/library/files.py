@@ -52,57 +52,68 @@ def target_key(target: Any) -> str:
     return f"{slug}-{digest}"
 
 
-def json_lines(data: bytes) -> list[Any]:
-    """The JSON value of each line (blank lines dropped); None where a line does not parse,
-    such as a last line torn by a crash. Kept in place, so line numbers stay right."""
+def json_lines(data: bytes) -> list[tuple[Any, bytes]]:
+    """Each line's JSON value and text (the last, empty line dropped); None where a line does
+    not parse, such as a last line torn by a crash. Kept in place, so line numbers stay
+    right."""
     lines = data.split(b"\n")
     if lines and not lines[-1].strip():
         lines.pop()
     values = []
     for line in lines:
         try:
-            values.append(json.loads(line))
+            values.append((json.loads(line), line))
         except ValueError:
-            values.append(None)
+            values.append((None, line))
     return values
 
 
 def trace_key(record: Any) -> str:
-    """What makes two records of one workload the same schedule: the trace (a record's first
-    item), with booleans as numbers (TVM writes 1 where Python's `as_json` says true)."""
+    """What makes two records of one workload the same schedule: the trace, a record's first
+    item, as the files hold it (see `plain` for a record of Python's `as_json`)."""
+    return json.dumps(record[0], separators=(",", ":"))
 
-    def plain(value: Any) -> Any:
-        if isinstance(value, bool):
-            return int(value)
-        if isinstance(value, list):
-            return [plain(v) for v in value]
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        return value
 
-    return json.dumps(plain(record[0]), separators=(",", ":"), sort_keys=True)
+def plain(value: Any) -> Any:
+    """JSON from Python's `as_json` as TVM writes it to files: booleans as numbers."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 @dataclasses.dataclass
 class Contents:
     """A database's lines as JSON: workloads ([structural hash, module]) in line order, and
-    readable records as (workload line, record). `broken` counts the lines skipped."""
+    readable records as (workload line, record). `broken` counts the lines skipped; `texts`
+    holds each record's line as read (None: new or moved), written back as it is."""
 
     workloads: list[Any]
     records: list[tuple[int, Any]]
     broken: int = 0
+    texts: list[bytes | None] = dataclasses.field(default_factory=list)
 
     @classmethod
     def parse(cls, workloads: bytes, records: bytes) -> Contents:
-        shelf = [w if _is_workload(w) else None for w in json_lines(workloads)]
-        rows, broken = [], sum(w is None for w in shelf)
-        for row in json_lines(records):
+        shelf = [w if _is_workload(w) else None for w, _ in json_lines(workloads)]
+        rows, texts, broken = [], [], sum(w is None for w in shelf)
+        for row, text in json_lines(records):
             ok = isinstance(row, list) and len(row) == 2 and type(row[0]) is int
             if ok and 0 <= row[0] < len(shelf) and shelf[row[0]] is not None:
                 rows.append((row[0], row[1]))
+                texts.append(text)
             else:
                 broken += 1
-        return cls(shelf, rows, broken)
+        return cls(shelf, rows, broken, texts)
+
+    def record_lines(self) -> Iterator[bytes]:
+        """Each record's line, as read where it did not move."""
+        texts = self.texts or [None] * len(self.records)
+        for (line, record), text in zip(self.records, texts, strict=True):
+            yield text if text is not None else json.dumps([line, record]).encode()
 
     def merged(
         self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]
@@ -112,7 +123,9 @@ class Contents:
         dropped (the only case where lines move)."""
         out = self._compacted()
         lines = {w[0]: i for i, w in enumerate(out.workloads)}
-        seen = {(out.workloads[i][0], trace_key(r)) for i, r in out.records}
+        incoming = {lines.get(workloads[i][0]) for i, _ in records}
+        # Only the records of the workloads offered can be met again: their keys alone.
+        seen = {(out.workloads[i][0], trace_key(r)) for i, r in out.records if i in incoming}
         added = 0
         for index, record in records:
             workload = workloads[index]
@@ -123,6 +136,7 @@ class Contents:
                 lines[workload[0]] = len(out.workloads)
                 out.workloads.append(workload)
             out.records.append((lines[workload[0]], record))
+            out.texts.append(None)
             seen.add(key)
             added += 1
         return out, added
@@ -133,7 +147,14 @@ class Contents:
             if workload is not None:
                 moved[line] = len(kept)
                 kept.append(workload)
-        return Contents(kept, [(moved[i], r) for i, r in self.records])
+        texts = self.texts or [None] * len(self.records)
+        return Contents(
+            kept,
+            [(moved[i], r) for i, r in self.records],
+            texts=[
+                t if moved[i] == i else None for (i, _), t in zip(self.records, texts, strict=True)
+            ],
+        )
 
 
 def _is_workload(value: Any) -> bool:
@@ -165,8 +186,8 @@ class Library:
             current = Contents.parse(*self._bytes())
             merged, added = current.merged(workloads, records)
             if added or current.broken:  # a torn line is mended by writing the files again
-                self._replace(WORKLOADS, (json.dumps(w) for w in merged.workloads))
-                self._replace(RECORDS, (json.dumps([i, r]) for i, r in merged.records))
+                self._replace(WORKLOADS, (json.dumps(w).encode() for w in merged.workloads))
+                self._replace(RECORDS, merged.record_lines())
         return added
 
     def add_files(self, workloads: Path, records: Path, skip: Collection[str] = ()) -> int:
@@ -188,13 +209,13 @@ class Library:
     def _bytes(self) -> tuple[bytes, bytes]:
         return _read(self.path / WORKLOADS), _read(self.path / RECORDS)
 
-    def _replace(self, name: str, lines: Iterator[str]) -> None:
+    def _replace(self, name: str, lines: Iterator[bytes]) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
         try:
             os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            with os.fdopen(fd, "wb") as fh:
                 for line in lines:
-                    fh.write(line + "\n")
+                    fh.write(line + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path / name)
