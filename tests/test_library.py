@@ -147,8 +147,10 @@ def test_a_reader_between_the_two_renames_finds_every_record_s_workload(tmp_path
     assert len(library.read().workloads) == 2
     assert stock_records(library.path) == 2  # the old records, each with its workload
     monkeypatch.setattr(Library, "_replace", replace)
+    leftover = library.path / f".{RECORDS}.k9x"  # a temp file of a writer killed by -9
+    leftover.write_text("[0, [")
     assert library.add_files(*files(second)) == 2
-    assert stock_records(library.path) == 4
+    assert stock_records(library.path) == 4 and not leftover.exists()
 
 
 def test_default_location_follows_xdg_cache_home_and_the_target_key_reads_well(tmp_path):

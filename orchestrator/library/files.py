@@ -183,6 +183,9 @@ class Library:
         skipping those it holds; returns how many were added."""
         self.path.mkdir(parents=True, exist_ok=True)
         with self._locked(fcntl.LOCK_EX):
+            # A temp file here now was left by a writer killed before its rename.
+            for stale in self.path.glob(".database_*"):
+                stale.unlink(missing_ok=True)
             current = Contents.parse(*self._bytes())
             merged, added = current.merged(workloads, records)
             if added or current.broken:  # a torn line is mended by writing the files again
