@@ -170,7 +170,8 @@ def tune(
     libraries (None: $XDG_CACHE_HOME/tune-orchestrator/library, else ~/.cache/...; False: leave
     it alone): the target's library under it gives each task it knows its fastest records and
     the learned model its records before the first round, and gets this run's records when the
-    tuned model passes its check (a warm start adds its records to the library's). `gpus` ("0,1" or [0, 1]; default: every
+    tuned model passes its check (a warm start adds its records to the library's).
+    `gpus` ("0,1" or [0, 1]; default: every
     visible GPU) and `parallelism` ("auto" or a fixed DOP) set where and how parallel
     candidates are timed (on GPUs and fleets only);
     `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.

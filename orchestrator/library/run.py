@@ -105,18 +105,17 @@ class RunLibrary:
         fastest library records measured here (loop.measure_given). They compete with the
         default schedule in the run's database and become its search's parents; the task's
         curve then starts at the library's trials of it (scheduler.TaskState)."""
-        matches = {}
-        for state in states:
-            match = None if state.task.index in done else self._match(state.task)
-            if match is not None:
-                matches[state.task.index] = match
-        given = {index: _schedules(m.records) for index, m in matches.items()}
+        with ledger.phase("library"):
+            matches = self._matches(states, done)
+            given = {index: _schedules(m.records) for index, m in matches.items()}
         if not any(given.values()):
             return
         start = ledger.clock()
-        results = loop.measure_given(given)
+        results = loop.measure_given(given)  # charged to build, measure and learn
+        if not results:  # all measured in this run before, or no budget for any
+            return
         seconds = ledger.clock() - start
-        total = sum(map(len, results.values())) or 1
+        total = sum(map(len, results.values()))
         for state in states:
             measured = results.get(state.task.index)
             if measured:
@@ -126,6 +125,15 @@ class RunLibrary:
         latency = model_latency_s(states)
         ledger.record_point(latency)
         journal({"type": "point", "model_latency_s": latency, "spend": ledger.snapshot().to_dict()})
+
+    def _matches(self, states: Sequence[TaskState], done: set[int]) -> dict[int, Match]:
+        """The library's match of each task that had no library round yet."""
+        found = {}
+        for state in states:
+            match = None if state.task.index in done else self._match(state.task)
+            if match is not None:
+                found[state.task.index] = match
+        return found
 
     def _match(self, task: Task) -> Match | None:
         if self.view is None:
