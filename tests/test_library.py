@@ -233,6 +233,28 @@ def test_the_scheduler_sees_a_task_at_a_plateau_in_the_library_as_deep():
     assert flat.trials_after == [512] and flat.depth == 516
 
 
+def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
+    from tvm.s_tir import meta_schedule as ms
+
+    from tune_orchestrator.rundir.restore import restore
+
+    tasks = [Task(0, "double", 1, 64.0, workload(64), "0"), Task(1, "x", 1, 8.0, workload(8), "1")]
+    entry = {"type": "library_round", "task": 0, "best_s": 5e-6, "measured": 3, "seconds": 1.2}
+    journal = [{"type": "session"}, {**entry, "library_trials": 40, "plateau": True}]
+    restored = restore(
+        tasks,
+        journal,
+        ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+        target=TARGET,
+    )
+    state = restored.states[0]
+    assert restored.library_rounds == {0}  # the session passes these as done: no second one
+    assert state.history == [5e-6] and state.round_trials == [0] and state.round_s == [1.2]
+    assert (state.library_trials, state.plateau, state.measured_rounds) == (40, True, 1)
+    assert restored.states[1].rounds == 0
+
+
 def test_the_library_round_event_validates_and_prints(capsys):
     import jsonschema
 
