@@ -40,7 +40,7 @@ def one_run(model: Path, minutes: float, work: Path) -> dict:
     budget_s = minutes * 60.0
     out = work / f"{model.stem}-{minutes:g}min"
     command = [sys.executable, "-m", "tune_orchestrator", "--budget", f"{minutes:g}min"]
-    command += ["--target", "llvm", "--quiet", "--out", str(out), str(model)]
+    command += ["--target", "llvm", "--quiet", "--no-library", "--out", str(out), str(model)]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     wall = time.monotonic() - start

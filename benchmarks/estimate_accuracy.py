@@ -58,7 +58,7 @@ def one(model: Path, budget: str, runs: Path, attempt: int) -> dict[str, Any]:
     (forecast,) = estimate["runs"]
     out = runs / f"{model.stem}-{attempt}"
     done, wall = orchestrate(
-        ["--budget", budget, *common, "--quiet", "--out", str(out), str(model)]
+        ["--budget", budget, *common, "--quiet", "--no-library", "--out", str(out), str(model)]
     )
     report_path = out / "report.json"
     if done.returncode != 0 or not report_path.is_file():

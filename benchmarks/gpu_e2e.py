@@ -184,7 +184,7 @@ def tune_ours(model: str, target: str, seconds: float, seed: int, work: str,
     start = time.perf_counter()
     try:
         result = tune(model, budget=f"{seconds:.0f}s", target=target, out=work, seed=seed,
-                      simulate=simulate, handle_signals=False)  # fmt: skip
+                      simulate=simulate, handle_signals=False, library=False)  # fmt: skip
     except BudgetTooSmall as exc:  # refused up front: the model ships untuned
         return {"process_tune_s": time.perf_counter() - start, "gpu_s": 0.0, "trials": 0,
                 "refused": str(exc)}  # fmt: skip

@@ -57,10 +57,16 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
         spent.append(f"${s['usd']:.2f}")
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
-    lines.append(f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds.")
+    lines.append(
+        f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds"
+        f"{library_rounds(report.get('library'))}."
+    )
     coverage = describe_coverage(s, len(report["tasks"]))
     if coverage:
         lines.append(coverage)
+    library = describe_library(report.get("library"))
+    if library:
+        lines.append(f"Library: {library}.")
     lines.append(f"Stopped because {s['stop_reason']}.")
     if s["check_ok"] is False:
         lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
@@ -86,6 +92,30 @@ def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
     if untouched is not None and tuned < tasks:
         line += f"; the {tasks - tuned} never tuned hold {untouched:.1%} of the model's kernel time"
     return line + "."
+
+
+def library_rounds(library: Mapping[str, Any] | None) -> str:
+    """What follows "N trials in R rounds" when tasks had library rounds besides."""
+    count = (library or {}).get("reused_tasks") or 0
+    return f" (+{count} library round{'' if count == 1 else 's'})" if count else ""
+
+
+def describe_library(library: Mapping[str, Any] | None) -> str | None:
+    """What the run took from the tuning library and gave it, in one line (None: a report
+    from before the library)."""
+    if not library:
+        return None
+    if library.get("off"):
+        return f"off ({library['off']})"
+    reused = f"{library['reused_records']} records of {library['reused_tasks']} tasks reused"
+    if library.get("plateau_tasks"):
+        reused += f" ({library['plateau_tasks']} at a plateau there)"
+    added = library.get("added")
+    if added is None:
+        added_text = f"none added ({library.get('not_added') or 'the run did not finish'})"
+    else:
+        added_text = f"{added} added"
+    return f"{reused}, {added_text}; {library['path']}"
 
 
 def describe_simulated(simulated: Mapping[str, Any] | None) -> str | None:

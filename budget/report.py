@@ -21,6 +21,7 @@ VERSION = 1
 # Phases shown as "spend by phase"; "idle" is wall time in none of them.
 PHASES = (
     "import",
+    "library",  # reading the tuning library, training on it, adding to it
     "restore",
     "untuned",
     "search",
@@ -113,6 +114,7 @@ def make_report(
     candidate_filter: Mapping[str, Any] | None = None,
     measurement: Mapping[str, Any] | None = None,
     search: Mapping[str, Any] | None = None,
+    library: Mapping[str, Any] | None = None,
     simulated: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
@@ -166,6 +168,7 @@ def make_report(
         "filter": dict(candidate_filter or {"name": "none"}),
         "measurement": dict(measurement or {}),
         "search": dict(search or {}),
+        "library": dict(library) if library else None,
         "untuned": dict(untuned) if untuned else None,
         "tuned": dict(tuned) if tuned else None,
         "comparison": dict(comparison) if comparison else None,

@@ -324,6 +324,9 @@ def record_features(
     record's own when None)."""
     from tvm.s_tir.meta_schedule import TuneContext
 
+    from tune_orchestrator import _tvm
+
+    _tvm.load_tensor_intrinsics(target)  # before the first TuneContext: its import is slow
     keys, latencies, by_workload = [], [], {}
     for i, record in enumerate(records):
         key = workload_key(record.workload.mod)
@@ -331,22 +334,59 @@ def record_features(
         keys.append(key)
         latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
         by_workload.setdefault(key, []).append(i)
-    features: list[np.ndarray] = [np.zeros((1, 1), dtype=np.float32)] * len(keys)
+    features: list[np.ndarray] = [np.full((1, 1), np.nan, dtype=np.float32)] * len(keys)
     for key, members in by_workload.items():
         first = records[members[0]]
         context = TuneContext(
             mod=first.workload.mod, target=target or first.target, task_name=f"records-{key}"
         )
-        found = store_features(context, [records[i].as_measure_candidate() for i in members])
-        for i, stores in zip(members, found, strict=True):
+        replayed = _replayed(records, members)
+        found = store_features(context, [mc for _, mc in replayed])
+        for (i, _), stores in zip(replayed, found, strict=True):
             features[i] = stores
     return keys, features, np.asarray(latencies)
 
 
+def _replayed(records: Sequence[Any], members: Sequence[int]) -> list[tuple[int, Any]]:
+    """(index, MeasureCandidate) of the records whose trace replays on their workload; one
+    that does not (a library record of another TVM version, say) has no features."""
+    out = []
+    for i in members:
+        try:
+            out.append((i, records[i].as_measure_candidate()))
+        except Exception:  # TVM raises its own errors for a bad trace
+            continue
+    return out
+
+
+def learn_records(
+    predictors: Sequence[Predictor], records: Sequence[Any], target: Any, *, source: str
+) -> int:
+    """Give each of `predictors` tuning records of any workloads (the target is relative to
+    each workload's best; features are extracted once for all of them), under groups named
+    `source:<workload>`, without fitting; returns how many workloads they hold."""
+    keys, features, latencies = record_features(records, target)
+    workloads: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        workloads.setdefault(key, []).append(i)
+    for predictor in predictors:
+        for key, mine in workloads.items():
+            predictor.add(f"{source}:{key}", [features[i] for i in mine], latencies[mine])
+    return len(workloads)
+
+
+def fit_warm(predictors: Sequence[Predictor]) -> None:
+    """Fit each predictor on what it holds; one that fitted counts as warm (usable before a
+    run's own `min_samples`)."""
+    for predictor in predictors:
+        predictor.fit()
+        predictor.warm = predictor.booster is not None
+
+
 def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> str:
-    """Train each of `predictors` on an earlier run directory's records (any model: the target
-    is relative to each workload's best; features are extracted once for all of them) or load
-    a saved predictor into each; returns what was used."""
+    """Train each of `predictors` on an earlier run directory's records (any model), with
+    whatever they hold already (the tuning library's records), or load a saved predictor
+    into each; returns what was used."""
     if source.is_file():
         for predictor in predictors:
             predictor.load(source)
@@ -355,13 +395,6 @@ def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> st
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     records = JSONDatabase(work_dir=str(source)).get_all_tuning_records()
-    keys, features, latencies = record_features(records, target)
-    workloads: dict[str, list[int]] = {}
-    for i, key in enumerate(keys):
-        workloads.setdefault(key, []).append(i)
-    for predictor in predictors:
-        for key, mine in workloads.items():
-            predictor.add(f"warm:{key}", [features[i] for i in mine], latencies[mine])
-        predictor.fit()
-        predictor.warm = predictor.booster is not None
-    return f"{len(keys)} records of {len(workloads)} workloads in {source}"
+    workloads = learn_records(predictors, records, target, source="warm")
+    fit_warm(predictors)
+    return f"{len(records)} records of {workloads} workloads in {source}"

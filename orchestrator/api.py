@@ -172,6 +172,7 @@ def tune(
     seed: int | None = None,
     filter: str | None = None,
     warm_start: str | Path | None = None,
+    library: str | Path | bool | None = None,
     gpus: Sequence[int] | str | None = None,
     parallelism: int | str = "auto",
     rpc: str | None = None,
@@ -192,7 +193,12 @@ def tune(
 
     `budget` is a string ("2gpu-h,$5") or a `budget.Budget`. `warm_start` is an earlier run
     directory (its records train the learned model the search and the filter share, whatever
-    model they came from) or a saved predictor.json. `gpus` ("0,1" or [0, 1]; default: every
+    model they came from) or a saved predictor.json. `library` is the root of the tuning
+    libraries (None: $XDG_CACHE_HOME/tune-orchestrator/library, else ~/.cache/...; False: leave
+    it alone): the target's library under it gives each task it knows its fastest records and
+    the learned model its records before the first round, and gets this run's records when the
+    tuned model passes its check (a warm start adds its records to the library's).
+    `gpus` ("0,1" or [0, 1]; default: every
     visible GPU) and `parallelism` ("auto" or a fixed DOP) set where and how parallel
     candidates are timed (on GPUs and fleets only);
     `rpc` ("HOST:PORT" of a TVM RPC tracker) with `rpc_key` measures on its servers instead.
@@ -232,6 +238,7 @@ def tune(
     from .config import Settings
     from .events import Emitter
     from .interrupt import Interrupt, on_signals
+    from .library import RunLibrary
     from .measuring import target_and_fleet
     from .model import fuse_for_tuning, import_to_relax, load_model
     from .rundir import RunDir
@@ -275,6 +282,7 @@ def tune(
         simulate=simulate,
     )
     devices = fleet.devices(resolved.device_type)
+    run_library = RunLibrary.open(library, resolved, settings, build_only=build_only)
     if price is not None and not price >= 0:
         raise InputError(
             f"--price must be a non-negative number of US dollars per hour, not {price}"
@@ -384,6 +392,7 @@ def tune(
             candidate_filter=candidate_filter,
             predictor=predictor,
             warm_start=warm_path,
+            library=run_library,
             fleet=fleet,
             run=run,
             build_only=build_only,

@@ -151,7 +151,21 @@ def main() -> None:
     "--warm-start",
     type=click.Path(path_type=Path, exists=False),
     help="An earlier run directory (any model) or a saved predictor.json to start the learned "
-    "model (the search's and the xgb filter's) from.",
+    "model (the search's and the xgb filter's) from. A run directory's records train it with "
+    "the library's; a predictor.json replaces what the library trained until the first refit.",
+)
+@click.option(
+    "--library",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Root of the tuning libraries, one stock MetaSchedule database per target under it: "
+    "before the first round each task it knows gets its fastest records measured and the "
+    "learned model its records; a run whose tuned model passes its check adds its records. "
+    "Default: $XDG_CACHE_HOME/tune-orchestrator/library (else ~/.cache/...).",
+)
+@click.option(
+    "--no-library",
+    is_flag=True,
+    help="Leave the tuning library alone: neither read nor add to it.",
 )
 @click.option(
     "--config",
@@ -219,6 +233,8 @@ def tune_command(
     rpc: str | None,
     rpc_key: str | None,
     warm_start: Path | None,
+    library: Path | None,
+    no_library: bool,
     config_file: Path | None,
     price: float | None,
     min_gain: float | None,
@@ -237,6 +253,9 @@ def tune_command(
     from .events import JsonLines
     from .printer import Printer
 
+    if library is not None and no_library:
+        raise click.UsageError("give --library DIR or --no-library, not both")
+
     printer = None if json_events else Printer(quiet=quiet)
     result = tune(
         model,
@@ -249,6 +268,7 @@ def tune_command(
         seed=seed,
         filter=filter_name,
         warm_start=warm_start,
+        library=False if no_library else library,
         gpus=gpus,
         parallelism=parallelism,
         rpc=rpc,

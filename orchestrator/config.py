@@ -250,6 +250,23 @@ class CheckSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class LibrarySettings:
+    reuse: int
+    plateau_trials: int
+    plateau_share: float
+    train_records: int
+
+    def __post_init__(self) -> None:
+        _non_negative("library", "reuse", self.reuse)
+        _positive("library", "plateau_trials", self.plateau_trials)
+        if not 0 < self.plateau_share < 1:
+            raise ValueError(
+                f"[library] plateau_share must be in (0, 1) but got {self.plateau_share}."
+            )
+        _non_negative("library", "train_records", self.train_records)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Every tunable knob of a run; `Settings.load()` builds one from the layered sources."""
 
@@ -262,6 +279,7 @@ class Settings:
     scheduler: SchedulerSettings
     stopping: StoppingSettings
     check: CheckSettings
+    library: LibrarySettings
 
     @classmethod
     def load(

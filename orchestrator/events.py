@@ -3,8 +3,8 @@
 Every event carries `schema`, `version`, `event` and `time` (Unix seconds); the fields of each
 kind are in `orchestrator/events.schema.json`:
 
-    run_started  tasks  untuned_tasks  compiled  round  task_retired  warning  stopped
-    compared  shipped  finished
+    run_started  tasks  untuned_tasks  library_round  compiled  round  task_retired  warning
+    stopped  compared  shipped  finished
     refused (instead of all the others: the budget was refused before any work)
 """
 

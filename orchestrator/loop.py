@@ -15,7 +15,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Ledger, StoppingRule, TaskProgress
@@ -28,7 +28,7 @@ from .config import Settings
 from .measuring import build_workers
 from .scheduler import RoundPlan, RoundSizes, Scheduler, TaskState, assign_floors, model_latency_s
 from .search import Proposer, SearchTimes, TaskSearch
-from .tasks import Candidate, Task
+from .tasks import Candidate, Task, structural_key
 
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
@@ -252,6 +252,89 @@ class TuningLoop:
                         self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
 
+    def measure_given(self, given: Mapping[int, Sequence[Any]]) -> dict[int, list[Measurement]]:
+        """Measure schedules the search did not propose (MeasureCandidates by task index, such
+        as the tuning library's records of each task) as trials: built together, committed
+        and learned like a round's, and handed to each task's search as parents. Schedules
+        measured before are left out and the budget's allowance caps the lot. No round is
+        counted: the caller says what the results mean for each task."""
+        chosen = self._given(given)
+        chosen = chosen[: self.stopping.allowance(self.ledger, len(chosen))] if chosen else []
+        if not chosen:
+            return {}
+        times: dict[str, float] = {}
+        with self._phase("build", times):
+            builds = self.builder.build(
+                [BuildInput(c.mod, self.target) for c in chosen], until=self._build_deadline()
+            )
+        chosen = chosen[: len(builds)]
+        for c in chosen:  # marked before measuring, as a round's are
+            self.measured.setdefault(c.task.index, set()).add(c.key)
+        states = {s.task.index: s for s in self.states}
+        results = {}
+        for index in dict.fromkeys(c.task.index for c in chosen):
+            mine = [i for i, c in enumerate(chosen) if c.task.index == index]
+            results[index] = self._measure_given(
+                states[index], [chosen[i] for i in mine], [builds[i] for i in mine], times
+            )
+        self.builder.release(builds)
+        with self._phase("learn", times):
+            if hasattr(self.cost_model, "fit"):
+                self.cost_model.fit()
+        self.ledger.trials += len(chosen)
+        return results
+
+    def _given(self, given: Mapping[int, Sequence[Any]]) -> list[Candidate]:
+        """Candidates of the given schedules not measured before, task by task."""
+        states = {s.task.index: s for s in self.states}
+        out = []
+        for index, schedules in given.items():
+            done = self.measured.get(index, set())
+            for mc in schedules:
+                key = structural_key(mc.sch.mod)
+                if key not in done and all(c.key != key for c in out):
+                    out.append(Candidate(states[index].task, mc, key))
+        return out
+
+    def _measure_given(
+        self,
+        state: TaskState,
+        chosen: Sequence[Candidate],
+        builds: Sequence[Build],
+        times: dict[str, float],
+    ) -> list[Measurement]:
+        from tvm.s_tir.meta_schedule import TuneContext
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        from . import _tvm
+
+        _tvm.load_tensor_intrinsics(self.target)  # before the first TuneContext: see _tvm.py
+        task = state.task
+        with self._phase("measure", times):
+            measured = self._measure(
+                state, self.database.commit_workload(task.workload), chosen, builds
+            )
+        with self._phase("learn", times):
+            ran = [
+                (c.measure_candidate, m.mean_s)
+                for c, m in zip(chosen, measured, strict=True)
+                if m.ok
+            ]
+            parents = self._bests.get(task.index, []) + ran
+            self._bests[task.index] = sorted(parents, key=lambda best: best[1])
+            built = [i for i, b in enumerate(builds) if b.ok]
+            if built:
+                add = getattr(self.cost_model, "add", None) or self.cost_model.update
+                add(
+                    TuneContext(mod=task.workload, target=self.target, task_name=task.name),
+                    [chosen[i].measure_candidate for i in built],
+                    [
+                        RunnerResult(list(m.run_secs) if m.ok else None, m.error)
+                        for m in (measured[i] for i in built)
+                    ],
+                )
+        return measured
+
     def _allowed_after(self, rounds: Sequence[int], wanted: int) -> int:
         """Candidates a round may have after rounds of these sizes, started and not yet paid
         for, are paid for (their forecast time and their trials); 0 when the budget would stop
@@ -271,7 +354,7 @@ class TuningLoop:
             TaskProgress(
                 name=s.task.name,
                 share=s.share,
-                trials=s.trials,
+                trials=s.depth,  # trials in the tuning library are evidence too
                 measured_rounds=s.measured_rounds,
                 floor=s.floor,
                 done=s.retired is not None,
@@ -439,7 +522,7 @@ class TuningLoop:
         """Step 4: every result goes into the database the moment it is known, so a crash
         loses at most the candidate being timed."""
         with self._phase("measure", r.times):
-            measurements = self._measure(r.state, r.search, r.chosen, r.builds)
+            measurements = self._measure(r.state, r.search.workload, r.chosen, r.builds)
         self.builder.release(r.builds)
         return measurements
 
@@ -471,23 +554,24 @@ class TuningLoop:
         self.ledger.record_point(model_latency_s(self.states))
         self._journal_round(r, audited=len(audited), measurements=measurements, seconds=seconds)
         if self.plateau is not None:
-            verdict = self.plateau.decide(state.history, protected=state.trials < state.floor)
+            verdict = self.plateau.decide(state.history, protected=state.depth < state.floor)
             if verdict.stop:
                 self._retire(state, verdict.reason)
 
     def _measure(
         self,
         state: TaskState,
-        search: TaskSearch,
+        workload: Any,
         chosen: Sequence[Candidate],
         builds: Sequence[Build],
     ) -> list[Measurement]:
-        """One Measurement per candidate (a build failure is one), each committed at once."""
+        """One Measurement per candidate (a build failure is one), each committed at once
+        under `workload` (the database's Workload of the task)."""
         results: dict[int, Measurement] = {}
 
         def arrived(i: int, measurement: Measurement) -> None:
             results[i] = self._checked(state, measurement)
-            self._commit(search, chosen[i], results[i])
+            self._commit(workload, chosen[i], results[i])
 
         for i, b in enumerate(builds):
             if not b.artifact:
@@ -511,13 +595,13 @@ class TuningLoop:
             return Measurement(None, "wrote NaN or Inf, which the untuned kernel does not")
         return m
 
-    def _commit(self, search: TaskSearch, candidate: Candidate, m: Measurement) -> None:
+    def _commit(self, workload: Any, candidate: Candidate, m: Measurement) -> None:
         from tvm.s_tir.meta_schedule.database import TuningRecord
 
         mc = candidate.measure_candidate
         run_secs = list(m.run_secs) if m.ok else [FAILED_RUN_SECS]
         self.database.commit_tuning_record(
-            TuningRecord(mc.sch.trace, search.workload, run_secs, self.target, mc.args_info)
+            TuningRecord(mc.sch.trace, workload, run_secs, self.target, mc.args_info)
         )
 
     def _learn(

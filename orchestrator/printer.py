@@ -13,10 +13,12 @@ from tune_orchestrator.budget.render import (
     describe_coverage,
     describe_filter,
     describe_kernels,
+    describe_library,
     describe_measurement,
     describe_search,
     describe_shipped,
     describe_simulated,
+    library_rounds,
 )
 from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
 
@@ -150,6 +152,15 @@ class Printer:
             f"{fmt_duration(spend['wall_s'])}{money}  best model ~{fmt_latency(e['model_latency_s'])}"
         )
 
+    def _on_library_round(self, e: dict[str, Any]) -> None:
+        failed = f", {e['failed']} failed" if e["failed"] else ""
+        plateau = ", at a plateau there" if e["plateau"] else ""
+        self._say(
+            f"library    {e['task']} [{e['task_index'] + 1}/{e['tasks']}]  {e['measured']} of its "
+            f"fastest records measured{failed}  task best {fmt_latency(e['best_s'])}  "
+            f"({e['library_trials']} library trials{plateau})"
+        )
+
     def _on_task_retired(self, e: dict[str, Any]) -> None:
         self._say(f"task {e['task']} retired: {e['reason']}")
 
@@ -206,11 +217,15 @@ class Printer:
         coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
         lines += [
             f"  trials              {result.trials} in {result.rounds} rounds"
+            + library_rounds(result.report.get("library"))
             + (f"; {coverage.rstrip('.')}" if coverage else ""),
             f"  spent               {spent} ({phases})",
             f"  budget              {describe_budget(result.report['budget'])}",
             f"  stopped because     {result.stop_reason}",
         ]
+        library = describe_library(result.report.get("library"))
+        if library:
+            lines.append(f"  {'library':<20}{library}")
         searched = describe_search(result.report.get("search") or {})
         if searched:
             lines.append(f"  {'search':<20}{searched}")

@@ -38,6 +38,9 @@ class TaskState:
     share: float | None = None  # of the untuned model's latency (weight x untuned latency)
     floor: int = 0  # trials this task gets before a stopping rule may end the run
     retired: str | None = None  # why the task gets no more rounds
+    # Trials of its workload the tuning library held before this run: its curve starts there.
+    library_trials: int = 0
+    plateau: bool = False  # the library's trials of it reached a plateau (library/records.py)
 
     @property
     def rounds(self) -> int:
@@ -45,8 +48,13 @@ class TaskState:
 
     @property
     def trials_after(self) -> list[int]:
-        """Trials the task had had after each of its rounds."""
-        return list(itertools.accumulate(self.round_trials))
+        """Trials the task had had after each of its rounds, the library's counted."""
+        return list(itertools.accumulate(self.round_trials, initial=self.library_trials))[1:]
+
+    @property
+    def depth(self) -> int:
+        """Trials the task has had: here and, before this run, in the tuning library."""
+        return self.trials + self.library_trials
 
     @property
     def latency_s(self) -> float | None:
@@ -184,7 +192,11 @@ class GainScheduler(Scheduler):
     alpha measured over its last `window` rounds (its untuned latency counts as one trial);
     `min_gain` is the least it expects from doubling its trials, and a task never tuned
     expects `first_round_gain` of its latency from its first round. The cut halves with each
-    search in a row that found nothing new. Expected cost: the task's own recent rounds,
+    search in a row that found nothing new. A task the tuning library knows has had its
+    library round (the library's fastest records, re-measured here): its curve starts at the
+    library's trials of it, and a task the library tuned to a plateau is valued on a flat curve
+    (`min_gain` per doubling), so it gets a round only when no other task promises more.
+    Expected cost: the task's own recent rounds,
     split into a fixed part (search and filter) and a part per candidate, or the run's
     typical round before it has any.
 
@@ -253,8 +265,11 @@ class GainScheduler(Scheduler):
         damp = 0.5**state.empty_searches
         if state.rounds == 0:
             return state.task.weight * latency * self.first_round_gain * damp
-        trials = max(1, state.trials)
-        alpha = max(self.min_alpha, self.exponent(state) or 0.0)
+        trials = max(1, state.depth)
+        # A task the library has tuned to a plateau is valued on a flat curve.
+        alpha = (
+            self.min_alpha if state.plateau else max(self.min_alpha, self.exponent(state) or 0.0)
+        )
         growth = ((trials + size) / trials) ** -alpha
         # The tuned best follows the curve; the model gains once it beats what runs now.
         tuned = state.best_s if state.best_s is not None else latency

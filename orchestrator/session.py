@@ -28,6 +28,7 @@ from .deploy.builds import ModelBuilds, Shipment
 from .errors import BudgetTooSmall
 from .forecast import overheads
 from .interrupt import Interrupt
+from .library import RunLibrary
 from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
@@ -65,6 +66,7 @@ class Session:
         candidate_filter: Filter,
         predictor: Predictor | None,
         warm_start: Path | None,
+        library: RunLibrary,
         fleet: Fleet,
         run: RunDir,
         build_only: bool,
@@ -89,6 +91,8 @@ class Session:
         own = getattr(candidate_filter, "predictor", None)
         self.predictors = list(dict.fromkeys(p for p in (predictor, own) if p is not None))
         self.warm_start = warm_start
+        self.library = library
+        library.warn = self._warn
         self.fleet = fleet
         self.measurement: dict[str, Any] = {}
         self.search: dict[str, Any] = {}  # where search time went (search.SearchTimes)
@@ -135,6 +139,13 @@ class Session:
         ledger.reserved_s = fixed.final_s
         database = self.run.database()
         cost_model = make_cost_model(self.settings, self.search_predictor)
+        # The tuning library's records train the learned model before its first round; a
+        # warm start fits it next, on both.
+        with ledger.phase("library"):
+            self.library.read()
+            self.library.train(
+                self.predictors, self.target.target, self.tasks, fit=self.warm_start is None
+            )
         with ledger.phase("restore"):
             restored = restore(
                 self.tasks,
@@ -177,6 +188,12 @@ class Session:
             shipment = self.builds.finish(database, ledger, untuned)
             if shipment.comparison is not None:
                 self.run.append({"type": "compared", **shipment.comparison})
+            with ledger.phase("library"):  # only records of a model that passed its check
+                self.library.add(
+                    (self.run[RunDir.WORKLOAD_DB], self.run[RunDir.RECORD_DB]),
+                    restored.default_records.values(),
+                    shipment.tuned,
+                )
             report = self._report(restored, shipment, ledger, stop_reason)
             with ledger.phase("report"):
                 write_report(self.run, report)
@@ -425,9 +442,13 @@ class Session:
             pipeline=self._pipelined(engine),
             parked=load_waiting(self.run, self.tasks),
         )
-        if ledger.prior_round is None:  # the first round, forecast before it is timed
-            ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)
         try:
+            # Exact reuse first: the library's fastest records of each task it knows.
+            self.library.reuse(
+                loop, restored.states, restored.library_rounds, ledger, self.run.append, self.emit
+            )
+            if ledger.prior_round is None:  # the first round, forecast before it is timed
+                ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)
             return loop.run()
         finally:
             proposer = loop.proposer
@@ -504,6 +525,7 @@ class Session:
             "report": str(self.run[RunDir.REPORT]),
             "report_md": str(self.run[RunDir.REPORT_MD]),
             "report_html": str(self.run[RunDir.REPORT_HTML]),
+            **({"tuning_library": str(self.library.path)} if self.library.path else {}),
         }
         return make_report(
             model=self.model.describe(),
@@ -533,6 +555,7 @@ class Session:
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
             search=self.search,
+            library=self.library.report(),
             simulated=self._simulated(restored) if self.target.simulated else None,
             # Nothing measured in the whole run, yet not stopped by a signal: the budget was
             # used up by import, untuned measurement and compiling.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,32 @@ min_repeat_ms = 5
 latency_repeat = 3
 latency_min_repeat_ms = 10
 """
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _matplotlib_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """matplotlib's font cache, built once for the session whatever $XDG_CACHE_HOME is."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MPLCONFIGDIR", str(tmp_path_factory.mktemp("matplotlib")))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _library_per_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test writes to the user's cache, and no test module sees records of another: the
+    tuning library's default root follows $XDG_CACHE_HOME, one folder per module for its
+    module fixtures (autouse, so set before them; subprocesses inherit it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own $XDG_CACHE_HOME: a run in one test never reuses another's records."""
+    folder = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -482,3 +482,32 @@ def test_the_early_stop_waits_for_the_heavy_tasks_floors(tasks, fast_config):
     assert "trial budget" not in reason  # the early stop ended it
     floored = [s for s in loop.states if s.floor]
     assert floored and all(s.trials >= s.floor or s.retired for s in floored)
+
+
+def test_given_schedules_are_measured_committed_and_made_parents_within_the_budget(
+    tasks, fast_config
+):
+    """The library round's way in: schedules the search did not propose are trials like a
+    round's (in the database, marked measured, parents of the task's search), capped by the
+    budget, and never measured twice; no round is counted."""
+    loop, engine = make_loop(tasks, fast_config, budget="3trials")
+    task = loop.states[0].task
+    search = TaskSearch(
+        task,
+        target=loop.target,
+        settings=loop.settings,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+        rand_state=1,
+        threads=2,
+        proposals=5,
+    )
+    given = search.propose()[:5]
+    results = loop.measure_given({task.index: given})
+    assert len(results[task.index]) == 3 == len(engine.measured) == loop.ledger.trials
+    assert loop.ledger.rounds == 0 and len(loop.database.get_all_tuning_records()) == 3
+    keys = {structural_key(mc.sch.mod) for mc in given[:3]}
+    assert loop.measured[task.index] == keys
+    parents = loop._bests[task.index]
+    assert [secs for _, secs in parents] == sorted(m.mean_s for m in results[task.index])
+    assert loop.measure_given({task.index: given[:3]}) == {}  # measured already

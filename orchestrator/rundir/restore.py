@@ -37,6 +37,7 @@ class Restored:
     # first: a resumed task's search starts from them, as the earlier session's search would
     # have gone on from them
     bests: dict[int, list[tuple[Any, float]]] = dataclasses.field(default_factory=dict)
+    library_rounds: set[int] = dataclasses.field(default_factory=set)  # tasks that had theirs
 
     @property
     def trials(self) -> int:
@@ -101,7 +102,7 @@ def restore(
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
 
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
-    sessions, untuned, points = 0, None, []
+    sessions, untuned, points, library_rounds = 0, None, [], set()
     for index, entry in baselines.items():
         states[index].baseline_s = entry.get("latency_s")
         states[index].untuned_finite = entry.get("finite")
@@ -124,6 +125,9 @@ def restore(
             state.filtered += int(entry.get("filtered", 0))
             state.built += int(entry.get("built", 0))
             state.audited += int(entry.get("audited", 0))
+        elif kind == "library_round" and entry.get("task") in measured:
+            _library_round(states[entry["task"]], entry)
+            library_rounds.add(entry["task"])
         elif kind == "empty_search" and entry.get("task") in measured:
             states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
@@ -158,7 +162,22 @@ def restore(
         default_records,
         unrecorded,
         bests,
+        library_rounds,
     )
+
+
+def _library_round(state: TaskState, entry: Mapping[str, Any]) -> None:
+    """A task's library round as the loop recorded it: a point of its curve at the library's
+    trials of it, no trials of the search's (its measured trials are in the database)."""
+    best = entry.get("best_s")
+    state.history.append(best if best is not None else float("inf"))
+    state.round_trials.append(0)
+    state.round_s.append(float(entry.get("seconds") or 0.0))
+    state.round_fixed_s.append(0.0)
+    if entry.get("measured"):
+        state.measured_rounds += 1
+    state.library_trials = int(entry.get("library_trials", 0))
+    state.plateau = bool(entry.get("plateau"))
 
 
 def _baselines(

@@ -1,0 +1,236 @@
+"""The tuning library's files: one stock MetaSchedule database per target, shared by runs.
+
+`<root>/<target-key>/` holds `database_workload.json` and `database_tuning_record.json`, as
+TVM's JSONDatabase names them, so `JSONDatabase(work_dir=...)` and `compile_relax` read it as
+it is. A record line names its workload by the workload's line number, so no writer appends
+in place: under an exclusive flock a writer re-reads both files (a torn or broken line is
+skipped), merges its records, and replaces each file whole (temp file, fsync, rename), the
+workload file first. Workloads only join at the end, so a reader that opens the pair between
+the two renames (stock TVM takes no lock) still finds each record's workload at its line.
+Readers take a shared flock, so they always see a pair one writer left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+LOCK = ".lock"
+
+
+def default_root(env: Mapping[str, str] = os.environ) -> Path:
+    """Where libraries live unless --library says: $XDG_CACHE_HOME (when absolute, as the XDG
+    spec asks) or ~/.cache, then tune-orchestrator/library."""
+    cache = env.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "tune-orchestrator" / "library"
+
+
+def target_key(target: Any) -> str:
+    """A readable, filesystem-safe name for a resolved target (targets.ResolvedTarget): kind,
+    arch and GPU on CUDA, mcpu and cores on CPUs, then a digest of those, so that two names
+    that read alike after cleaning still differ."""
+    attrs = target.target.attrs
+    if target.device_type == "cuda":
+        parts = [target.kind, str(attrs.get("arch") or ""), target.device_name]
+    else:
+        cores = attrs.get("num-cores")
+        parts = [target.kind, str(attrs.get("mcpu") or "generic"), f"{cores or 0}cores"]
+    slug = "-".join(re.sub(r"[^a-z0-9_.]+", "-", p.lower()).strip("-.") for p in parts if p)
+    digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def json_lines(data: bytes) -> list[tuple[Any, bytes]]:
+    """Each line's JSON value and text (the last, empty line dropped); None where a line does
+    not parse, such as a last line torn by a crash. Kept in place, so line numbers stay
+    right."""
+    lines = data.split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
+    values = []
+    for line in lines:
+        try:
+            values.append((json.loads(line), line))
+        except ValueError:
+            values.append((None, line))
+    return values
+
+
+def trace_key(record: Any) -> str:
+    """What makes two records of one workload the same schedule: the trace, a record's first
+    item, as the files hold it (see `plain` for a record of Python's `as_json`)."""
+    return json.dumps(record[0], separators=(",", ":"))
+
+
+def plain(value: Any) -> Any:
+    """JSON from Python's `as_json` as TVM writes it to files: booleans as numbers."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclasses.dataclass
+class Contents:
+    """A database's lines as JSON: workloads ([structural hash, module]) in line order, and
+    readable records as (workload line, record). `broken` counts the lines skipped; `texts`
+    holds each record's line as read (None: new or moved), written back as it is."""
+
+    workloads: list[Any]
+    records: list[tuple[int, Any]]
+    broken: int = 0
+    texts: list[bytes | None] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def parse(cls, workloads: bytes, records: bytes) -> Contents:
+        shelf = [w if _is_workload(w) else None for w, _ in json_lines(workloads)]
+        rows, texts, broken = [], [], sum(w is None for w in shelf)
+        for row, text in json_lines(records):
+            ok = isinstance(row, list) and len(row) == 2 and type(row[0]) is int
+            if ok and 0 <= row[0] < len(shelf) and shelf[row[0]] is not None:
+                rows.append((row[0], row[1]))
+                texts.append(text)
+            else:
+                broken += 1
+        return cls(shelf, rows, broken, texts)
+
+    def record_lines(self) -> Iterator[bytes]:
+        """Each record's line, as read where it did not move."""
+        texts = self.texts or [None] * len(self.records)
+        for (line, record), text in zip(self.records, texts, strict=True):
+            yield text if text is not None else json.dumps([line, record]).encode()
+
+    def merged(
+        self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]
+    ) -> tuple[Contents, int]:
+        """These contents with new records (each naming its workload by index into
+        `workloads`) that are not here yet; and how many joined. Broken workload lines are
+        dropped (the only case where lines move)."""
+        out = self._compacted()
+        lines = {w[0]: i for i, w in enumerate(out.workloads)}
+        incoming = {lines.get(workloads[i][0]) for i, _ in records}
+        # Only the records of the workloads offered can be met again: their keys alone.
+        seen = {(out.workloads[i][0], trace_key(r)) for i, r in out.records if i in incoming}
+        added = 0
+        for index, record in records:
+            workload = workloads[index]
+            key = (workload[0], trace_key(record))
+            if key in seen:
+                continue
+            if workload[0] not in lines:
+                lines[workload[0]] = len(out.workloads)
+                out.workloads.append(workload)
+            out.records.append((lines[workload[0]], record))
+            out.texts.append(None)
+            seen.add(key)
+            added += 1
+        return out, added
+
+    def _compacted(self) -> Contents:
+        moved, kept = {}, []
+        for line, workload in enumerate(self.workloads):
+            if workload is not None:
+                moved[line] = len(kept)
+                kept.append(workload)
+        texts = self.texts or [None] * len(self.records)
+        return Contents(
+            kept,
+            [(moved[i], r) for i, r in self.records],
+            texts=[
+                t if moved[i] == i else None for (i, _), t in zip(self.records, texts, strict=True)
+            ],
+        )
+
+
+def _is_workload(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """One target's library folder."""
+
+    path: Path
+
+    @classmethod
+    def for_target(cls, target: Any, root: Path | None = None) -> Library:
+        return cls((root or default_root()) / target_key(target))
+
+    def read(self) -> Contents:
+        """Both files, as one writer left them; empty when the library does not exist yet."""
+        if not (self.path / WORKLOADS).is_file():
+            return Contents([], [])
+        with self._locked(fcntl.LOCK_SH):
+            return Contents.parse(*self._bytes())
+
+    def add(self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]) -> int:
+        """Merge records (workload index into `workloads`, record JSON) into the library,
+        skipping those it holds; returns how many were added."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with self._locked(fcntl.LOCK_EX):
+            # A temp file here now was left by a writer killed before its rename.
+            for stale in self.path.glob(".database_*"):
+                stale.unlink(missing_ok=True)
+            current = Contents.parse(*self._bytes())
+            merged, added = current.merged(workloads, records)
+            if added or current.broken:  # a torn line is mended by writing the files again
+                self._replace(WORKLOADS, (json.dumps(w).encode() for w in merged.workloads))
+                self._replace(RECORDS, merged.record_lines())
+        return added
+
+    def add_files(self, workloads: Path, records: Path, skip: Collection[str] = ()) -> int:
+        """Add the records of a JSONDatabase's two files (a run's), in the order they were
+        measured, but those whose trace_key is in `skip`; returns how many were added."""
+        found = Contents.parse(_read(workloads), _read(records))
+        rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
+        return self.add(found.workloads, rows)
+
+    @contextlib.contextmanager
+    def _locked(self, how: int) -> Iterator[None]:
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, how)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _bytes(self) -> tuple[bytes, bytes]:
+        return _read(self.path / WORKLOADS), _read(self.path / RECORDS)
+
+    def _replace(self, name: str, lines: Iterator[bytes]) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
+        try:
+            os.fchmod(fd, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                for line in lines:
+                    fh.write(line + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        folder = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename itself survives a power cut
+        finally:
+            os.close(folder)
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.is_file() else b""

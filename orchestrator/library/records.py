@@ -1,0 +1,165 @@
+"""What a run asks of the library, as TVM objects: the match of a task (its fastest records,
+how many trials the library holds of it, whether they reached a plateau), records to train the
+cost model on, and the best records of other workloads (what transfer-tuning replays).
+
+Only what a question needs is turned into TVM objects: a workload's module and a record's
+trace are parsed when first asked for, so a large library costs a run little.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from .files import Contents
+
+# MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
+FAILED_RUN_SECS = 1e10
+
+
+def mean_s(record: Any) -> float:
+    """Mean run time of a record (JSON); inf for a failure or a record without times."""
+    secs = record[1] if isinstance(record, list) and len(record) > 1 else None
+    if not secs or any(not isinstance(s, (int, float)) or s >= FAILED_RUN_SECS for s in secs):
+        return math.inf
+    return sum(secs) / len(secs)
+
+
+def plateaued(
+    latencies: Sequence[float], *, min_trials: int, share: float, min_gain: float
+) -> bool:
+    """Whether trials of a task, in the order they were measured, reached a plateau: there
+    are `min_trials` or more, and none of the last `share` of them beat the best before
+    them by `min_gain` (relative) or more."""
+    if len(latencies) < min_trials:
+        return False
+    cut = len(latencies) - max(1, math.ceil(share * len(latencies)))
+    before, after = min(latencies[:cut], default=math.inf), min(latencies[cut:])
+    return math.isfinite(before) and after > before * (1.0 - min_gain)
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """A task's workload as the library knows it."""
+
+    key: str  # the workload's structural hash, as the library's workload line holds it
+    records: list[Any]  # its fastest records that ran (TuningRecords), fastest first
+    trials: int  # records the library holds of it, failures included
+    best_s: float | None  # the fastest of them, as measured when it was added
+    plateau: bool
+
+
+def workload_key(mod: Any) -> str:
+    """A module's structural hash as MetaSchedule writes it in a workload line."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(mod) & (2**64 - 1))
+
+
+class LibraryView:
+    """Questions about one read of a library (files.Contents)."""
+
+    def __init__(self, contents: Contents) -> None:
+        self.contents = contents
+        # workload key -> positions of its records in `contents.records`, in measured order
+        self.by_workload: dict[str, list[int]] = {}
+        for position, (line, _) in enumerate(contents.records):
+            key = contents.workloads[line][0]
+            self.by_workload.setdefault(key, []).append(position)
+        self._lines = {w[0]: i for i, w in enumerate(contents.workloads) if w is not None}
+        self._parsed: dict[str, Any] = {}
+
+    @property
+    def records(self) -> int:
+        return len(self.contents.records)
+
+    def match(
+        self, mod: Any, *, top: int, min_trials: int, share: float, min_gain: float
+    ) -> Match | None:
+        """The library's knowledge of workload `mod`; None when it holds no record of it."""
+        key = workload_key(mod)
+        positions = self.by_workload.get(key)
+        if not positions or not self._same(key, mod):
+            return None
+        latencies = [mean_s(self.contents.records[p][1]) for p in positions]
+        ran = [p for p, secs in zip(positions, latencies, strict=True) if secs < math.inf]
+        ran.sort(key=lambda p: mean_s(self.contents.records[p][1]))
+        best = min(latencies)
+        return Match(
+            key=key,
+            records=self._parse(ran, top),
+            trials=len(positions),
+            best_s=best if math.isfinite(best) else None,
+            plateau=plateaued(latencies, min_trials=min_trials, share=share, min_gain=min_gain),
+        )
+
+    def training(self, limit: int, first: Collection[str] = ()) -> list[Any]:
+        """At most `limit` records to train the cost model on: the workloads in `first` (this
+        model's), then the others, the most recently added first; each workload's share
+        spread evenly over its range of latencies, fastest and slowest included."""
+        if limit <= 0 or not self.by_workload:
+            return []
+        order = sorted(self.by_workload, key=lambda k: (k not in first, -self.by_workload[k][-1]))
+        share = max(16, math.ceil(limit / len(order)))
+        chosen: list[int] = []
+        for key in order:
+            ranked = sorted(
+                self.by_workload[key], key=lambda p: mean_s(self.contents.records[p][1])
+            )
+            take = min(share, len(ranked), limit - len(chosen))
+            if take <= 0:
+                break
+            step = (len(ranked) - 1) / max(1, take - 1)
+            chosen += [ranked[round(i * step)] for i in range(take)]
+        return self._parse(chosen, len(chosen))
+
+    def others(self, mod: Any, per_workload: int = 4) -> list[Any]:
+        """For transfer-tuning: the fastest `per_workload` records that ran of every library
+        workload but `mod`'s, workload by workload, the most recently added first. Each
+        record's `workload.mod` is the PrimFunc its trace was tuned on."""
+        found = []
+        for key in sorted(self.by_workload, key=lambda k: -self.by_workload[k][-1]):
+            if self.workload(key) is None or self._same(key, mod):
+                continue
+            positions = self.by_workload[key]
+            ran = [p for p in positions if mean_s(self.contents.records[p][1]) < math.inf]
+            ran.sort(key=lambda p: mean_s(self.contents.records[p][1]))
+            found += self._parse(ran, per_workload)
+        return found
+
+    def workload(self, key: str) -> Any | None:
+        """The library's Workload of this key (parsed once); None when TVM cannot read it."""
+        if key not in self._parsed:
+            from tvm.s_tir.meta_schedule.database import Workload
+
+            try:
+                self._parsed[key] = Workload.from_json(self.contents.workloads[self._lines[key]])
+            except Exception:  # written by another TVM version, say
+                self._parsed[key] = None
+        return self._parsed[key]
+
+    def _same(self, key: str, mod: Any) -> bool:
+        """Whether the library's workload of `key` is `mod` (hashes can collide)."""
+        import tvm_ffi
+
+        workload = self.workload(key)
+        return workload is not None and bool(tvm_ffi.structural_equal(workload.mod, mod))
+
+    def _parse(self, positions: Sequence[int], most: int) -> list[Any]:
+        """TuningRecords of the records at `positions`, at most `most`; a record TVM cannot
+        read (written by another version, say) is left out."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        out = []
+        for position in positions:
+            if len(out) >= most:
+                break
+            line, record = self.contents.records[position]
+            workload = self.workload(self.contents.workloads[line][0])
+            try:
+                out.append(TuningRecord.from_json(record, workload))
+            except Exception:  # an unreadable record is skipped, not fatal
+                continue
+        return out

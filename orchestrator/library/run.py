@@ -1,0 +1,256 @@
+"""What one run does with its target's tuning library: read it, start the shared cost model
+on its records, measure the fastest records of each task it knows (the task's library round),
+and add the run's own records at the end, when the tuned model passed its output check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tune_orchestrator.filters._predictor import fit_warm, learn_records
+
+from ..errors import InputError
+from ..scheduler import TaskState, model_latency_s
+from ..tasks import Task
+from .files import Library, default_root, plain, trace_key
+from .records import LibraryView, Match, workload_key
+
+Journal = Callable[[dict[str, Any]], None]
+Emit = Callable[..., None]
+
+
+class RunLibrary:
+    """The library as one run uses it; `library` None when the run leaves it alone (`off`
+    says why)."""
+
+    def __init__(
+        self,
+        library: Library | None,
+        settings: Any,  # config.Settings
+        *,
+        off: str | None = None,
+        warn: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.library = library
+        self.settings = settings
+        self.off = off
+        self.warn = warn
+        self.view: LibraryView | None = None
+        self.reused_records = self.reused_tasks = self.plateau_tasks = 0
+        self.trained_records = self.trained_workloads = 0
+        self.added: int | None = None
+        self.not_added: str | None = None
+
+    @classmethod
+    def open(
+        cls, given: str | Path | bool | None, target: Any, settings: Any, *, build_only: bool
+    ) -> RunLibrary:
+        """The library for `target` (targets.ResolvedTarget): `given` None or True for the
+        default root, a folder for another root, False to leave it alone. Simulated and
+        build-only runs leave it alone too: their records are not measured on the device."""
+        if given is False:
+            return cls(None, settings, off="--no-library")
+        if target.simulated:
+            return cls(None, settings, off="a simulated run neither reads nor adds records")
+        if build_only:
+            return cls(None, settings, off="a build-only run measures nothing")
+        root = default_root() if given is None or given is True else Path(given)
+        if root.exists() and not root.is_dir():
+            raise InputError(f"--library {root} is a file; give a directory for the library")
+        return cls(Library.for_target(target, root), settings)
+
+    @property
+    def path(self) -> Path | None:
+        return self.library.path if self.library is not None else None
+
+    def read(self) -> None:
+        """Read the library once, before the run's first round."""
+        if self.library is None:
+            return
+        try:
+            self.view = LibraryView(self.library.read())
+        except OSError as exc:
+            self.warn(
+                f"the tuning library {self.library.path} cannot be read ({exc}); tuning without it"
+            )
+
+    def train(
+        self, predictors: Sequence[Any], target: Any, tasks: Sequence[Task], *, fit: bool
+    ) -> None:
+        """Give the shared cost model (and the filter's own) the library's records of this
+        target, this model's workloads first; fit it unless a warm start fits it next."""
+        if self.view is None or not predictors:
+            return
+        first = {workload_key(t.workload) for t in tasks}
+        records = self.view.training(self.settings.library.train_records, first)
+        if not records:
+            return
+        self.trained_workloads = learn_records(predictors, records, target, source="library")
+        self.trained_records = len(records)
+        if fit:
+            fit_warm(predictors)
+
+    def reuse(
+        self,
+        loop: Any,
+        states: Sequence[TaskState],
+        done: set[int],
+        ledger: Any,
+        journal: Journal,
+        emit: Emit,
+    ) -> None:
+        """The library round, before the first round: each task whose workload the library
+        holds (and that had no library round in an earlier session, `done`) gets its
+        fastest library records measured here (loop.measure_given). They compete with the
+        default schedule in the run's database and become its search's parents; the task's
+        curve then starts at the library's trials of it (scheduler.TaskState)."""
+        with ledger.phase("library"):
+            matches = self._matches(states, done)
+            given = {index: _schedules(m.records) for index, m in matches.items()}
+        if not any(given.values()):
+            return
+        start = ledger.clock()
+        results = loop.measure_given(given)  # charged to build, measure and learn
+        if not results:  # all measured in this run before, or no budget for any
+            return
+        seconds = ledger.clock() - start
+        total = sum(map(len, results.values()))
+        for state in states:
+            measured = results.get(state.task.index)
+            if measured:
+                share = seconds * len(measured) / total
+                self._record(state, matches[state.task.index], measured, share, ledger, journal)
+                self._emit(state, measured, len(states), ledger, emit)
+        latency = model_latency_s(states)
+        ledger.record_point(latency)
+        journal({"type": "point", "model_latency_s": latency, "spend": ledger.snapshot().to_dict()})
+
+    def _matches(self, states: Sequence[TaskState], done: set[int]) -> dict[int, Match]:
+        """The library's match of each task that had no library round yet."""
+        found = {}
+        for state in states:
+            match = None if state.task.index in done else self._match(state.task)
+            if match is not None:
+                found[state.task.index] = match
+        return found
+
+    def _match(self, task: Task) -> Match | None:
+        if self.view is None:
+            return None
+        lib, stop = self.settings.library, self.settings.stopping
+        return self.view.match(
+            task.workload,
+            top=lib.reuse,
+            min_trials=lib.plateau_trials,
+            share=lib.plateau_share,
+            min_gain=stop.task_min_gain,
+        )
+
+    def _record(
+        self,
+        state: TaskState,
+        match: Match,
+        measured: Sequence[Any],
+        seconds: float,
+        ledger: Any,
+        journal: Journal,
+    ) -> None:
+        """The task's library round: no trials of its curve's own (their count is the
+        library's), its measured ones counted as trials of the run."""
+        good = [m.mean_s for m in measured if m.ok]
+        state.trials += len(measured)
+        state.failures += len(measured) - len(good)
+        state.record_round(min(good) if good else None, trials=0, seconds=seconds)
+        state.library_trials, state.plateau = match.trials, match.plateau
+        self.reused_records += len(measured)
+        self.reused_tasks += 1
+        self.plateau_tasks += match.plateau
+        journal(
+            {
+                "type": "library_round",
+                "task": state.task.index,
+                "task_key": state.task.key,
+                "measured": len(good),
+                "failed": len(measured) - len(good),
+                "library_trials": match.trials,
+                "library_best_s": match.best_s,
+                "plateau": match.plateau,
+                "best_s": state.best_s,
+                "round_best_s": min(good, default=None),
+                "seconds": round(seconds, 3),
+                "spend": ledger.snapshot().to_dict(),
+            }
+        )
+
+    @staticmethod
+    def _emit(
+        state: TaskState, measured: Sequence[Any], tasks: int, ledger: Any, emit: Emit
+    ) -> None:
+        from ..loop import spend_fields
+
+        emit(
+            "library_round",
+            task=state.task.name,
+            task_index=state.task.index,
+            tasks=tasks,
+            measured=sum(m.ok for m in measured),
+            failed=sum(not m.ok for m in measured),
+            best_s=state.best_s,
+            library_trials=state.library_trials,
+            plateau=state.plateau,
+            spend=spend_fields(ledger),
+        )
+
+    def add(
+        self, database: tuple[Path, Path], defaults: Iterable[Any], tuned: Mapping[str, Any] | None
+    ) -> None:
+        """Add the run's records (its `database` files: workloads, records), its default
+        schedules' records left out, when the tuned model's outputs matched onnxruntime."""
+        if self.library is None:
+            return
+        check = (tuned or {}).get("check") or {}
+        if check.get("ok") is not True:
+            self.not_added = (
+                "the tuned model's outputs differ from onnxruntime's"
+                if check.get("ok") is False
+                else "the tuned model was not checked"
+            )
+            return
+        skip = {trace_key(plain(record.as_json())) for record in defaults}
+        try:
+            self.added = self.library.add_files(*database, skip=skip)
+        except OSError as exc:
+            self.not_added = f"it cannot be written ({exc})"
+            self.warn(
+                f"the run's records were not added to the tuning library {self.library.path}: {exc}"
+            )
+
+    def report(self) -> dict[str, Any]:
+        """The report's `library` section."""
+        view = self.view
+        return {
+            "path": str(self.path) if self.path else None,
+            "off": self.off,
+            "records": view.records if view else None,
+            "workloads": len(view.by_workload) if view else None,
+            "skipped_lines": view.contents.broken if view else None,
+            "reused_records": self.reused_records,
+            "reused_tasks": self.reused_tasks,
+            "plateau_tasks": self.plateau_tasks,
+            "trained_records": self.trained_records,
+            "trained_workloads": self.trained_workloads,
+            "added": self.added,
+            "not_added": self.not_added,
+        }
+
+
+def _schedules(records: Sequence[Any]) -> list[Any]:
+    """MeasureCandidates of records whose trace replays on their workload."""
+    out = []
+    for record in records:
+        try:
+            out.append(record.as_measure_candidate())
+        except Exception:  # a trace of another TVM version, say
+            continue
+    return out

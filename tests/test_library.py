@@ -1,0 +1,440 @@
+"""The tuning library: writers at once, torn lines, stock TVM reading it, what a run takes
+from it and gives it. The tests named `e2e` run real tunes (about a minute): select them with
+-k e2e, leave them out with -k 'not e2e'."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import s_tir, te
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
+
+from tune_orchestrator.budget.render import describe_library, library_rounds
+from tune_orchestrator.config import Settings
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.library import Contents, Library, LibraryView, RunLibrary, plateaued
+from tune_orchestrator.library.files import RECORDS, WORKLOADS, default_root, target_key
+from tune_orchestrator.scheduler import GainScheduler, RoundSizes, TaskState
+from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.tasks import Task
+
+TARGET = tvm.target.Target({"kind": "llvm"})
+
+
+def workload(n: int):
+    """A PrimFunc doubling a vector of `n`: one workload per size."""
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+
+def make_database(folder: Path, sizes, factors, secs=lambda n, f: 1e-6 * f) -> Path:
+    """A run's JSONDatabase: for each size, one record per split factor (distinct traces)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    database = JSONDatabase(work_dir=str(folder))
+    for n in sizes:
+        mod = workload(n)
+        committed = database.commit_workload(mod)
+        for factor in factors:
+            sch = s_tir.Schedule(mod)
+            (loop,) = sch.get_loops(sch.get_sblock("B"))
+            sch.split(loop, [None, factor])
+            args = ArgInfo.from_prim_func(mod["main"])
+            database.commit_tuning_record(
+                TuningRecord(sch.trace, committed, [secs(n, factor)], TARGET, args)
+            )
+    return folder
+
+
+def files(folder: Path) -> tuple[Path, Path]:
+    return folder / WORKLOADS, folder / RECORDS
+
+
+def secs_of(record) -> float:
+    return float(record.run_secs[0].value)
+
+
+def stock_records(folder: Path) -> int:
+    """Records stock TVM reads from the folder (it raises on any line it cannot parse)."""
+    return len(JSONDatabase(work_dir=str(folder), allow_missing=False).get_all_tuning_records())
+
+
+def _add_one_by_one(path: str, source: str, barrier) -> None:
+    """A writer process: each record of `source` added on its own, so writers interleave."""
+    library = Library(Path(path))
+    found = Contents.parse(*(p.read_bytes() for p in files(Path(source))))
+    barrier.wait()
+    for row in found.records:
+        library.add(found.workloads, [row])
+
+
+def test_two_writers_at_once_keep_both_sets_and_stock_tvm_reads_the_result(tmp_path):
+    first = make_database(tmp_path / "a", sizes=[64, 128, 256], factors=[1, 2, 4, 8, 16])
+    second = make_database(tmp_path / "b", sizes=[128, 512], factors=[1, 2, 4, 8, 16, 32])
+    library = Library(tmp_path / "library")
+    context = multiprocessing.get_context("fork")  # the writers need no TVM
+    barrier = context.Barrier(2)
+    writers = [
+        context.Process(target=_add_one_by_one, args=(str(library.path), str(src), barrier))
+        for src in (first, second)
+    ]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0, 0]
+    # 15 + 12 records, of which size 128 shares factors 1..16 with the first writer: 5 once.
+    contents = library.read()
+    assert len(contents.records) == 15 + 12 - 5
+    assert len(contents.workloads) == 4 and contents.broken == 0
+    assert stock_records(library.path) == 22
+    view = LibraryView(contents)
+    assert sorted(len(p) for p in view.by_workload.values()) == [5, 5, 6, 6]
+
+
+def test_a_torn_last_line_is_skipped_on_read_and_mended_by_the_next_write(tmp_path):
+    run = make_database(tmp_path / "run", sizes=[64, 128], factors=[1, 2, 4])
+    library = Library(tmp_path / "library")
+    assert library.add_files(*files(run)) == 6
+    records = library.path / RECORDS
+    whole = records.read_bytes()
+    records.write_bytes(whole[: len(whole) - 40])  # a write cut short in its last line
+    with pytest.raises(RuntimeError):  # stock TVM cannot read the torn file
+        stock_records(library.path)
+    torn = library.read()
+    assert len(torn.records) == 5 and torn.broken == 1
+    # Adding what it holds adds nothing, yet the files are written whole again: every line
+    # parses and TVM reads them; the torn record comes back from a run that offers it.
+    held = make_database(tmp_path / "held", sizes=[64], factors=[1, 2, 4])
+    assert library.add_files(*files(held)) == 0
+    assert library.read().broken == 0 and stock_records(library.path) == 5
+    assert library.add_files(*files(run)) == 1 and stock_records(library.path) == 6
+    # A torn workload line: its records are skipped until a write drops it.
+    workloads = library.path / WORKLOADS
+    workloads.write_bytes(workloads.read_bytes()[:-30])
+    half = library.read()
+    assert len(half.workloads) == 2 and half.workloads[1] is None and len(half.records) == 3
+    other = make_database(tmp_path / "other", sizes=[256], factors=[1])
+    assert library.add_files(*files(other)) == 1
+    assert stock_records(library.path) == 4 and library.read().broken == 0
+
+
+def test_a_reader_between_the_two_renames_finds_every_record_s_workload(tmp_path, monkeypatch):
+    """The writer replaces the workload file first: stock TVM, which takes no lock, may read
+    the new workload file with the old record file, and every record still finds its
+    workload at its line. (Killed at that moment, the library is just as readable.)"""
+    library = Library(tmp_path / "library")
+    library.add_files(*files(make_database(tmp_path / "a", sizes=[64], factors=[1, 2])))
+    replace = Library._replace
+
+    def killed_after_workloads(self, name, lines):
+        replace(self, name, lines)
+        if name == WORKLOADS:
+            raise KeyboardInterrupt  # the process dies between the renames
+
+    monkeypatch.setattr(Library, "_replace", killed_after_workloads)
+    second = make_database(tmp_path / "b", sizes=[32, 64], factors=[4])
+    with pytest.raises(KeyboardInterrupt):
+        library.add_files(*files(second))
+    assert len(library.read().workloads) == 2
+    assert stock_records(library.path) == 2  # the old records, each with its workload
+    monkeypatch.setattr(Library, "_replace", replace)
+    leftover = library.path / f".{RECORDS}.k9x"  # a temp file of a writer killed by -9
+    leftover.write_text("[0, [")
+    assert library.add_files(*files(second)) == 2
+    assert stock_records(library.path) == 4 and not leftover.exists()
+
+
+def test_default_location_follows_xdg_cache_home_and_the_target_key_reads_well(tmp_path):
+    assert default_root({"XDG_CACHE_HOME": str(tmp_path)}) == (
+        tmp_path / "tune-orchestrator" / "library"
+    )
+    assert default_root({"XDG_CACHE_HOME": "relative"}) == (
+        Path.home() / ".cache" / "tune-orchestrator" / "library"
+    )
+    cpu = target_key(resolve_target("llvm"))
+    gpu = target_key(resolve_target("nvidia/nvidia-h100", build_only=True))
+    assert cpu.startswith("llvm-") and "cores-" in cpu
+    assert gpu.startswith("cuda-sm_90a-") and cpu != gpu
+    assert all(ch.isalnum() or ch in "-_." for ch in cpu + gpu)
+
+
+@pytest.mark.parametrize(
+    "latencies, expected",
+    [
+        ([5.0] + [4.0] * 7, True),  # best reached early, the last half did not beat it
+        ([5.0] * 7 + [4.0], False),  # the last trial improved it
+        ([5.0] * 7 + [4.99], True),  # by less than min_gain (1%)
+        ([4.0] * 5, False),  # too few trials to tell
+        ([math.inf] * 4 + [4.0] * 4, False),  # nothing ran before the last half
+    ],
+)
+def test_a_plateau_is_a_last_share_of_trials_that_did_not_beat_the_best_before(latencies, expected):
+    assert plateaued(latencies, min_trials=6, share=0.5, min_gain=0.01) is expected
+
+
+def test_a_match_gives_the_fastest_records_that_ran_and_the_library_s_trial_count(tmp_path):
+    # Factor 1 failed (MetaSchedule's 1e10), the others got faster with larger factors.
+    secs = {1: 1e10, 2: 4e-6, 4: 3e-6, 8: 2e-6, 16: 2e-6, 32: 2e-6}
+    run = make_database(tmp_path / "run", [64, 128], list(secs), lambda n, f: secs[f])
+    library = Library(tmp_path / "library")
+    library.add_files(*files(run))
+    view = LibraryView(library.read())
+    # In measured order: failed, 4, 3, 2, 2, 2 us: no gain in the last third, some in the half.
+    match = view.match(workload(64), top=3, min_trials=6, share=0.3, min_gain=0.01)
+    assert match.trials == 6 and match.best_s == 2e-6 and match.plateau
+    assert [secs_of(r) for r in match.records] == pytest.approx([2e-6] * 3)
+    assert view.match(workload(32), top=3, min_trials=6, share=0.3, min_gain=0.01) is None
+    assert not view.match(workload(64), top=3, min_trials=6, share=0.5, min_gain=0.01).plateau
+    assert not view.match(workload(64), top=3, min_trials=7, share=0.3, min_gain=0.01).plateau
+    # Transfer-tuning's source: the other workloads' best records, never the task's own.
+    others = view.others(workload(64), per_workload=2)
+    assert len(others) == 2 and all(r.workload.mod.same_as(others[0].workload.mod) for r in others)
+    assert tvm_ffi.structural_equal(others[0].workload.mod, workload(128))
+    # Training: this model's workloads first, each spread over its latencies.
+    first = {view.match(workload(128), top=1, min_trials=1, share=0.5, min_gain=0).key}
+    chosen = view.training(limit=20, first=first)
+    assert len(chosen) == 12 and tvm_ffi.structural_equal(chosen[0].workload.mod, workload(128))
+    assert sorted({secs_of(r) for r in chosen}) == pytest.approx(sorted(set(secs.values())))
+
+
+def library_task(index: int, *, library_trials: int, plateau: bool) -> TaskState:
+    """A task after its library round: the best of its library records measured here."""
+    task = Task(index, f"t{index}", 1, 1e6, None, f"{index:016x}")
+    state = TaskState(task, baseline_s=10.0)
+    state.record_round(5.0, trials=0, seconds=1.0)
+    state.trials, state.library_trials, state.plateau = 4, library_trials, plateau
+    return state
+
+
+def test_the_scheduler_sees_a_task_at_a_plateau_in_the_library_as_deep():
+    sizes = RoundSizes(16, 64)
+    sched = GainScheduler()
+    fresh = TaskState(Task(9, "t9", 1, 1e6, None, "9"), baseline_s=10.0)
+    fresh.record_round(5.0, trials=16, seconds=1.0, fixed_s=0.5)
+    fresh.trials = 16
+    flat = library_task(0, library_trials=512, plateau=True)
+    # The same latency and the same cut so far: the plateau makes the difference.
+    assert sched.pick([flat, fresh], sizes).state is fresh
+    assert sched.expected_gain(flat, 64) < 0.05 * sched.expected_gain(fresh, 64)
+    steep = library_task(0, library_trials=512, plateau=False)
+    assert sched.expected_gain(steep, 64) > 5 * sched.expected_gain(flat, 64)
+    # Nothing else to buy: the plateau task still gets its round.
+    fresh.retired = "done"
+    assert sched.pick([flat, fresh], sizes).state is flat
+    assert flat.trials_after == [512] and flat.depth == 516
+
+
+def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
+    from tvm.s_tir import meta_schedule as ms
+
+    from tune_orchestrator.rundir.restore import restore
+
+    tasks = [Task(0, "double", 1, 64.0, workload(64), "0"), Task(1, "x", 1, 8.0, workload(8), "1")]
+    entry = {"type": "library_round", "task": 0, "best_s": 5e-6, "measured": 3, "seconds": 1.2}
+    journal = [{"type": "session"}, {**entry, "library_trials": 40, "plateau": True}]
+    restored = restore(
+        tasks,
+        journal,
+        ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+        target=TARGET,
+    )
+    state = restored.states[0]
+    assert restored.library_rounds == {0}  # the session passes these as done: no second one
+    assert state.history == [5e-6] and state.round_trials == [0] and state.round_s == [1.2]
+    assert (state.library_trials, state.plateau, state.measured_rounds) == (40, True, 1)
+    assert restored.states[1].rounds == 0
+
+
+def test_the_library_round_event_validates_and_prints(capsys):
+    import jsonschema
+
+    from tune_orchestrator.budget import Ledger
+    from tune_orchestrator.events import Emitter
+    from tune_orchestrator.events import schema as event_schema
+    from tune_orchestrator.measure import Measurement
+    from tune_orchestrator.printer import Printer
+
+    events = []
+    flat = library_task(0, library_trials=512, plateau=True)
+    measured = [Measurement((5.0,)), Measurement(None, "build failed")]
+    emit = Emitter(events.append, Printer(tty=False))
+    RunLibrary._emit(flat, measured, 3, Ledger(), emit)
+    jsonschema.validate(events[0], event_schema())
+    assert events[0]["measured"] == 1 and events[0]["failed"] == 1 and events[0]["plateau"]
+    out = capsys.readouterr().out
+    assert "library    t0 [1/3]  1 of its fastest records measured, 1 failed" in out
+    assert "(512 library trials, at a plateau there)" in out
+
+
+def test_a_run_leaves_the_library_alone_when_told_or_when_its_timings_are_not_real(tmp_path):
+    settings = Settings.load()
+    cpu = resolve_target("llvm")
+    assert RunLibrary.open(False, cpu, settings, build_only=False).off == "--no-library"
+    assert "build-only" in RunLibrary.open(None, cpu, settings, build_only=True).off
+    simulated = resolve_target("auto", simulate=True)
+    assert "simulated" in RunLibrary.open(None, simulated, settings, build_only=False).off
+    used = RunLibrary.open(tmp_path / "root", cpu, settings, build_only=False)
+    assert used.off is None and used.path == tmp_path / "root" / target_key(cpu)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match="is a file"):
+        RunLibrary.open(tmp_path / "file", cpu, settings, build_only=False)
+
+
+def test_only_a_run_whose_tuned_model_passed_its_check_adds_and_never_its_defaults(tmp_path):
+    run = make_database(tmp_path / "run", sizes=[64], factors=[1, 2, 4])
+    default = JSONDatabase(work_dir=str(run)).get_all_tuning_records()[0]
+    settings = Settings.load()
+
+    def finish(tuned, defaults=()):
+        library = RunLibrary(Library(tmp_path / "library"), settings)
+        library.add(files(run), defaults, tuned)
+        return library
+
+    for tuned in (None, {}, {"check": {"ok": False}}):
+        assert finish(tuned).added is None
+    assert not (tmp_path / "library" / RECORDS).exists()
+    assert "differ" in finish({"check": {"ok": False}}).not_added
+    assert finish({"check": {"ok": True}}, [default]).added == 2
+    assert finish({"check": {"ok": True}}).added == 1  # the default's record only now
+
+
+def test_the_report_line_says_what_was_reused_and_added():
+    line = describe_library(
+        {
+            "path": "/cache/lib",
+            "off": None,
+            "reused_records": 8,
+            "reused_tasks": 2,
+            "plateau_tasks": 1,
+            "added": 40,
+        }
+    )
+    assert line == "8 records of 2 tasks reused (1 at a plateau there), 40 added; /cache/lib"
+    off = describe_library({"off": "--no-library"})
+    assert off == "off (--no-library)"
+    failed = {"path": "/l", "off": None, "reused_records": 0, "reused_tasks": 0, "added": None}
+    assert "none added (the check failed)" in describe_library(
+        {**failed, "not_added": "the check failed"}
+    )
+    assert describe_library(None) is None
+    assert library_rounds({"reused_tasks": 3}) == " (+3 library rounds)"
+    assert library_rounds({"reused_tasks": 1}) == " (+1 library round)"
+    assert library_rounds({"reused_tasks": 0}) == library_rounds(None) == ""
+
+
+# -- end to end: real tunes of the tiny model -------------------------------------------------
+
+
+def tune(model: Path, out: Path, config: Path, *options: str, budget: str = "16trials"):
+    from click.testing import CliRunner
+
+    from cli_args import tune_args
+    from tune_orchestrator.cli import main
+
+    result = CliRunner().invoke(main, tune_args(model, out, config, *options, budget=budget))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return SimpleNamespace(
+        out=out,
+        stdout=result.stdout,
+        report=json.loads((out / "report.json").read_text()),
+        journal=[json.loads(x) for x in (out / "journal.jsonl").read_text().splitlines()],
+    )
+
+
+def extract(model: Path):
+    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.tasks import extract_tasks
+
+    target = resolve_target("llvm").target
+    return extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
+
+
+def scheduled_key(record) -> int:
+    """The schedule a record stands for, whatever database it came from."""
+    from tune_orchestrator.tasks import structural_key
+
+    return structural_key(record.as_measure_candidate().sch.mod)
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory, fast_config):
+    """The twin-convolution model tuned with --no-library, then twice with the library, each
+    time in a fresh cache of its own."""
+    import onnx_models
+
+    base = tmp_path_factory.mktemp("library-e2e")
+    model = onnx_models.tiny_cnn(base / "twins.onnx", twin_convs=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(base / "cache"))
+        apart = tune(model, base / "apart", fast_config, "--no-library", budget="8trials")
+        cache_after_apart = sorted((base / "cache").rglob("*"))
+        first = tune(model, base / "first", fast_config)
+        after_first = Library(Path(first.report["library"]["path"])).read()
+        second = tune(model, base / "second", fast_config)
+    return SimpleNamespace(
+        model=model,
+        cache=base / "cache",
+        cache_after_apart=cache_after_apart,
+        apart=apart,
+        first=first,
+        after_first=after_first,
+        second=second,
+    )
+
+
+def test_e2e_no_library_touches_nothing(twice):
+    # (onnxruntime and matplotlib may keep caches there; the library must not appear.)
+    assert not any("tune-orchestrator" in str(p) for p in twice.cache_after_apart)
+    assert twice.apart.report["library"]["off"] == "--no-library"
+    assert not any(e["type"] == "library_round" for e in twice.apart.journal)
+    assert f"{'library':<20}off (--no-library)" in twice.apart.stdout
+
+
+def test_e2e_a_second_run_starts_where_the_first_ended(twice):
+    first, second = twice.first, twice.second
+    path = Path(first.report["library"]["path"])
+    assert path.parent == twice.cache / "tune-orchestrator" / "library"
+    tuned = {t["name"] for t in first.report["tasks"] if t["trials"]}
+    # The first run added its trials (not its default schedules), and stock TVM reads them.
+    assert first.report["library"]["added"] == first.report["summary"]["trials"]
+    # The second run's first round is its library round: each task the first one tuned.
+    rounds = [e for e in second.journal if e["type"] in ("library_round", "round")]
+    library_rounds = [e for e in rounds if e["type"] == "library_round"]
+    assert rounds[: len(library_rounds)] == library_rounds
+    names = {t["index"]: t["name"] for t in second.report["tasks"]}
+    assert {names[e["task"]] for e in library_rounds} == tuned
+    assert second.report["library"]["reused_tasks"] == len(tuned)
+    progress = [x for x in second.stdout.splitlines() if x.startswith("library    ")]
+    assert len(progress) == len(tuned)  # one progress line each
+    # It measured the first run's best schedule of each task again: the best it reached.
+    view = LibraryView(twice.after_first)
+    best_keys = set()
+    for task in extract(twice.model):
+        match = view.match(task.workload, top=1, min_trials=1, share=0.5, min_gain=0.0)
+        if match is not None:
+            best_keys.add(scheduled_key(match.records[0]))
+    measured = JSONDatabase(work_dir=str(second.out)).get_all_tuning_records()
+    assert len(best_keys) == len(tuned) and best_keys <= {scheduled_key(r) for r in measured}
+    for e in library_rounds:
+        first_best = next(
+            t["best_s"] for t in first.report["tasks"] if t["name"] == names[e["task"]]
+        )
+        assert e["library_best_s"] == pytest.approx(first_best, rel=1e-9)
+        assert e["measured"] >= 1 and e["library_trials"] >= 1
+    # The learned model started from the library; only new records were added.
+    lib = second.report["library"]
+    assert lib["trained_records"] == first.report["library"]["added"]
+    assert 0 < lib["added"] <= second.report["summary"]["trials"] - lib["reused_records"]
+    assert stock_records(path) == first.report["library"]["added"] + lib["added"]
+    line = f"{'library':<20}{lib['reused_records']} records of {len(tuned)} tasks reused"
+    assert line in second.stdout
