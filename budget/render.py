@@ -115,7 +115,27 @@ def describe_library(library: Mapping[str, Any] | None) -> str | None:
         added_text = f"none added ({library.get('not_added') or 'the run did not finish'})"
     else:
         added_text = f"{added} added"
-    return f"{reused}, {added_text}; {library['path']}"
+    return f"{reused}{_transfer(library.get('transferred') or {})}, {added_text}; {library['path']}"
+
+
+def _transfer(transferred: Mapping[str, Mapping[str, Any]]) -> str:
+    """Transfer-tuning in a clause: tasks, schedules and how they applied, and how many beat
+    their task's default schedule ("" when none was tried)."""
+    tried = [t for t in transferred.values() if t["tried"]]
+    if not tried:
+        return ""
+    total = {k: sum(t[k] for t in tried) for k in ("tried", "as_is", "re_derived", "failed")}
+    beat = sum(
+        1
+        for t in tried
+        if t["best_s"] is not None and t["default_s"] and t["best_s"] < t["default_s"]
+    )
+    return (
+        f"; {total['tried']} schedules of same-kind tasks replayed on {len(tried)} "
+        f"task{'' if len(tried) == 1 else 's'} "
+        f"({total['as_is']} as they were, {total['re_derived']} re-derived, {total['failed']} "
+        f"failed), the best transferred beating the default schedule on {beat}"
+    )
 
 
 def describe_simulated(simulated: Mapping[str, Any] | None) -> str | None:

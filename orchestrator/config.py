@@ -255,9 +255,13 @@ class LibrarySettings:
     plateau_trials: int
     plateau_share: float
     train_records: int
+    transfer: int
+    transfer_per_workload: int
 
     def __post_init__(self) -> None:
         _non_negative("library", "reuse", self.reuse)
+        _non_negative("library", "transfer", self.transfer)
+        _positive("library", "transfer_per_workload", self.transfer_per_workload)
         _positive("library", "plateau_trials", self.plateau_trials)
         if not 0 < self.plateau_share < 1:
             raise ValueError(

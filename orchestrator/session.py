@@ -447,6 +447,8 @@ class Session:
             self.library.reuse(
                 loop, restored.states, restored.library_rounds, ledger, self.run.append, self.emit
             )
+            # Then transfer: what tasks of the same kind reached, replayed on those untouched.
+            self.library.transfer(loop, restored.states, ledger, self.run.append)
             if ledger.prior_round is None:  # the first round, forecast before it is timed
                 ledger.prior_round = self._first_round_cost(loop.first_proposals, ledger)
             return loop.run()

@@ -438,3 +438,24 @@ def test_e2e_a_second_run_starts_where_the_first_ended(twice):
     assert stock_records(path) == first.report["library"]["added"] + lib["added"]
     line = f"{'library':<20}{lib['reused_records']} records of {len(tuned)} tasks reused"
     assert line in second.stdout
+
+
+def test_e2e_a_new_shape_starts_from_the_library_s_schedules_of_its_kind(tmp_path, fast_config):
+    """Model B's convolution has other shapes than model A's: no exact match, but A's tuned
+    schedules replay on it (re-derived) and are measured as its first round."""
+    import onnx_models
+
+    a = onnx_models.wide_conv(tmp_path / "a.onnx", channels=16, size=16)
+    b = onnx_models.wide_conv(tmp_path / "b.onnx", channels=24, size=12)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        tune(a, tmp_path / "a", fast_config)
+        second = tune(b, tmp_path / "b", fast_config)
+    transferred = second.report["library"]["transferred"]
+    assert second.report["library"]["reused_tasks"] == 0  # no exact match
+    ((name, tally),) = [(n, t) for n, t in transferred.items() if t["tried"]]
+    assert tally["tried"] == tally["as_is"] + tally["re_derived"] + tally["failed"] >= 1
+    assert tally["measured"] >= 1 and tally["best_s"] > 0
+    rounds = [e for e in second.journal if e["type"] == "round"]
+    assert rounds[0]["kind"] == "transfer" and rounds[0]["transfer"] == tally
+    assert "schedules of same-kind tasks replayed on 1 task (" in second.stdout

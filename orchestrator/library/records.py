@@ -115,18 +115,25 @@ class LibraryView:
             chosen += [ranked[round(i * step)] for i in range(take)]
         return self._parse(chosen, len(chosen))
 
+    def keys(self) -> list[str]:
+        """The library's workload keys, the most recently added first."""
+        return sorted(self.by_workload, key=lambda k: -self.by_workload[k][-1])
+
+    def best(self, key: str, most: int) -> list[Any]:
+        """The fastest `most` records that ran of the library's workload `key`."""
+        positions = self.by_workload.get(key, [])
+        ran = [p for p in positions if mean_s(self.contents.records[p][1]) < math.inf]
+        ran.sort(key=lambda p: mean_s(self.contents.records[p][1]))
+        return self._parse(ran, most)
+
     def others(self, mod: Any, per_workload: int = 4) -> list[Any]:
         """For transfer-tuning: the fastest `per_workload` records that ran of every library
         workload but `mod`'s, workload by workload, the most recently added first. Each
         record's `workload.mod` is the PrimFunc its trace was tuned on."""
         found = []
-        for key in sorted(self.by_workload, key=lambda k: -self.by_workload[k][-1]):
-            if self.workload(key) is None or self._same(key, mod):
-                continue
-            positions = self.by_workload[key]
-            ran = [p for p in positions if mean_s(self.contents.records[p][1]) < math.inf]
-            ran.sort(key=lambda p: mean_s(self.contents.records[p][1]))
-            found += self._parse(ran, per_workload)
+        for key in self.keys():
+            if self.workload(key) is not None and not self._same(key, mod):
+                found += self.best(key, per_workload)
         return found
 
     def workload(self, key: str) -> Any | None:

@@ -15,6 +15,7 @@ from ..scheduler import TaskState, model_latency_s
 from ..tasks import Task
 from .files import Library, default_root, plain, trace_key
 from .records import LibraryView, Match, workload_key
+from .transfer_round import Transferred, record_rounds, replayed
 
 Journal = Callable[[dict[str, Any]], None]
 Emit = Callable[..., None]
@@ -41,6 +42,7 @@ class RunLibrary:
         self.trained_records = self.trained_workloads = 0
         self.added: int | None = None
         self.not_added: str | None = None
+        self.transferred: dict[str, Transferred] = {}  # by task name
 
     @classmethod
     def open(
@@ -125,6 +127,32 @@ class RunLibrary:
         latency = model_latency_s(states)
         ledger.record_point(latency)
         journal({"type": "point", "model_latency_s": latency, "spend": ledger.snapshot().to_dict()})
+
+    def transfer(
+        self, loop: Any, states: Sequence[TaskState], ledger: Any, journal: Journal
+    ) -> None:
+        """Transfer-tuning, after the library rounds: each task still untouched gets the
+        library's schedules of tasks of its kind, replayed on it, measured as its first round
+        (transfer_round.py)."""
+        if self.view is None:
+            return
+        lib = self.settings.library
+        with ledger.phase("library"):
+            given, stats = replayed(
+                self.view, states, loop.target, most=lib.transfer,
+                per_workload=lib.transfer_per_workload,
+            )  # fmt: skip
+        names = {s.task.index: s.task.name for s in states}
+        self.transferred = {names[i]: tally for i, tally in stats.items()}
+        if not any(given.values()):
+            return
+        start = ledger.clock()
+        results = loop.measure_given(given)  # charged to build, measure and learn
+        snapshot = lambda: ledger.snapshot().to_dict()  # noqa: E731
+        record_rounds(states, results, stats, ledger.clock() - start, journal, snapshot)
+        latency = model_latency_s(states)
+        ledger.record_point(latency)
+        journal({"type": "point", "model_latency_s": latency, "spend": snapshot()})
 
     def _matches(self, states: Sequence[TaskState], done: set[int]) -> dict[int, Match]:
         """The library's match of each task that had no library round yet."""
@@ -242,6 +270,7 @@ class RunLibrary:
             "trained_workloads": self.trained_workloads,
             "added": self.added,
             "not_added": self.not_added,
+            "transferred": {name: t.to_dict() for name, t in self.transferred.items()},
         }
 
 
