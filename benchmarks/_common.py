@@ -113,11 +113,13 @@ def tune_ours(
     extra: Sequence[str] = (),
     simulate: bool = False,
     budget: str | None = None,
+    library: str | Path | bool = False,
 ) -> dict[str, Any]:
-    """`orchestrate` through its API; checkpoints from the journal (spend at each round end),
-    and the run's own estimate of the model's latency after each round. `budget` (a budget's
-    text) replaces the trial cap; `simulate`: the simulated GPU times the candidates (a CUDA
-    target, no GPU needed)."""
+    """`orchestrate` through its API; checkpoints from the journal (spend at each round end,
+    library rounds included), and the run's own estimate of the model's latency after each
+    round. `budget` (a budget's text) replaces the trial cap; `simulate`: the simulated GPU
+    times the candidates (a CUDA target, no GPU needed); `library`: a tuning library's root
+    (default: none, a cold run)."""
     from tune_orchestrator import tune
 
     options: dict[str, Any] = {}
@@ -133,13 +135,13 @@ def tune_ours(
         seed=seed,
         handle_signals=False,
         simulate=simulate,
-        library=False,  # a benchmark times a cold run: no records of earlier runs
+        library=library,
         **options,
     )
     total = time.perf_counter() - start
     phases = dict(result.phases)
     journal = [json.loads(line) for line in (Path(work) / "journal.jsonl").read_text().splitlines()]
-    rounds = [e for e in journal if e["type"] == "round"]
+    rounds = [e for e in journal if e["type"] in ("round", "library_round")]
     checkpoints = [(e["spend"]["wall_s"], e["spend"]["trials"]) for e in rounds]
     # The run's own estimate of the model's latency after each round (its tasks' best measured
     # latencies, weighted): a tuning curve without compiling a database per round.

@@ -208,6 +208,11 @@ def smallvgg(seed: int = 0) -> onnx.ModelProto:
     return _vgg("smallvgg", [[32], [64], [128, 128], [256, 256]], 64, 10, seed)
 
 
+def widevgg(seed: int = 0) -> onnx.ModelProto:
+    """smallvgg with every width 1.5x: the same kinds of kernels at other shapes."""
+    return _vgg("widevgg", [[48], [96], [192, 192], [384, 384]], 64, 10, seed)
+
+
 def mobilenetish(seed: int = 0) -> onnx.ModelProto:
     g = _Graph(seed)
     x = g.conv_bn("image", 3, 32, 3, 2, relu=True)
@@ -231,7 +236,18 @@ def mlpish(seed: int = 0) -> onnx.ModelProto:
 
 def tinybert(seed: int = 0) -> onnx.ModelProto:
     """Token ids -> embeddings, two post-norm encoder layers, mean over tokens -> 2 classes."""
-    seq, vocab, width, heads, hidden = 32, 1000, 128, 4, 512
+    return _bert("tinybert", seq=32, width=128, heads=4, hidden=512, seed=seed)
+
+
+def smallbert(seed: int = 0) -> onnx.ModelProto:
+    """tinybert's layout at other sizes: 64 tokens, width 192, 6 heads, 768 wide."""
+    return _bert("smallbert", seq=64, width=192, heads=6, hidden=768, seed=seed)
+
+
+def _bert(
+    name: str, *, seq: int, width: int, heads: int, hidden: int, seed: int
+) -> onnx.ModelProto:
+    vocab = 1000
     g = _Graph(seed)
 
     def norm(x: str) -> str:
@@ -268,7 +284,7 @@ def tinybert(seed: int = 0) -> onnx.ModelProto:
         x = norm(g.node("Add", [x, linear(h, hidden, width)]))
     linear(g.node("ReduceMean", [x], axes=[1], keepdims=0), width, 2)
     source = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])
-    return g.finish("tinybert", source, 2)
+    return g.finish(name, source, 2)
 
 
 def resnet50ish(seed: int = 0) -> onnx.ModelProto:
@@ -424,6 +440,8 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "smallvgg": smallvgg,
     "resnet18ish": resnet18ish,
     "tinybert": tinybert,
+    "smallbert": smallbert,
+    "widevgg": widevgg,
     "squeezenetish": squeezenetish,
     "densenetish": densenetish,
     "inceptionish": inceptionish,
