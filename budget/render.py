@@ -76,6 +76,21 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def describe_provenance(p: Mapping[str, Any] | None) -> str | None:
+    """When, by what command, with which versions and on what the run was made, in a line."""
+    if not p:  # a report written before reports carried it
+        return None
+    host = p["host"]
+    gpu = p.get("gpu")
+    on = f"{host['name']} ({host['cpu']}, {host['cores']} cores)"
+    if gpu:
+        on += f", GPU {gpu['name']} (driver {gpu['driver'] or 'unknown'})"
+    return (
+        f"Run {p['started']} to {p['ended']} by `{p['command']}`, with tune-orchestrator "
+        f"{p['package'] or 'unknown'}, TVM {p['tvm']}, Python {p['python']} on {on}."
+    )
+
+
 def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
     """How many tasks got trials, and how much of the model the others hold."""
     tuned = summary.get("tasks_tuned")
@@ -450,6 +465,9 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
 
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
     out = ["# Tuning report", "", *_headline(report), ""]
+    made = describe_provenance(report.get("provenance"))
+    if made:
+        out += [made, ""]
     measured = describe_measurement(report.get("measurement") or {})
     if measured:
         out += ["## Measurement", "", *(f"- {line}" for line in measured), ""]
@@ -484,6 +502,9 @@ def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path)
     for line in _headline(report):
         text = esc(line).replace("**", "")
         parts.append(f"<p>{text}</p>")
+    made = describe_provenance(report.get("provenance"))
+    if made:
+        parts.append(f"<p><small>{esc(made)}</small></p>")
     for title, header, rows in _tables(report):
         parts.append(
             f"<h2>{esc(title)}</h2><table><tr>"

@@ -278,6 +278,9 @@ def test_the_real_report_validates_and_comes_in_every_form(tuned):
     assert tuned.report["budget"]["limits"][0]["spent"] == 16
     assert len(tuned.report["convergence"]) == 3  # untuned, then one point per round
     assert tuned.report["price"]["source"].startswith("configs/prices.toml")
+    made = tuned.report["provenance"]
+    assert made["command"].startswith("orchestrate --budget 16trials --target llvm")
+    assert made["gpu"] is None and made["started"] <= made["ended"]
 
 
 def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_cores):
