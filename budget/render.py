@@ -383,6 +383,23 @@ def _phase_name(name: str, report: Mapping[str, Any]) -> str:
     return f"ahead (waiting for rounds prepared in the background, where the run spent {busy})"
 
 
+def tasks_by_share(tasks: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Tasks by their share of the model's kernel time as it runs now, largest first (the
+    order the scheduler weighs them in); tasks of unknown share last, in model order."""
+    return sorted(tasks, key=lambda t: (t.get("share") is None, -(t.get("share") or 0.0)))
+
+
+def describe_never_tuned(tasks: list[Mapping[str, Any]]) -> str | None:
+    """The tasks table's last line: the tasks that got no trial, folded into one."""
+    never = [t for t in tasks if not t["trials"]]
+    if not never:
+        return None
+    shares = [t.get("share") for t in never]
+    held = "an unknown share" if None in shares else f"{sum(shares):.1%}"
+    task = "task" if len(never) == 1 else "tasks"
+    return f"{len(never)} {task} never tuned, holding {held} of the model's kernel time"
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     budget_rows = [
         [
@@ -410,8 +427,12 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             fmt_duration(t["spend_s"]),
             t["retired"] or "",
         ]
-        for t in report["tasks"]
+        for t in tasks_by_share(report["tasks"])
+        if t["trials"]
     ]
+    never = describe_never_tuned(report["tasks"])
+    if never:
+        task_rows.append([never])  # one cell: spans the table
     wall = report["spend"]["wall_s"] or 1.0
     phase_rows = [
         [_phase_name(name, report), fmt_duration(secs), f"{secs / wall:.1%}"]
@@ -463,6 +484,12 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     return tables
 
 
+def _markdown_row(row: list[str], width: int) -> str:
+    """A table row; a row of one cell is a line under the table's rows (the rest empty)."""
+    cells = [cell.replace("|", "/") for cell in row] + [""] * (width - len(row))
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
     out = ["# Tuning report", "", *_headline(report), ""]
     made = describe_provenance(report.get("provenance"))
@@ -476,7 +503,7 @@ def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path
         out += ["## Filter", "", filtered, ""]
     for title, header, rows in _tables(report):
         out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        out += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+        out += [_markdown_row(row, len(header)) for row in rows]
         out.append("")
     if plots:
         out += (
@@ -485,6 +512,13 @@ def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path
             + [""]
         )
     return "\n".join(out)
+
+
+def _html_row(row: list[str], width: int) -> str:
+    """A table row; a row of one cell spans the table."""
+    if len(row) == 1 < width:
+        return f'<tr><td colspan="{width}" style="text-align:left">{html.escape(row[0])}</td></tr>'
+    return "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
 
 
 def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
@@ -511,7 +545,7 @@ def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path)
             + "".join(f"<th>{esc(h)}</th>" for h in header)
             + "</tr>"
         )
-        parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
+        parts += [_html_row(row, len(header)) for row in rows]
         parts.append("</table>")
     measured = describe_measurement(report.get("measurement") or {})
     if measured:

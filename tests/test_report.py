@@ -552,3 +552,25 @@ def test_the_cli_hands_its_command_line_to_the_run(tmp_path, monkeypatch):
     args = ["--budget", "5min", str(tmp_path / "m.onnx")]
     assert CliRunner().invoke(main, args).exit_code == 2
     assert seen["command"] == ["orchestrate", *args]
+
+
+def test_the_tasks_table_runs_by_share_and_folds_the_tasks_never_tuned(tmp_path):
+    report = synthetic_report(tmp_path, untouched=0.05)
+    report["tasks"] = [*reversed(report["tasks"]), {**report["tasks"][2], "index": 3, "share": 0.0}]
+    md = markdown(report, {}, tmp_path)
+    table = md.split("## Tasks\n\n")[1].split("\n\n")[0].splitlines()
+    assert [row.split(" | ")[0] for row in table[2:4]] == ["| conv", "| dense"]
+    assert table[4] == "| 2 tasks never tuned, holding 5.0% of the model's kernel time |" + (
+        "  |" * 13
+    )
+    assert len(table) == 5 and "| pool |" not in md
+    html_text = to_html(report, {}, tmp_path)
+    assert (
+        '<tr><td colspan="14" style="text-align:left">2 tasks never tuned, holding 5.0% of the '
+        "model&#x27;s kernel time</td></tr>\n</table>" in html_text
+    )
+    ImageCollector.collect(html_text)  # still well formed
+    report["tasks"][0]["share"] = None  # the share of a task never tuned is unknown
+    assert "| 2 tasks never tuned, holding an unknown share of the model's kernel time |" in (
+        markdown(report, {}, tmp_path)
+    )
