@@ -574,3 +574,28 @@ def test_the_tasks_table_runs_by_share_and_folds_the_tasks_never_tuned(tmp_path)
     assert "| 2 tasks never tuned, holding an unknown share of the model's kernel time |" in (
         markdown(report, {}, tmp_path)
     )
+
+
+def test_the_convergence_plot_is_in_end_to_end_terms(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tune_orchestrator.budget.grammar import WALL
+    from tune_orchestrator.budget.render import _convergence, end_to_end_scale
+
+    report = synthetic_report(tmp_path)  # kernels 4 ms untuned, the model 4.1 ms end to end
+    assert end_to_end_scale(report) == pytest.approx(4.1e-3 / 4e-3)
+    fig, ax = plt.subplots()
+    _convergence(ax, report, WALL)
+    curve, untuned = ax.get_lines()[0], ax.get_lines()[-1]
+    assert curve.get_ydata()[0] == pytest.approx(4.1)  # starts on the untuned model's line
+    assert curve.get_ydata()[-1] == pytest.approx(1.2 * 4.1 / 4)
+    assert list(untuned.get_ydata()) == pytest.approx([4.1, 4.1])
+    tuned = ax.collections[-1].get_offsets()[0]
+    assert list(tuned) == pytest.approx([50.0, 1.3])  # at the stop, as timed at the end
+    assert ax.get_ylabel() == "end-to-end latency, ms"
+    plt.close(fig)
+    report["tasks"][1]["untuned_s"] = None  # no untuned kernel time: the estimate as it is
+    assert end_to_end_scale(report) is None
