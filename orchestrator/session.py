@@ -510,6 +510,7 @@ class Session:
             "report": str(self.run[RunDir.REPORT]),
             "report_md": str(self.run[RunDir.REPORT_MD]),
             "report_html": str(self.run[RunDir.REPORT_HTML]),
+            "rounds_csv": str(self.run[RunDir.ROUNDS_CSV]),
         }
         return make_report(
             model=self.model.describe(),

@@ -599,3 +599,25 @@ def test_the_convergence_plot_is_in_end_to_end_terms(tmp_path):
     plt.close(fig)
     report["tasks"][1]["untuned_s"] = None  # no untuned kernel time: the estimate as it is
     assert end_to_end_scale(report) is None
+
+
+def test_rounds_csv_has_a_line_per_round_of_the_journal(tmp_path):
+    report = synthetic_report(tmp_path)
+    spend = {"wall_s": 61.5, "device_h": 0.017, "usd": None, "energy_j": None, "trials": 64}
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session", "session": 0})
+        for n, (task, best) in enumerate([(0, 0.9e-3), (1, None)], start=1):
+            run.append(
+                {"type": "round", "round": n, "task": task, "task_key": f"k{task}", "trials": 64,
+                 "measured": 60, "failed": 4, "best_s": best, "round_best_s": best,
+                 "model_latency_s": 3.2e-3, "seconds": 30.25, "spend": spend}
+            )  # fmt: skip
+        written = write_report(run, report)
+    lines = written["rounds"].read_text().splitlines()
+    assert written["rounds"] == tmp_path / "run" / "rounds.csv"
+    assert lines == [
+        "round,task,task_index,trials,measured,failed,best_s,round_best_s,model_latency_s,"
+        "round_s,wall_s,trials_so_far,device_h,usd,energy_j",
+        "1,conv,0,64,60,4,0.0009,0.0009,0.0032,30.25,61.5,64,0.017,,",
+        "2,dense,1,64,60,4,,,0.0032,30.25,61.5,64,0.017,,",
+    ]

@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import numpy as np
 import onnx
@@ -281,6 +282,8 @@ def test_the_real_report_validates_and_comes_in_every_form(tuned):
     made = tuned.report["provenance"]
     assert made["command"].startswith("orchestrate --budget 16trials --target llvm")
     assert made["gpu"] is None and made["started"] <= made["ended"]
+    rounds = (tuned.out / "rounds.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in rounds] == [["round", "task"], ["1", ANY], ["2", ANY]]
 
 
 def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_cores):
