@@ -137,7 +137,9 @@ def make_loop(
         engine=engine,
         candidate_filter=flt or NoFilter(),
         scheduler=GainScheduler(),
-        stopping=AnyOf([BudgetLimits(parse_budget(budget), round_size=8), *([stops] or [])]),
+        stopping=AnyOf(
+            [BudgetLimits(parse_budget(budget), round_size=8), *([] if stops is None else [stops])]
+        ),
         plateau=None,
         ledger=ledger or Ledger(),
         journal=journal if journal is not None else (lambda entry: None),
