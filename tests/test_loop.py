@@ -154,6 +154,7 @@ def make_loop(
     return loop, engine
 
 
+@pytest.mark.slow
 def test_candidates_the_filter_sets_aside_are_measured_in_a_later_round(tasks, fast_config):
     flt = HalfFilter()
     entries = []
@@ -184,6 +185,7 @@ class SlowLearningFilter(HalfFilter):
         self.clock.now += self.seconds
 
 
+@pytest.mark.slow
 def test_the_filters_learning_is_charged_to_the_filter_not_to_learn(tasks, fast_config):
     # The report's filter phase is the filter's whole cost, its training included: a filter
     # whose model is slow to train must show in the filter row, not hide in learn's.
@@ -235,6 +237,7 @@ def test_a_resumed_tasks_search_goes_on_from_its_fastest_measured_schedules(task
     assert loop.proposer.search(first).propose()  # replayed schedules evolve like fresh ones
 
 
+@pytest.mark.slow
 def test_candidates_set_aside_do_not_stand_in_for_new_proposals(tasks, fast_config):
     """A pool full of what the filter rejected must not stop the search: every round of a
     task proposes new candidates."""
@@ -246,6 +249,7 @@ def test_candidates_set_aside_do_not_stand_in_for_new_proposals(tasks, fast_conf
     assert len(rounds) > 2 and all(e["proposed"] > 0 for e in rounds)
 
 
+@pytest.mark.slow
 def test_a_tasks_next_round_is_searched_only_after_its_last_one_is_learned(tasks, fast_config):
     flt = HalfFilter()
     loop, engine = make_loop(tasks, fast_config, budget="64trials", flt=flt, pipeline=True)
@@ -265,6 +269,7 @@ class CountingBuilder(KeyBuilder):
         return super().build(inputs, until)
 
 
+@pytest.mark.slow
 def test_a_pipelined_run_builds_and_searches_nothing_past_its_trial_budget(
     tasks, fast_config, monkeypatch
 ):
@@ -291,6 +296,7 @@ def test_a_pipelined_run_builds_and_searches_nothing_past_its_trial_budget(
     assert ahead == [0]
 
 
+@pytest.mark.slow
 def test_an_empty_search_does_not_retire_the_task_but_sends_the_next_round_elsewhere(
     tasks, fast_config, monkeypatch
 ):
@@ -327,6 +333,7 @@ def test_a_task_is_retired_when_its_search_space_is_exhausted(tasks, fast_config
     assert engine.measured == []
 
 
+@pytest.mark.slow
 def test_a_search_error_sends_the_task_back_later_and_retires_it_only_when_it_repeats(
     tasks, fast_config, monkeypatch
 ):
@@ -397,6 +404,7 @@ def proposed_keys(monkeypatch) -> list[int]:
     return keys
 
 
+@pytest.mark.slow
 def test_every_proposal_is_measured_or_left_waiting_none_is_lost(tasks, fast_config, monkeypatch):
     """Set aside by the filter, cut by the budget or prepared ahead when the run stops: what
     was proposed and not measured is in the leftovers a resume starts from."""
@@ -413,6 +421,7 @@ def test_every_proposal_is_measured_or_left_waiting_none_is_lost(tasks, fast_con
     assert not any(loop.proposer.pool.dropped.values())
 
 
+@pytest.mark.slow
 def test_candidates_left_waiting_are_measured_first_after_a_resume(tasks, fast_config, tmp_path):
     from tune_orchestrator.rundir import RunDir
     from tune_orchestrator.rundir.waiting import load_waiting, save_waiting
@@ -467,6 +476,7 @@ def tasks_of(n):
     return [Task(i, f"t{i}", 1, 1e6, None, f"{i:016x}") for i in range(n)]
 
 
+@pytest.mark.slow
 def test_the_early_stop_waits_for_the_heavy_tasks_floors(tasks, fast_config):
     """Floors do not order the rounds, but the early stop may not end the run before the tasks
     holding `heavy_share` of the latency have had `heavy_trials` trials each."""

@@ -18,6 +18,9 @@ import onnx_models
 from cli_args import tune_args
 from tune_orchestrator.cli import main
 
+# Every test here runs a whole tune or reads one (the module's `tuned` fixture, ~20 s).
+pytestmark = pytest.mark.slow
+
 
 def records(run: Path) -> list[str]:
     return (run / "database_tuning_record.json").read_text().splitlines()
