@@ -85,6 +85,7 @@ def test_api_result_agrees_with_report_json(api_run):
     assert result.check_ok is True and result.exit_code == 0
     assert not result.interrupted and not result.budget_too_small
     assert all(path.exists() for path in result.paths.values())
+    assert report["provenance"]["command"] == "python API"
     assert json.loads(json.dumps(result.to_dict()))["paths"]["library"].endswith("model.so")
 
 
