@@ -82,6 +82,21 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def describe_provenance(p: Mapping[str, Any] | None) -> str | None:
+    """When, by what command, with which versions and on what the run was made, in a line."""
+    if not p:  # a report written before reports carried it
+        return None
+    host = p["host"]
+    gpu = p.get("gpu")
+    on = f"{host['name']} ({host['cpu']}, {host['cores']} cores)"
+    if gpu:
+        on += f", GPU {gpu['name']} (driver {gpu['driver'] or 'unknown'})"
+    return (
+        f"Run {p['started']} to {p['ended']} by `{p['command']}`, with tune-orchestrator "
+        f"{p['package'] or 'unknown'}, TVM {p['tvm']}, Python {p['python']} on {on}."
+    )
+
+
 def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
     """How many tasks got trials, and how much of the model the others hold."""
     tuned = summary.get("tasks_tuned")
@@ -418,6 +433,23 @@ def _phase_name(name: str, report: Mapping[str, Any]) -> str:
     return f"ahead (waiting for rounds prepared in the background, where the run spent {busy})"
 
 
+def tasks_by_share(tasks: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Tasks by their share of the model's kernel time as it runs now, largest first (the
+    order the scheduler weighs them in); tasks of unknown share last, in model order."""
+    return sorted(tasks, key=lambda t: (t.get("share") is None, -(t.get("share") or 0.0)))
+
+
+def describe_never_tuned(tasks: list[Mapping[str, Any]]) -> str | None:
+    """The tasks table's last line: the tasks that got no trial, folded into one."""
+    never = [t for t in tasks if not t["trials"]]
+    if not never:
+        return None
+    shares = [t.get("share") for t in never]
+    held = "an unknown share" if None in shares else f"{sum(shares):.1%}"
+    task = "task" if len(never) == 1 else "tasks"
+    return f"{len(never)} {task} never tuned, holding {held} of the model's kernel time"
+
+
 def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     budget_rows = [
         [
@@ -445,8 +477,12 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
             fmt_duration(t["spend_s"]),
             t["retired"] or "",
         ]
-        for t in report["tasks"]
+        for t in tasks_by_share(report["tasks"])
+        if t["trials"]
     ]
+    never = describe_never_tuned(report["tasks"])
+    if never:
+        task_rows.append([never])  # one cell: spans the table
     wall = report["spend"]["wall_s"] or 1.0
     phase_rows = [
         [_phase_name(name, report), fmt_duration(secs), f"{secs / wall:.1%}"]
@@ -498,8 +534,17 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     return tables
 
 
+def _markdown_row(row: list[str], width: int) -> str:
+    """A table row; a row of one cell is a line under the table's rows (the rest empty)."""
+    cells = [cell.replace("|", "/") for cell in row] + [""] * (width - len(row))
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
     out = ["# Tuning report", "", *_headline(report), ""]
+    made = describe_provenance(report.get("provenance"))
+    if made:
+        out += [made, ""]
     measured = describe_measurement(report.get("measurement") or {})
     if measured:
         out += ["## Measurement", "", *(f"- {line}" for line in measured), ""]
@@ -508,7 +553,7 @@ def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path
         out += ["## Filter", "", filtered, ""]
     for title, header, rows in _tables(report):
         out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        out += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+        out += [_markdown_row(row, len(header)) for row in rows]
         out.append("")
     if plots:
         out += (
@@ -517,6 +562,13 @@ def markdown(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path
             + [""]
         )
     return "\n".join(out)
+
+
+def _html_row(row: list[str], width: int) -> str:
+    """A table row; a row of one cell spans the table."""
+    if len(row) == 1 < width:
+        return f'<tr><td colspan="{width}" style="text-align:left">{html.escape(row[0])}</td></tr>'
+    return "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
 
 
 def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path) -> str:
@@ -534,13 +586,16 @@ def to_html(report: Mapping[str, Any], plots: Mapping[str, Path], run_dir: Path)
     for line in _headline(report):
         text = esc(line).replace("**", "")
         parts.append(f"<p>{text}</p>")
+    made = describe_provenance(report.get("provenance"))
+    if made:
+        parts.append(f"<p><small>{esc(made)}</small></p>")
     for title, header, rows in _tables(report):
         parts.append(
             f"<h2>{esc(title)}</h2><table><tr>"
             + "".join(f"<th>{esc(h)}</th>" for h in header)
             + "</tr>"
         )
-        parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
+        parts += [_html_row(row, len(header)) for row in rows]
         parts.append("</table>")
     measured = describe_measurement(report.get("measurement") or {})
     if measured:
@@ -629,15 +684,19 @@ def _convergence(ax: Any, report: Mapping[str, Any], kind: str) -> None:
         DOLLARS: (1.0, "US dollars"),
     }[kind]
     key = {WALL: "wall_s", DEVICE_HOURS: "device_h", DOLLARS: "usd"}[kind]
+    # Milliseconds end to end, where the untuned model was timed; else the kernel time.
+    e2e = end_to_end_scale(report)
+    to_ms = 1e3 * (e2e or 1.0)
     xs = [p[key] * scale for p in report["convergence"]]
-    ys = [p["latency_s"] * 1e3 for p in report["convergence"]]
-    ax.plot(xs, ys, marker="o", markersize=3, label="model kernel time (estimate)")
+    ys = [p["latency_s"] * to_ms for p in report["convergence"]]
+    what = "kernel-time estimate, scaled" if e2e else "model kernel time (estimate)"
+    ax.plot(xs, ys, marker="o", markersize=3, label=what)
     ax.scatter([xs[-1]], [ys[-1]], color="black", zorder=3, label="stop")
     forecast = report.get("forecast")
     if forecast and forecast["kind"] == kind and forecast["left"] > 0:
         ax.plot(
             [xs[-1], (forecast["spent"] + forecast["left"]) * scale],
-            [ys[-1], forecast["latency_s"] * 1e3],
+            [ys[-1], forecast["latency_s"] * to_ms],
             linestyle="--",
             color="gray",
             label="forecast to the budget",
@@ -651,18 +710,47 @@ def _convergence(ax: Any, report: Mapping[str, Any], kind: str) -> None:
                 label=f"budget {limit['limit']}",
             )
     summary = report["summary"]
-    if summary["tuned_latency_s"]:
+    if summary["untuned_latency_s"]:
         ax.axhline(
-            summary["tuned_latency_s"] * 1e3,
-            color="#55a868",
+            summary["untuned_latency_s"] * 1e3,
+            color="#c44e52",
             linestyle=":",
-            label="tuned model, measured",
+            label="untuned model, timed at the end",
+        )
+    if summary["tuned_latency_s"]:
+        ax.scatter(
+            [xs[-1]],
+            [summary["tuned_latency_s"] * 1e3],
+            marker="*",
+            s=90,
+            color="#55a868",
+            zorder=4,
+            label="tuned model, timed at the end",
         )
     ax.set_xlabel(label)
-    ax.set_ylabel("milliseconds")
+    ax.set_ylabel("end-to-end latency, ms" if e2e else "model kernel time, ms")
     ax.set_yscale("log")
-    ax.set_title(f"Latency against {label}")
+    ax.set_title(f"{'End-to-end latency' if e2e else 'Kernel time'} against {label}")
     ax.legend(fontsize=7)
+
+
+def end_to_end_scale(report: Mapping[str, Any]) -> float | None:
+    """What turns the run's kernel-time estimate (sum of weight x latency of the tasks) into
+    end-to-end latency: untuned end-to-end latency / untuned kernel time; None where either
+    is unknown (no model timed, a task never measured untuned).
+
+    A ratio rather than an added offset: isolated task timings can sum to more than the
+    model's run (an offset then goes negative as kernels speed up), and a ratio keeps every
+    relative gain (the scheduler's and the forecast's terms) and the log axis's shape. The
+    untuned latency is the headline's, so the curve starts on the untuned line and ends where
+    the estimate says; the tuned model's own timing is drawn beside it as a point, so how far
+    the scaled estimate strays shows."""
+    untuned_s = report["summary"]["untuned_latency_s"]
+    tasks = report["tasks"]
+    if not untuned_s or not tasks or any(t["untuned_s"] is None for t in tasks):
+        return None
+    kernels_s = sum(t["weight"] * t["untuned_s"] for t in tasks)
+    return untuned_s / kernels_s if kernels_s > 0 else None
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -108,6 +108,7 @@ def make_report(
     curve: Sequence[Point],
     stop_reason: str,
     paths: Mapping[str, str],
+    provenance: Mapping[str, Any],
     interrupted: bool = False,
     budget_too_small: bool = False,
     warnings: Sequence[str] = (),
@@ -119,7 +120,8 @@ def make_report(
 ) -> dict[str, Any]:
     """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
     `comparison` is how the two compared when timed in turn at the end (None: not timed);
-    `shipment` which build model.so is and where it was checked (deploy.builds.Shipment)."""
+    `shipment` which build model.so is and where it was checked (deploy.builds.Shipment);
+    `provenance` when, with which versions, where and by what command the run was made."""
     untuned_s, tuned_s = _median(untuned), _median(tuned)
     kept = [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"]
     shares = [t.get("share") for t in tasks]
@@ -133,6 +135,7 @@ def make_report(
     return {
         "schema": SCHEMA,
         "version": VERSION,
+        "provenance": dict(provenance),
         "model": dict(model),
         "target": dict(target),
         "budget": {

@@ -26,6 +26,18 @@ def _nvml() -> Any | None:
     return pynvml
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, None where NVML cannot tell."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        text = nvml.nvmlSystemGetDriverVersion()
+    except Exception:  # NVMLError: "not supported" means unknown
+        return None
+    return text.decode() if isinstance(text, bytes) else str(text)
+
+
 def visible_entry(cuda_index: int, env: Mapping[str, str] | None = None) -> str | None:
     """The CUDA_VISIBLE_DEVICES entry (an index or a UUID) behind CUDA device `cuda_index`,
     or None when the variable is not set."""

@@ -188,6 +188,7 @@ def tune(
     mlflow_experiment: str = "tune-orchestrator",
     env: Mapping[str, str] | None = None,
     started: float | None = None,
+    command: Sequence[str] | None = None,
 ) -> Result:
     """Tune `model` (an ONNX file) within `budget` and compile it; see `orchestrate --help`.
 
@@ -213,6 +214,8 @@ def tune(
 
     The budget counts from the call, or from `started` (a `time.monotonic()` reading; the CLI
     gives its process's start, so that interpreter start and imports count too).
+    `command` is the command line the report says started the run (the CLI gives its argv);
+    None says the Python API did.
 
     Raises InputError for bad input; nothing in an existing run directory is touched then.
     Raises BudgetTooSmall, before any work, when the budget cannot cover the untuned baseline
@@ -397,6 +400,7 @@ def tune(
             run=run,
             build_only=build_only,
             emit=emit,
+            command=command,
         ).execute()
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))

@@ -53,7 +53,11 @@ class DefaultGroup(click.Group):
         **extra: Any,
     ) -> Any:
         # A real command line (args from sys.argv) is metered from its process's start.
-        extra.setdefault("obj", {"started": process_started() if args is None else None})
+        # The report's provenance names the command line that started the run.
+        command = list(sys.argv) if args is None else ["orchestrate", *args]
+        extra.setdefault(
+            "obj", {"started": process_started() if args is None else None, "command": command}
+        )
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else exits.OK
@@ -282,6 +286,7 @@ def tune_command(
         mlflow=mlflow_uri or mlflow_on,
         mlflow_experiment=mlflow_experiment,
         started=(click.get_current_context().obj or {}).get("started"),
+        command=(click.get_current_context().obj or {}).get("command"),
     )
     if printer is not None:
         printer.summary(result)

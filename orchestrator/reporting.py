@@ -1,8 +1,10 @@
-"""Writing the cost report into a run directory: JSON, Markdown, HTML and plots."""
+"""Writing the cost report into a run directory: JSON, Markdown, HTML, plots, rounds.csv."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import csv
+import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,59 @@ from .rundir import RunDir
 
 
 def write_report(run: RunDir, report: Mapping[str, Any]) -> dict[str, Path]:
-    """Write report.json, the plots, report.md and report.html (each replaced atomically)."""
+    """Write report.json, the plots, report.md, report.html and rounds.csv (each replaced
+    atomically)."""
     plots = render.write_plots(report, run[RunDir.PLOTS])
     written = {
         "json": run.write_json(RunDir.REPORT, report),
         "markdown": run.write_text(RunDir.REPORT_MD, render.markdown(report, plots, run.path)),
         "html": run.write_text(RunDir.REPORT_HTML, render.to_html(report, plots, run.path)),
+        "rounds": run.write_text(RunDir.ROUNDS_CSV, rounds_csv(run.journal(), report["tasks"])),
     }
     return {**written, **{f"plot_{name}": path for name, path in plots.items()}}
+
+
+# rounds.csv's columns: the round's own figures, then spend so far (all sessions).
+ROUND_COLUMNS = (
+    "round",
+    "task",
+    "task_index",
+    "trials",
+    "measured",
+    "failed",
+    "best_s",
+    "round_best_s",
+    "model_latency_s",
+    "round_s",
+    "wall_s",
+    "trials_so_far",
+    "device_h",
+    "usd",
+    "energy_j",
+)
+
+
+def rounds_csv(journal: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str, Any]]) -> str:
+    """One line per round from the journal's "round" entries; an unknown value is empty."""
+    names = {t["index"]: t["name"] for t in tasks}
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(ROUND_COLUMNS)
+    for e in journal:
+        if e.get("type") != "round":
+            continue
+        spend = e.get("spend") or {}
+        row = {
+            **{k: e.get(k) for k in ("round", "trials", "measured", "failed", "best_s")},
+            **{k: e.get(k) for k in ("round_best_s", "model_latency_s")},
+            "task": names.get(e.get("task"), e.get("task_key")),
+            "task_index": e.get("task"),
+            "round_s": e.get("seconds"),
+            **{k: spend.get(k) for k in ("wall_s", "device_h", "usd", "energy_j")},
+            "trials_so_far": spend.get("trials"),
+        }
+        writer.writerow(["" if row[c] is None else row[c] for c in ROUND_COLUMNS])
+    return out.getvalue()
 
 
 def rerender(path: str | Path) -> dict[str, Path]:

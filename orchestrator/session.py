@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from .library import RunLibrary
 from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
 from .model import OnnxModel
+from .provenance import provenance, utc_now
 from .reporting import write_report
 from .rundir import RunDir
 from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
@@ -71,6 +71,7 @@ class Session:
         run: RunDir,
         build_only: bool,
         emit: Emit,
+        command: Sequence[str] | None = None,
     ) -> None:
         self.model = model
         self.relax_mod = relax_mod
@@ -99,6 +100,8 @@ class Session:
         self.run = run
         self.build_only = build_only
         self.emit = emit
+        self.command = command  # the CLI's argv; None when the Python API started the run
+        self.started = utc_now()
         self.builds = ModelBuilds(
             model=model,
             relax_mod=relax_mod,
@@ -194,11 +197,13 @@ class Session:
                     restored.default_records.values(),
                     shipment.tuned,
                 )
-            report = self._report(restored, shipment, ledger, stop_reason)
+            # The run started with its first session, perhaps on another day.
+            started = next((e["started"] for e in journal if e.get("type") == "session"), None)
+            report = self._report(restored, shipment, ledger, stop_reason, started)
             with ledger.phase("report"):
                 write_report(self.run, report)
             # report.json counts its own writing; report.md and .html were written before.
-            report = self._report(restored, shipment, ledger, stop_reason)
+            report = self._report(restored, shipment, ledger, stop_reason, started)
             self.run.write_json(RunDir.REPORT, report)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
@@ -337,7 +342,7 @@ class Session:
                 "type": "session",
                 "session": restored.sessions,
                 "pid": os.getpid(),
-                "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "started": self.started,
                 "budget": str(self.budget),
                 "price": self.price.usd_per_hour if self.price else None,
                 "tasks": [t.describe() for t in self.tasks],
@@ -488,6 +493,7 @@ class Session:
         shipment: Shipment,
         ledger: Ledger,
         stop_reason: str,
+        started: str | None,
     ) -> dict[str, Any]:
         shares = current_shares(restored.states)
         rows = [
@@ -527,6 +533,7 @@ class Session:
             "report": str(self.run[RunDir.REPORT]),
             "report_md": str(self.run[RunDir.REPORT_MD]),
             "report_html": str(self.run[RunDir.REPORT_HTML]),
+            "rounds_csv": str(self.run[RunDir.ROUNDS_CSV]),
             **({"tuning_library": str(self.library.path)} if self.library.path else {}),
         }
         return make_report(
@@ -566,6 +573,18 @@ class Session:
             and ledger.trials == 0
             and not self.interrupt.requested,
             paths=paths,
+            provenance=self._provenance(started),
+        )
+
+    def _provenance(self, started: str | None) -> dict[str, Any]:
+        """When, with what and on what the run was made; a GPU only where one measured."""
+        t = self.target
+        measured_on_gpu = t.device_type == "cuda" and t.device_present and not t.simulated
+        return provenance(
+            started=started or self.started,
+            command=self.command,
+            gpu=t.device_name if measured_on_gpu else None,
+            local_gpu=not self.fleet.rpc,
         )
 
     def _simulated(self, restored: Restored) -> dict[str, Any]:

@@ -468,6 +468,7 @@ def test_diminishing_returns_stop_after_the_knee_not_before():
     assert "(< 1%); forecast for the remaining" in reason
 
 
+@pytest.mark.slow
 def test_steady_improvement_is_never_stopped_early():
     stopped, _ = run_until_stopped(lambda x: 10.0 - 0.0012 * x)  # ~7% better per window at the end
     assert stopped is None

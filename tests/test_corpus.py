@@ -17,6 +17,9 @@ from tune_orchestrator.cli import main
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CASES = tomllib.loads((CORPUS / "manifest.toml").read_text())["case"]
 
+# Every case runs against a copy of a finished run (the module's `finished_run` tune, ~20 s).
+pytestmark = pytest.mark.slow
+
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file's hash, except the run directory's lock (it holds the last owner's pid)."""

@@ -109,6 +109,7 @@ def test_recorded_defaults_compile_to_the_untuned_kernels(model, tmp_path):
     assert Compiled(relax_mod, target, database).functions == untuned.functions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tuned_s, expected", [(2e-5, "default"), (5e-6, "tuned")])
 def test_the_faster_of_default_and_tuned_is_compiled(model, tmp_path, tuned_s, expected):
     target, relax_mod, tasks, untuned = model
@@ -157,6 +158,7 @@ def test_the_search_never_sees_a_default_record(model, tmp_path, fast_config):
     assert len(database.get_all_tuning_records()) == 2  # commits reach the database
 
 
+@pytest.mark.slow
 def test_a_resumed_run_knows_its_default_records_and_counts_no_trial(model, tmp_path):
     target, _, tasks, _ = model
     conv, mean, matmul = (

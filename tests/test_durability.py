@@ -127,6 +127,7 @@ def identity(line: str) -> str:
     return json.dumps([workload, trace])
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_loses_no_record_and_no_spend(tmp_path, fast_config):
     rng = random.Random(int(os.environ.get("KILL_TEST_SEED", "7")))
     model = onnx_models.tiny_cnn(tmp_path / "twins.onnx", twin_convs=True)
@@ -210,6 +211,7 @@ class DiesAfter:
         return self.engine.stats()
 
 
+@pytest.mark.slow
 def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_config, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 

@@ -58,6 +58,7 @@ def api_run(tmp_path_factory, fast_config):
     return result, events
 
 
+@pytest.mark.slow
 def test_api_result_agrees_with_report_json(api_run):
     result, _ = api_run
     report = json.loads(result.paths["report"].read_text())
@@ -84,9 +85,11 @@ def test_api_result_agrees_with_report_json(api_run):
     assert result.check_ok is True and result.exit_code == 0
     assert not result.interrupted and not result.budget_too_small
     assert all(path.exists() for path in result.paths.values())
+    assert report["provenance"]["command"] == "python API"
     assert json.loads(json.dumps(result.to_dict()))["paths"]["library"].endswith("model.so")
 
 
+@pytest.mark.slow
 def test_every_event_reaches_the_callback_and_validates(api_run):
     result, events = api_run
     kinds = [e["event"] for e in events]
@@ -114,6 +117,7 @@ def test_api_raises_input_error_before_touching_anything(tmp_path):
 # -- the JSON event stream from a real CLI process -------------------------------------------
 
 
+@pytest.mark.slow
 def test_json_stream_has_one_valid_event_per_line_and_nothing_else(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     proc = orchestrate_process(*tune_args(model, tmp_path / "run", fast_config, "--json"))
@@ -184,6 +188,7 @@ def test_build_only_needs_no_budget(tmp_path, fast_config):
     assert (tmp_path / "run" / "model.so").is_file()
 
 
+@pytest.mark.slow
 def test_a_wall_budget_ends_on_time_and_reports_its_longest_step(tmp_path, fast_config):
     """The API meters from the call: measured around it, the run ends within max(5%, 10 s)."""
     import time
@@ -209,6 +214,7 @@ def test_a_wall_budget_ends_on_time_and_reports_its_longest_step(tmp_path, fast_
     assert result.phases["report"] > 0  # writing the report is inside the meter
 
 
+@pytest.mark.slow
 def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
     strict = tmp_path / "strict.toml"  # a tolerance no float32 computation can meet
     strict.write_text(fast_config.read_text().replace("[check]\n", "[check]\nrtol = 1e-15\n"))
@@ -225,6 +231,7 @@ def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
     assert (tmp_path / "run" / "model.tuned-MISMATCH.so").is_file()
 
 
+@pytest.mark.slow
 def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx", twin_convs=True)
     run = tmp_path / "run"
@@ -344,6 +351,7 @@ def test_a_terminal_gets_a_progress_bar_and_a_log_gets_plain_lines(capsys):
     assert "\r" not in out and out.startswith("round   1  conv [1/2]  8 measured")
 
 
+@pytest.mark.slow
 def test_the_pipeline_example_runs_and_exits_with_the_code(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     out = tmp_path / "runs" / "step"

@@ -126,6 +126,7 @@ def conv_search(conv_task, threads=1, **search):
     )
 
 
+@pytest.mark.slow
 def test_the_search_proposes_the_same_schedules_with_the_precheck(conv_task):
     """Same seed, one thread: the precheck changes what the search pays, not what it finds
     (the late check, which needs the precheck, is off on both sides)."""
@@ -143,6 +144,7 @@ def postproc_names(ctx):
     return [type(p).__name__ for p in ctx.space_generator.postprocs]
 
 
+@pytest.mark.slow
 def test_with_the_late_check_the_evolution_lowers_nothing_and_every_proposal_passes(conv_task):
     search = conv_search(conv_task, threads=2)  # the picks are checked on two threads
     every = postproc_names(search.ctx)  # fresh samples: every check, the precheck too
@@ -156,6 +158,7 @@ def test_with_the_late_check_the_evolution_lowers_nothing_and_every_proposal_pas
     assert search.times.verify > 0
 
 
+@pytest.mark.slow
 def test_picks_that_fail_the_late_check_are_dropped_counted_and_never_proposed(conv_task):
     search = conv_search(conv_task)
     failed = set()

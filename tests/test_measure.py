@@ -129,6 +129,7 @@ def any_engine(request) -> Engine:
     return request.getfixturevalue(request.param)
 
 
+@pytest.mark.slow
 def test_builders_return_one_build_per_input_in_order_with_errors_as_data(any_builder):
     builds = any_builder.build(
         [
@@ -147,6 +148,8 @@ def test_builders_return_one_build_per_input_in_order_with_errors_as_data(any_bu
 
 def test_a_build_told_to_stop_starts_no_more_and_returns_the_ones_it_built(any_builder):
     inputs = [BuildInput(module(add_one), LLVM)] * 8
+    # Workers ready first: a pool still starting them would start no build before the stop.
+    any_builder.release(any_builder.build(inputs[:2]))
     calls = []
 
     def until():  # true from the third look on: some builds have started, most have not
@@ -170,6 +173,7 @@ def test_the_build_timeout_is_a_multiple_of_the_recent_builds_median_within_boun
     assert adaptive_timeout_s([0.2] * 16, factor=0, low=0.5, high=60) == 60  # not adaptive
 
 
+@pytest.mark.slow
 def test_a_pools_builds_set_the_timeout_of_its_next_builds():
     with BuildPool(workers=2, timeout_s=60, adaptive_timeout=3, min_timeout_s=0.5) as builder:
         assert builder.timeout_s == 60  # nothing timed yet: the configured timeout
@@ -180,6 +184,7 @@ def test_a_pools_builds_set_the_timeout_of_its_next_builds():
         builder.release(quick)
 
 
+@pytest.mark.slow
 def test_a_job_longer_than_the_timeout_is_cut_as_timed_out_and_its_worker_replaced():
     pool = WorkerPool(workers=1, timeout_s=0.5)
     try:
@@ -253,6 +258,7 @@ def test_the_local_engine_times_one_at_a_time_in_order(pool, engine):
     pool.release(built)
 
 
+@pytest.mark.slow
 def test_the_local_engine_cuts_short_a_candidate_clearly_slower_than_the_best_so_far(pool):
     fast, slow = pool.build([BuildInput(module(f), LLVM) for f in (add_one, add_4096_times)])
     inputs = [MeasureInput(fast.artifact, ARGS), MeasureInput(slow.artifact, ARGS)]
@@ -296,6 +302,7 @@ def test_untuned_kernels_of_different_tasks_are_not_raced_against_each_other(poo
 # -- faults: real crashing and hanging candidates -------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_crash_and_a_hang_cost_one_result_each_and_the_engine_goes_on(pool, engine):
     builds = pool.build(
         [BuildInput(module(f), LLVM) for f in (writes_far_out_of_bounds, never_ends, add_one)]
@@ -331,6 +338,7 @@ def test_a_pool_closed_while_a_worker_starts_kills_it_and_closes():
     assert pool._executor._shutdown  # its __del__ will not shut it down a second time
 
 
+@pytest.mark.slow
 def test_a_pool_started_ahead_says_when_each_worker_was_ready():
     """What the report's `workers_ready_s` rests on: a worker started with start() books the
     seconds until it could take a job; one whose initializer fails books nothing."""

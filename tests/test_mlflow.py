@@ -16,6 +16,7 @@ from tune_orchestrator.cli import main
 from tune_orchestrator.mlflow_log import MlflowLogger
 
 
+@pytest.mark.slow
 def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_config):
     uri = (tmp_path / "mlruns").as_uri()
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")

@@ -147,6 +147,7 @@ def test_renaming_keeps_the_tasks_and_their_keys(odd):
     assert keys[0] == keys[1] and keys[0]
 
 
+@pytest.mark.slow
 def test_a_cpu_tune_takes_and_reports_the_users_names(odd, tmp_path, fast_config):
     out = tmp_path / "run"
     result = CliRunner().invoke(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from tune_orchestrator.api import Result
 from tune_orchestrator.budget import Ledger, parse_budget
-from tune_orchestrator.budget.render import describe_coverage, markdown
+from tune_orchestrator.budget.render import describe_coverage, markdown, to_html
 from tune_orchestrator.budget.report import make_report, schema, task_row
 from tune_orchestrator.budget.units import fmt_latency
 from tune_orchestrator.cli import check_failed_message, main
@@ -21,6 +22,7 @@ from tune_orchestrator.errors import InputError
 from tune_orchestrator.events import schema as events_schema
 from tune_orchestrator.forecast.estimate import journal_observations
 from tune_orchestrator.printer import Printer
+from tune_orchestrator.provenance import provenance
 from tune_orchestrator.reporting import rerender, write_report
 from tune_orchestrator.rundir import RunDir
 
@@ -30,6 +32,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+PROVENANCE = {
+    "started": "2025-03-01T09:00:00+00:00",
+    "ended": "2025-03-01T09:50:00+00:00",
+    "package": "0.1.0",
+    "tvm": "0.27.0.post1",
+    "python": "3.11.7",
+    "host": {"name": "gpu-7", "cpu": "AMD EPYC 9654 96-Core Processor", "cores": 16},
+    "gpu": {"name": "NVIDIA H100 80GB HBM3", "driver": "550.54.15"},
+    "command": "orchestrate --budget 2gpu-h m.onnx",
+}
 
 
 def synthetic_report(
@@ -182,6 +196,7 @@ def synthetic_report(
         curve=ledger.history,
         stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
         paths=paths,
+        provenance=PROVENANCE,
         candidate_filter={
             "name": "xgb",
             "warm_start": False,
@@ -475,3 +490,134 @@ def test_an_unchecked_model_so_says_so_and_why(tmp_path, capsys):
         "  model.so            the tuned build, UNCHECKED, its outputs were never compared "
         f"with onnxruntime's: {why}\n"
     ) in capsys.readouterr().out
+
+
+def test_the_report_says_when_with_what_where_and_by_which_command_it_was_made(tmp_path):
+    report = synthetic_report(tmp_path)
+    jsonschema.validate(report, schema())
+    line = (
+        "Run 2025-03-01T09:00:00+00:00 to 2025-03-01T09:50:00+00:00 by `orchestrate --budget "
+        "2gpu-h m.onnx`, with tune-orchestrator 0.1.0, TVM 0.27.0.post1, Python 3.11.7 on gpu-7 "
+        "(AMD EPYC 9654 96-Core Processor, 16 cores), GPU NVIDIA H100 80GB HBM3 (driver "
+        "550.54.15)."
+    )
+    assert f"\n\n{line}\n\n" in markdown(report, {}, tmp_path)
+    assert f"<p><small>{line}</small></p>" in to_html(report, {}, tmp_path)
+    del report["provenance"]  # a report written before reports carried it renders still
+    assert "Run " not in markdown(report, {}, tmp_path)
+
+
+def test_provenance_reads_versions_host_and_driver_and_names_the_api_or_command(monkeypatch):
+    import platform
+    from importlib.metadata import version
+
+    import tvm
+
+    from tune_orchestrator.measure import telemetry
+
+    class Nvml:
+        def nvmlSystemGetDriverVersion(self):
+            return b"550.54.15"
+
+    monkeypatch.setattr(telemetry, "_nvml", Nvml)
+    made = provenance(started="2025-03-01T09:00:00+00:00", command=None, gpu=None, local_gpu=True)
+    jsonschema.validate({"provenance": made}, {"properties": schema()["properties"]})
+    assert made["command"] == "python API" and made["gpu"] is None
+    assert made["started"] == "2025-03-01T09:00:00+00:00"
+    assert dt.datetime.fromisoformat(made["ended"]).utcoffset() == dt.timedelta(0)
+    assert (made["package"], made["tvm"], made["python"]) == (
+        version("tune-orchestrator"),
+        tvm.__version__,
+        platform.python_version(),
+    )
+    assert made["host"]["cores"] >= 1 and made["host"]["cpu"] and made["host"]["name"]
+    argv = ["orchestrate", "--budget", "5 min", "m.onnx"]
+    local = provenance(started="", command=argv, gpu="NVIDIA H100", local_gpu=True)
+    assert local["command"] == "orchestrate --budget '5 min' m.onnx"
+    assert local["gpu"] == {"name": "NVIDIA H100", "driver": "550.54.15"}
+    fleet = provenance(started="", command=argv, gpu="NVIDIA H100", local_gpu=False)
+    assert fleet["gpu"] == {"name": "NVIDIA H100", "driver": None}  # not known from here
+
+
+def test_the_cli_hands_its_command_line_to_the_run(tmp_path, monkeypatch):
+    from tune_orchestrator import api
+
+    seen = {}
+
+    def fake_tune(model, **options):
+        seen.update(options)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(api, "tune", fake_tune)
+    args = ["--budget", "5min", str(tmp_path / "m.onnx")]
+    assert CliRunner().invoke(main, args).exit_code == 2
+    assert seen["command"] == ["orchestrate", *args]
+
+
+def test_the_tasks_table_runs_by_share_and_folds_the_tasks_never_tuned(tmp_path):
+    report = synthetic_report(tmp_path, untouched=0.05)
+    report["tasks"] = [*reversed(report["tasks"]), {**report["tasks"][2], "index": 3, "share": 0.0}]
+    md = markdown(report, {}, tmp_path)
+    table = md.split("## Tasks\n\n")[1].split("\n\n")[0].splitlines()
+    assert [row.split(" | ")[0] for row in table[2:4]] == ["| conv", "| dense"]
+    assert table[4] == "| 2 tasks never tuned, holding 5.0% of the model's kernel time |" + (
+        "  |" * 13
+    )
+    assert len(table) == 5 and "| pool |" not in md
+    html_text = to_html(report, {}, tmp_path)
+    assert (
+        '<tr><td colspan="14" style="text-align:left">2 tasks never tuned, holding 5.0% of the '
+        "model&#x27;s kernel time</td></tr>\n</table>" in html_text
+    )
+    ImageCollector.collect(html_text)  # still well formed
+    report["tasks"][0]["share"] = None  # the share of a task never tuned is unknown
+    assert "| 2 tasks never tuned, holding an unknown share of the model's kernel time |" in (
+        markdown(report, {}, tmp_path)
+    )
+
+
+def test_the_convergence_plot_is_in_end_to_end_terms(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tune_orchestrator.budget.grammar import WALL
+    from tune_orchestrator.budget.render import _convergence, end_to_end_scale
+
+    report = synthetic_report(tmp_path)  # kernels 4 ms untuned, the model 4.1 ms end to end
+    assert end_to_end_scale(report) == pytest.approx(4.1e-3 / 4e-3)
+    fig, ax = plt.subplots()
+    _convergence(ax, report, WALL)
+    curve, untuned = ax.get_lines()[0], ax.get_lines()[-1]
+    assert curve.get_ydata()[0] == pytest.approx(4.1)  # starts on the untuned model's line
+    assert curve.get_ydata()[-1] == pytest.approx(1.2 * 4.1 / 4)
+    assert list(untuned.get_ydata()) == pytest.approx([4.1, 4.1])
+    tuned = ax.collections[-1].get_offsets()[0]
+    assert list(tuned) == pytest.approx([50.0, 1.3])  # at the stop, as timed at the end
+    assert ax.get_ylabel() == "end-to-end latency, ms"
+    plt.close(fig)
+    report["tasks"][1]["untuned_s"] = None  # no untuned kernel time: the estimate as it is
+    assert end_to_end_scale(report) is None
+
+
+def test_rounds_csv_has_a_line_per_round_of_the_journal(tmp_path):
+    report = synthetic_report(tmp_path)
+    spend = {"wall_s": 61.5, "device_h": 0.017, "usd": None, "energy_j": None, "trials": 64}
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session", "session": 0})
+        for n, (task, best) in enumerate([(0, 0.9e-3), (1, None)], start=1):
+            run.append(
+                {"type": "round", "round": n, "task": task, "task_key": f"k{task}", "trials": 64,
+                 "measured": 60, "failed": 4, "best_s": best, "round_best_s": best,
+                 "model_latency_s": 3.2e-3, "seconds": 30.25, "spend": spend}
+            )  # fmt: skip
+        written = write_report(run, report)
+    lines = written["rounds"].read_text().splitlines()
+    assert written["rounds"] == tmp_path / "run" / "rounds.csv"
+    assert lines == [
+        "round,task,task_index,trials,measured,failed,best_s,round_best_s,model_latency_s,"
+        "round_s,wall_s,trials_so_far,device_h,usd,energy_j",
+        "1,conv,0,64,60,4,0.0009,0.0009,0.0032,30.25,61.5,64,0.017,,",
+        "2,dense,1,64,60,4,,,0.0032,30.25,61.5,64,0.017,,",
+    ]

@@ -150,6 +150,7 @@ LLVM1 = tvm.target.Target({"kind": "llvm", "num-cores": 1})
 CPU_PLAN = TimingPlan(min_repeats=3, max_repeats=3, repeat_ms=20, race=False)
 
 
+@pytest.mark.slow
 def test_the_fleet_measures_what_the_host_measures(tracker):
     timer = TimerConfig(repeat=3, min_repeat_ms=20)
     with BuildPool(workers=2) as pool:
@@ -211,6 +212,7 @@ def test_cuda_on_a_fleet_without_gpus_is_one_clear_line(tracker):
         target_and_fleet("nvidia/nvidia-h100", gpus="0", rpc=tracker, rpc_key=KEY)
 
 
+@pytest.mark.slow
 def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     monkeypatch.chdir(tmp_path)  # where the default --out (runs/...) would be made
@@ -244,6 +246,7 @@ def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch
     assert not (tmp_path / "runs").exists()  # no run directory was started
 
 
+@pytest.mark.slow
 def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     out = tmp_path / "run"
@@ -258,6 +261,7 @@ def test_a_whole_tune_measures_on_the_fleet(tracker, tmp_path, fast_config):
     assert sum(t["failures"] for t in report["tasks"]) == 0
 
 
+@pytest.mark.slow
 def test_the_end_of_a_fleet_run_checks_and_times_both_builds_on_a_server(tracker, tmp_path):
     """What a CUDA run on a fleet does at the end (no GPU here), on the CPU servers."""
     model = load_model(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))

@@ -65,6 +65,7 @@ def test_the_population_is_sized_to_the_round_within_its_bounds():
     assert population_size(fixed, 8) == population_size(fixed, 1000) == 100
 
 
+@pytest.mark.slow
 def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedule_twice(conv):
     search = task_search(conv, ms.cost_model.RandomModel(seed=0))
     assert search.population == 64
@@ -80,6 +81,7 @@ def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedul
     assert search.times.sampling > 0 and search.times.mutation > 0
 
 
+@pytest.mark.slow
 def test_the_search_says_which_proposals_are_its_random_picks(conv):
     """The eps-greedy share of a round is fresh random schedules, not the cost model's
     choice: the search names them, so the filter does not veto them with that model."""
@@ -91,6 +93,7 @@ def test_the_search_says_which_proposals_are_its_random_picks(conv):
         search.learn(list(zip(proposed, latencies(proposed), strict=True)))
 
 
+@pytest.mark.slow
 def test_each_schedules_features_are_extracted_once_for_the_search_the_filter_and_learning(
     conv, monkeypatch
 ):

@@ -69,6 +69,7 @@ def simulated(tmp_path_factory, fast_config):
     )
 
 
+@pytest.mark.slow
 def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhere(simulated):
     out, report = simulated.out, simulated.report
     assert "SIMULATED" in simulated.output
@@ -101,6 +102,7 @@ def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhe
     assert report["phases"]["measure"] > 0
 
 
+@pytest.mark.slow
 def test_stock_tvm_finds_a_simulated_runs_records_for_the_models_own_kernels(simulated):
     # The default (dlight) schedules once rewrote the workloads in place, so every record was
     # filed under an already scheduled kernel that compile_relax never looks up.
@@ -124,6 +126,7 @@ def test_stock_tvm_finds_a_simulated_runs_records_for_the_models_own_kernels(sim
         assert database.query_tuning_record(task.workload, target, task.name) is not None
 
 
+@pytest.mark.slow
 def test_a_simulated_run_is_never_resumed_as_a_real_one(simulated, fast_config):
     # The same GPU target, as on the GPU host the user moves to (build-only runs here).
     args = tune_args(
@@ -136,5 +139,6 @@ def test_a_simulated_run_is_never_resumed_as_a_real_one(simulated, fast_config):
     assert sorted(p.name for p in simulated.out.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_estimate_learns_nothing_from_simulated_runs(simulated):
     assert earlier_runs(simulated.out.parent) == []

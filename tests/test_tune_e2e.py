@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import numpy as np
 import onnx
@@ -16,6 +17,9 @@ from click.testing import CliRunner
 import onnx_models
 from cli_args import tune_args
 from tune_orchestrator.cli import main
+
+# Every test here runs a whole tune or reads one (the module's `tuned` fixture, ~20 s).
+pytestmark = pytest.mark.slow
 
 
 def records(run: Path) -> list[str]:
@@ -278,6 +282,11 @@ def test_the_real_report_validates_and_comes_in_every_form(tuned):
     assert tuned.report["budget"]["limits"][0]["spent"] == 16
     assert len(tuned.report["convergence"]) == 3  # untuned, then one point per round
     assert tuned.report["price"]["source"].startswith("configs/prices.toml")
+    made = tuned.report["provenance"]
+    assert made["command"].startswith("orchestrate --budget 16trials --target llvm")
+    assert made["gpu"] is None and made["started"] <= made["ended"]
+    rounds = (tuned.out / "rounds.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in rounds] == [["round", "task"], ["1", ANY], ["2", ANY]]
 
 
 def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_cores):

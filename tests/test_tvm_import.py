@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = r"""
 import hashlib, json, sys
 import tvm
@@ -56,6 +58,7 @@ def registered(mode: str) -> dict[str, str]:
     return probe(mode)[-1]
 
 
+@pytest.mark.slow
 def test_fast_import_registers_the_same_intrinsics():
     fast, plain = registered("fast"), registered("plain")
     assert len(plain) > 100

@@ -24,6 +24,7 @@ class RunDir:
     REPORT = "report.json"
     REPORT_MD = "report.md"
     REPORT_HTML = "report.html"
+    ROUNDS_CSV = "rounds.csv"  # one line per round, from the journal, for spreadsheets
     PLOTS = "plots"
     LIBRARY = "model.so"
     # A tuned build whose outputs differ from onnxruntime's: kept for a bug report, never
