@@ -90,7 +90,7 @@ def main() -> None:
             args.trials,
             args.seed,
             args.work,
-            [f"filter={args.filter}"],
+            [f"candidate_filter={args.filter}"],
             budget=args.budget,
         )
         print(json.dumps(figures))

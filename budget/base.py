@@ -8,13 +8,25 @@ from collections.abc import Sequence
 
 from .ledger import Ledger
 
+# Why a run stopped, from a fixed set a program can branch on; the reason says it in words.
+BUDGET = "budget"  # a time, money or energy limit: not enough left for another round
+TRIALS = "trials"  # the trial limit was reached
+STOPPED_PAYING = "stopped-paying"  # the early stop: more spending would buy almost nothing
+TASKS_DONE = "tasks-done"  # every task retired (plateau, search space exhausted)
+INTERRUPTED = "interrupted"  # SIGINT / SIGTERM, or a caller's request
+BUILD_ONLY = "build-only"  # --build-only: nothing was tuned by design
+NOTHING_TO_TUNE = "nothing-to-tune"  # the model has no operator to tune
+STOP_CODES = (BUDGET, TRIALS, STOPPED_PAYING, TASKS_DONE, INTERRUPTED, BUILD_ONLY, NOTHING_TO_TUNE)
+
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """`stop` with a reason a person can read, e.g. "trial budget reached: 500 of 500"."""
+    """`stop` with a reason a person can read, e.g. "trial budget reached: 500 of 500", and
+    its `code`, one of STOP_CODES."""
 
     stop: bool
     reason: str = ""
+    code: str = ""
 
 
 GO = Decision(stop=False)

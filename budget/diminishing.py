@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import GO, Decision, StoppingRule, TaskProgress
+from .base import GO, STOPPED_PAYING, Decision, StoppingRule, TaskProgress
 from .forecast import fit_curve
 from .grammar import DOLLARS, Limit
 from .ledger import Ledger
@@ -76,7 +76,7 @@ class DiminishingReturns(StoppingRule):
         if windowed >= self.min_gain or forecast is None or forecast >= self.min_gain:
             return GO
         reason = self._reason(ledger, x_now, left, windowed, forecast)
-        return Decision(True, f"{reason}; {evidence}" if evidence else reason)
+        return Decision(True, f"{reason}; {evidence}" if evidence else reason, STOPPED_PAYING)
 
     def evidence(self, tasks: Sequence[TaskProgress]) -> str | None:
         """What entitles the rule to judge ("" when told nothing about the tasks), or None

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .base import GO, Decision, StoppingRule, TaskProgress
+from .base import BUDGET, GO, Decision, StoppingRule, TaskProgress
+from .base import TRIALS as TRIALS_CODE
 from .grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL, Budget, Limit
 from .ledger import Ledger, Spend
 from .units import fmt_amount, fmt_budget_up, fmt_duration
@@ -60,7 +61,8 @@ class BudgetLimits(StoppingRule):
     def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
         for limit in self.budget.limits:
             if self._allowance(ledger, limit, self.round_size) < self._smallest(limit):
-                return Decision(True, self._reason(ledger, limit))
+                code = TRIALS_CODE if limit.kind == TRIALS else BUDGET
+                return Decision(True, self._reason(ledger, limit), code)
         return GO
 
     def allowance(self, ledger: Ledger, wanted: int) -> int:

@@ -253,24 +253,21 @@ def tune_command(
 ) -> int:
     """Tune MODEL (an ONNX file) and leave a run directory with the tuned library, a stock TVM
     tuning database, a journal and the cost report. Run again with the same --out to resume."""
-    from .api import tune
+    from .api import run
     from .events import JsonLines
+    from .options import Options
     from .printer import Printer
 
     if library is not None and no_library:
         raise click.UsageError("give --library DIR or --no-library, not both")
 
     printer = None if json_events else Printer(quiet=quiet)
-    result = tune(
-        model,
-        budget=budget,
-        target=target,
-        out=out,
+    options = Options(
         input_shapes=input_shapes,
         config=config_file,
         trials_per_round=trials_per_round,
         seed=seed,
-        filter=filter_name,
+        candidate_filter=filter_name,
         warm_start=warm_start,
         library=False if no_library else library,
         gpus=gpus,
@@ -282,11 +279,19 @@ def tune_command(
         early_stop=False if no_early_stop else None,
         build_only=build_only,
         simulate=simulate,
-        on_event=JsonLines(sys.stdout) if json_events else printer,
         mlflow=mlflow_uri or mlflow_on,
         mlflow_experiment=mlflow_experiment,
-        started=(click.get_current_context().obj or {}).get("started"),
-        command=(click.get_current_context().obj or {}).get("command"),
+    )
+    context = click.get_current_context().obj or {}
+    result = run(
+        model,
+        budget,
+        target=target,
+        out=out,
+        options=options,
+        on_event=JsonLines(sys.stdout) if json_events else printer,
+        started=context.get("started"),
+        command=context.get("command"),
     )
     if printer is not None:
         printer.summary(result)

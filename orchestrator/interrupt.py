@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 
 from tune_orchestrator.budget import GO, Decision, Ledger, StoppingRule, TaskProgress
+from tune_orchestrator.budget.base import INTERRUPTED
 
 
 class Interrupt(StoppingRule):
@@ -27,7 +28,7 @@ class Interrupt(StoppingRule):
         return self.reason is not None
 
     def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
-        return Decision(True, self.reason) if self.reason else GO
+        return Decision(True, self.reason, INTERRUPTED) if self.reason else GO
 
 
 @contextlib.contextmanager

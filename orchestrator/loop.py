@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tune_orchestrator.budget import Ledger, StoppingRule, TaskProgress
+from tune_orchestrator.budget import Decision, Ledger, StoppingRule, TaskProgress
+from tune_orchestrator.budget.base import TASKS_DONE
 from tune_orchestrator.budget.plateau import TaskPlateau
 from tune_orchestrator.filters import Filter
 from tune_orchestrator.measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
@@ -190,8 +191,8 @@ class TuningLoop:
         """Where all searches' time went."""
         return self.proposer.times
 
-    def run(self) -> str:
-        """Tune until stopped; returns the reason the run stopped.
+    def run(self) -> Decision:
+        """Tune until stopped; returns why: its reason in words and its code.
 
         With `pipeline`, the next round (of another task: a task's next round is searched only
         after its last one has been learned) is searched, filtered and built in a background
@@ -209,14 +210,13 @@ class TuningLoop:
                 decision = self.stopping.decide(self.ledger, self.progress())
                 if decision.stop:
                     self._discard(ahead)
-                    return decision.reason
+                    return decision
                 current, ahead = ahead, None
                 if current is None:
                     plan = self.scheduler.pick(self.states, self.sizes)
                     if plan is None:
-                        return "every task is retired: " + "; ".join(
-                            sorted({s.retired for s in self.states if s.retired})
-                        )
+                        retired = "; ".join(sorted({s.retired for s in self.states if s.retired}))
+                        return Decision(True, f"every task is retired: {retired}", TASKS_DONE)
                     current = self._prepare(plan, self.stopping.allowance(self.ledger, plan.size))
                     if current is None:
                         continue

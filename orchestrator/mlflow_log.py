@@ -104,6 +104,7 @@ class MlflowLogger:
             step=None,
         )
         self._client.set_tag(self._run_id, "stop_reason", result["stop_reason"][:5000])
+        self._client.set_tag(self._run_id, "stop", result.get("stop", ""))
         checked = "checked" if result["shipped_checked"] else "unchecked"
         self._client.set_tag(self._run_id, "model.so", f"{result['shipped']} build, {checked}")
         paths = result["paths"]

@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tune_orchestrator.budget import Budget, Ledger, StoppingRule
+from tune_orchestrator.budget import Budget, Decision, Ledger, StoppingRule
+from tune_orchestrator.budget.base import BUILD_ONLY, NOTHING_TO_TUNE
 from tune_orchestrator.budget.ledger import EnergyMeter, RoundCost
 from tune_orchestrator.budget.limits import seconds_short
 from tune_orchestrator.budget.plateau import TaskPlateau
@@ -181,9 +182,10 @@ class Session:
         with Heartbeat(self.run, ledger.snapshot):
             defaults = DefaultRecords(database, self.target, restored, self.run.append)
             defaults.add_missing()
-            untuned, stop_reason = restored.untuned, "build only: nothing was tuned"
+            untuned = restored.untuned
+            stopped = Decision(True, "build only: nothing was tuned", BUILD_ONLY)
             if not self.build_only:
-                untuned, stop_reason = self._measure_and_tune(
+                untuned, stopped = self._measure_and_tune(
                     restored, database, defaults, cost_model, ledger
                 )
             # 4. With the workers gone: compile with the database, check both builds, time
@@ -199,11 +201,11 @@ class Session:
                 )
             # The run started with its first session, perhaps on another day.
             started = next((e["started"] for e in journal if e.get("type") == "session"), None)
-            report = self._report(restored, shipment, ledger, stop_reason, started)
+            report = self._report(restored, shipment, ledger, stopped, started)
             with ledger.phase("report"):
                 write_report(self.run, report)
             # report.json counts its own writing; report.md and .html were written before.
-            report = self._report(restored, shipment, ledger, stop_reason, started)
+            report = self._report(restored, shipment, ledger, stopped, started)
             self.run.write_json(RunDir.REPORT, report)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
@@ -215,7 +217,7 @@ class Session:
         defaults: DefaultRecords,
         cost_model: Any,
         ledger: Ledger,
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[dict[str, Any], Decision]:
         logs = self.run[RunDir.LOGS]
         with (
             contextlib.ExitStack() as claims,
@@ -247,22 +249,28 @@ class Session:
                 )
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))
-            stop_reason = (
+            stopped = (
                 self._tune(restored, view, cost_model, builder, engine, ledger)
                 if self.tasks
-                else "the model has no operators to tune"
+                else Decision(True, "the model has no operators to tune", NOTHING_TO_TUNE)
             )
             self.measurement = self._measurement_stats(engine, builder, ledger)
         self.run.append(
-            {"type": "stopped", "reason": stop_reason, "spend": ledger.snapshot().to_dict()}
+            {
+                "type": "stopped",
+                "reason": stopped.reason,
+                "code": stopped.code,
+                "spend": ledger.snapshot().to_dict(),
+            }
         )
         self.emit(
             "stopped",
-            reason=stop_reason,
+            reason=stopped.reason,
+            stop=stopped.code,
             interrupted=self.interrupt.requested,
             spend=spend_fields(ledger),
         )
-        return untuned, stop_reason
+        return untuned, stopped
 
     def _refuse_too_small(
         self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored
@@ -416,7 +424,7 @@ class Session:
         builder: Any,
         engine: Engine,
         ledger: Ledger,
-    ) -> str:
+    ) -> Decision:
         sched = self.settings.scheduler
         loop = TuningLoop(
             states=restored.states,
@@ -492,7 +500,7 @@ class Session:
         restored: Restored,
         shipment: Shipment,
         ledger: Ledger,
-        stop_reason: str,
+        stopped: Decision,
         started: str | None,
     ) -> dict[str, Any]:
         shares = current_shares(restored.states)
@@ -558,7 +566,8 @@ class Session:
             shipment=shipment.to_dict(),
             spend=ledger.snapshot(),
             curve=ledger.history,
-            stop_reason=stop_reason,
+            stop_reason=stopped.reason,
+            stop=stopped.code,
             interrupted=self.interrupt.requested,
             warnings=self.warnings,
             candidate_filter=self.filter.stats(),

@@ -53,7 +53,6 @@ def api_run(tmp_path_factory, fast_config):
         config=fast_config,
         out=base / "run",
         on_event=events.append,
-        env={},
     )
     return result, events
 
@@ -64,6 +63,7 @@ def test_api_result_agrees_with_report_json(api_run):
     report = json.loads(result.paths["report"].read_text())
     summary = report["summary"]
     assert result.trials == summary["trials"] == 12
+    assert result.stop == summary["stop"] == "trials"  # a code to branch on, not words
     assert (
         result.tuned_latency_s
         == summary["tuned_latency_s"]
@@ -110,7 +110,7 @@ def test_every_event_reaches_the_callback_and_validates(api_run):
 
 def test_api_raises_input_error_before_touching_anything(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        tune(tmp_path / "nope.onnx", budget="1min", out=tmp_path / "run", env={})
+        tune(tmp_path / "nope.onnx", budget="1min", out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

@@ -321,9 +321,10 @@ def test_a_task_is_retired_when_its_search_space_is_exhausted(tasks, fast_config
 
     monkeypatch.setattr(TaskSearch, "propose", propose)
     loop, engine = make_loop(tasks, fast_config, budget="32trials")
-    reason = loop.run()
+    stopped = loop.run()
     assert [s.retired for s in loop.states] == ["search space exhausted"] * 2
-    assert reason == "every task is retired: search space exhausted"
+    assert stopped.reason == "every task is retired: search space exhausted"
+    assert stopped.code == "tasks-done"
     assert engine.measured == []
 
 
@@ -478,8 +479,8 @@ def test_the_early_stop_waits_for_the_heavy_tasks_floors(tasks, fast_config):
         tasks, fast_config, budget="400trials", tasks_used=3, stops=early,
         **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
     )  # fmt: skip
-    reason = loop.run()
-    assert "trial budget" not in reason  # the early stop ended it
+    stopped = loop.run()
+    assert stopped.code == "stopped-paying"  # the early stop ended it, not the trial budget
     floored = [s for s in loop.states if s.floor]
     assert floored and all(s.trials >= s.floor or s.retired for s in floored)
 

@@ -544,11 +544,11 @@ def test_the_cli_hands_its_command_line_to_the_run(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_tune(model, **options):
+    def fake_run(model, budget, **options):
         seen.update(options)
         raise InputError("stop here")
 
-    monkeypatch.setattr(api, "tune", fake_tune)
+    monkeypatch.setattr(api, "run", fake_run)
     args = ["--budget", "5min", str(tmp_path / "m.onnx")]
     assert CliRunner().invoke(main, args).exit_code == 2
     assert seen["command"] == ["orchestrate", *args]

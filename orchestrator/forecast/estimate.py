@@ -152,10 +152,10 @@ def estimate(
     from tune_orchestrator.budget.prices import run_price
 
     from .. import deploy
-    from ..api import _shapes
     from ..config import Settings
     from ..measuring import make_builder, make_engine, measure_untuned_tasks
     from ..model import fuse_for_tuning, import_to_relax, load_model
+    from ..prepare import shapes as _shapes
     from ..targets import host_cores, resolve_target
     from ..tasks import extract_tasks
 

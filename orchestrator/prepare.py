@@ -1,0 +1,241 @@
+"""A run's parts, checked and made before any work: its settings and inputs (every mistake is
+an InputError here, before anything is written), the rules that stop it, its candidate filter
+and its MLflow logger."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .options import Options
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What a run was given, read and checked."""
+
+    settings: Any  # config.Settings
+    budget: Any  # budget.Budget
+    model: Any  # model.OnnxModel
+    target: Any  # targets.ResolvedTarget
+    fleet: Any  # measuring.Fleet
+    price: Any  # budget.prices.Price | None
+    energy: Any  # an energy meter of the local GPUs, or None
+    warm_start: Path | None
+    library: Any  # library.RunLibrary
+
+
+def check_inputs(
+    model: str | Path, budget: Any, target: str | None, options: Options, env: Mapping[str, str]
+) -> Inputs:
+    """Read the settings and every input; InputError for the first that does not hold."""
+    from tune_orchestrator.budget.prices import run_price
+    from tune_orchestrator.measure.telemetry import energy_meter
+
+    from .library import RunLibrary
+    from .measuring import target_and_fleet
+    from .model import load_model
+    from .targets import host_cores
+
+    settings = _settings(budget, target, options, env)
+    budget_obj = _budget(settings)
+    shared = settings.search.cost_model == "shared"
+    warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
+    onnx_model = load_model(model, shapes(options.input_shapes))
+    resolved, fleet = target_and_fleet(
+        settings.tune.target,
+        build_only=options.build_only,
+        gpus=options.gpus,
+        parallelism=options.parallelism,
+        rpc=options.rpc,
+        rpc_key=options.rpc_key,
+        simulate=options.simulate,
+    )
+    library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
+    if options.price is not None and not options.price >= 0:
+        raise InputError(
+            f"--price must be a non-negative number of US dollars per hour, not {options.price}"
+        )
+    devices = fleet.devices(resolved.device_type)
+    price = run_price(
+        device_type=resolved.device_type,
+        device_name=resolved.device_name,
+        devices=devices,
+        cores=host_cores(),
+        override=options.price,
+    )
+    # Energy of the chosen local GPUs; a fleet's GPUs are not metered from here.
+    local = resolved.device_present and not fleet.rpc
+    energy = energy_meter(resolved.device_type, fleet.gpus) if local else None
+    _check_applicable(budget_obj, devices, price is not None, energy is not None)
+    return Inputs(settings, budget_obj, onnx_model, resolved, fleet, price, energy, warm, library)
+
+
+def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any]:
+    """(the rule that stops the run: interrupt, budget, early stop; the rule that retires a
+    task on its plateau)."""
+    from tune_orchestrator.budget import AnyOf, BudgetLimits
+    from tune_orchestrator.budget.diminishing import DiminishingReturns
+    from tune_orchestrator.budget.limits import primary_limit
+    from tune_orchestrator.budget.plateau import TaskPlateau
+
+    s = settings.stopping
+    rules = [interrupt, BudgetLimits(budget, round_size=settings.tune.trials_per_round)]
+    if s.early_stop:
+        rules.append(
+            DiminishingReturns(
+                primary_limit(budget),
+                min_gain=s.min_gain,
+                window=s.window,
+                min_rounds=s.min_rounds,
+                min_share=s.evidence_share,
+                min_measured_rounds=s.evidence_rounds,
+            )
+        )
+    return AnyOf(rules), TaskPlateau(patience=s.task_patience, min_gain=s.task_min_gain)
+
+
+def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, Any]:
+    """(the candidate filter, the learned model the search and the filter share, or None
+    when the search keeps TVM's own)."""
+    from tune_orchestrator.filters import Predictor, TrimmerConfig, make_filter
+
+    from .targets import host_cores
+
+    f, seed = settings.filter, settings.tune.seed
+    shared = settings.search.cost_model == "shared"
+    # Its refits use every core this process may run on.
+    predictor = (
+        Predictor(seed=seed, min_samples=f.min_samples, threads=host_cores()) if shared else None
+    )
+    config = TrimmerConfig(
+        min_samples=f.min_samples,
+        recall_target=f.recall_target,
+        evidence_rounds=f.evidence_rounds,
+        recall_step=f.recall_step,
+        min_keep=min(f.min_keep, settings.tune.trials_per_round),
+        max_keep=settings.tune.trials_per_round,
+        audit_share=f.audit_share,
+        min_audit=f.min_audit,
+        seed=seed,
+        threads=host_cores(),
+    )
+    made = make_filter(
+        settings.tune.filter,
+        target=target.target,
+        config=config,
+        state_dir=state_dir,
+        predictor=predictor,
+    )
+    return made, predictor
+
+
+def mlflow_logger(options: Options, inputs: Inputs) -> Any:
+    """An MLflow logger of the run, or None when not asked for."""
+    if not options.mlflow:
+        return None
+    from .mlflow_log import MlflowLogger
+
+    return MlflowLogger(
+        tracking_uri=options.mlflow if isinstance(options.mlflow, str) else None,
+        experiment=options.mlflow_experiment,
+        params={
+            "model": inputs.model.name,
+            "model_sha256": inputs.model.sha256,
+            "target": inputs.target.describe(),
+            **_flat(inputs.settings.to_dict()),
+        },
+    )
+
+
+def default_out(model_name: str) -> Path:
+    """runs/<model>-<timestamp>, made unique if that folder exists already."""
+    base = Path("runs") / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
+    """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings."""
+    from .model import parse_input_shape
+
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        return {str(k): tuple(int(d) for d in v) for k, v in given.items()}
+    out: dict[str, tuple[int, ...]] = {}
+    for text in given:
+        name, shape = parse_input_shape(text)
+        if name in out:
+            raise InputError(f"--input-shape gives {name!r} twice; give each input once")
+        out[name] = shape
+    return out
+
+
+def _settings(budget: Any, target: str | None, options: Options, env: Mapping[str, str]) -> Any:
+    from .config import Settings
+
+    given = {"tune.budget": None if budget is None else str(budget), "tune.target": target}
+    overrides = {k: v for k, v in given.items() if v is not None} | options.overrides()
+    return Settings.load(options.config, overrides, env=env)
+
+
+def _budget(settings: Any) -> Any:
+    from tune_orchestrator.budget import BudgetError, parse_budget
+    from tune_orchestrator.filters import NAMES
+
+    try:
+        budget = parse_budget(settings.tune.budget)
+    except BudgetError as exc:
+        raise InputError(str(exc)) from None
+    if settings.tune.filter not in NAMES:
+        raise InputError(
+            f"--filter: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
+        )
+    return budget
+
+
+def _check_applicable(budget: Any, devices: int, price_known: bool, energy_known: bool) -> None:
+    from tune_orchestrator.budget import check_applicable
+
+    try:
+        check_applicable(
+            budget, devices=devices, price_known=price_known, energy_known=energy_known
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None:
+    """Check --warm-start: a run directory with a database, or a predictor .json file."""
+    if given is None:
+        return None
+    path = Path(given)
+    if not has_model:
+        raise InputError(
+            '--warm-start trains the learned model, which [search] cost_model = "tvm-xgb" '
+            "leaves to the xgb filter; use --filter xgb or the shared cost model"
+        )
+    if path.is_dir() and (path / "database_tuning_record.json").is_file():
+        return path
+    if path.is_file() and path.suffix == ".json":
+        return path
+    raise InputError(
+        f"--warm-start {path} is neither a run directory (with database_tuning_record.json) "
+        "nor a saved predictor (predictor.json)"
+    )
+
+
+def _flat(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        f"{section}.{key}": value
+        for section, values in nested.items()
+        for key, value in values.items()
+    }
