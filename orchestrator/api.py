@@ -225,6 +225,10 @@ def run(
     tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
     import_s = time.monotonic() - called
     out_dir = Path(out) if out is not None else prepare.default_out(given.model.name)
+    if options.fresh:
+        aside = prepare.move_aside(out_dir)
+        if aside is not None:
+            emit("warning", message=f"started over: the earlier run in {out_dir} is now {aside}")
     fresh = not out_dir.exists()
     prints = fingerprint(given.model, given.target)
     with (

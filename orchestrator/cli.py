@@ -14,6 +14,7 @@ import click
 from tune_orchestrator.budget import BudgetError, parse_budget
 
 from . import exits
+from .cli_help import GroupedCommand, default_of, near_command
 from .errors import BudgetTooSmall, InputError
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ class DefaultGroup(click.Group):
     default_command = "tune"
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            near = near_command(args[0], self.commands)
+            if near is not None:
+                raise click.UsageError(f"No such command {args[0]!r}. Did you mean {near!r}?", ctx)
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
 
@@ -89,6 +93,9 @@ class DefaultGroup(click.Group):
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    package_name="tune-orchestrator", prog_name="orchestrate", message="%(prog)s %(version)s"
+)
 def main() -> None:
     """Tune an ONNX model with TVM MetaSchedule within a budget, then compile and check it.
 
@@ -98,8 +105,17 @@ def main() -> None:
       orchestrate report runs/<run>             render the cost report again
       orchestrate config                        print the resolved configuration
 
-    Settings: configs/default.toml, then --config FILE (or $ORCHESTRATE_CONFIG), then
-    ORCHESTRATE_<SECTION>_<KEY> variables (e.g. ORCHESTRATE_TUNE_BUDGET=5min), then options.
+    \b
+    Tuning's essential options (orchestrate tune --help lists them all):
+      --budget BUDGET   limits, first reached wins: 5min, 2gpu-h, $5, 500trials
+      --target TARGET   auto (CUDA when a GPU is visible), llvm, cuda, a TVM tag
+      --out DIR         the run directory; an existing one is resumed (--fresh: start over)
+      --json            one JSON event per line on stdout, for pipelines
+      --simulate        no GPU here: CUDA search and builds, timings from a simulated GPU
+
+    Settings: the packaged defaults (orchestrate config prints them), then --config FILE (or
+    $ORCHESTRATE_CONFIG), then ORCHESTRATE_<SECTION>_<KEY> variables (e.g.
+    ORCHESTRATE_TUNE_BUDGET=5min), then options.
 
     Exit codes: 0 done; 1 internal error; 2 bad input or configuration; 3 budget too small to
     tune anything; 4 tuned model's outputs differ from onnxruntime; 130 interrupted
@@ -107,21 +123,28 @@ def main() -> None:
     """
 
 
-@main.command("tune")
+@main.command("tune", cls=GroupedCommand)
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=True, exists=False))
 @click.option(
     "--budget",
     type=BudgetType(),
-    help="Limits, first reached wins: 45min, 1.5h, 500trials, 2gpu-h (several joined with commas). Default: [tune] budget of the config.",
+    help="Limits, first reached wins: 45min, 1.5h, 500trials, 2gpu-h, $5, 100Wh (several "
+    f"joined with commas).  [default: {default_of('tune.budget')}]",
 )
 @click.option(
     "--target",
-    help="auto, llvm, cuda, a TVM tag (nvidia/nvidia-h100) or a JSON dict. Default: auto (CUDA when a GPU is visible).",
+    help="auto (CUDA when a GPU is visible, else this CPU), llvm, cuda, a TVM tag "
+    f"(nvidia/nvidia-h100) or a JSON dict.  [default: {default_of('tune.target')}]",
 )
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Run directory; an existing one is resumed. Default: runs/<model>-<time>.",
+    help="Run directory; an existing one is resumed.  [default: runs/<model>-<time>]",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start over even where --out holds a run: it is moved aside to <out>.<time>, not deleted.",
 )
 @click.option(
     "--input-shape",
@@ -131,13 +154,21 @@ def main() -> None:
     help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
 )
 @click.option(
-    "--trials-per-round", type=click.IntRange(min=1), help="Candidates per round (default 64)."
+    "--trials-per-round",
+    type=click.IntRange(min=1),
+    help="The most candidates one task's round may have; rounds start smaller.  "
+    f"[default: {default_of('tune.trials_per_round')}]",
 )
-@click.option("--seed", type=click.IntRange(min=0), help="Random seed of the search.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    help=f"Random seed of the search.  [default: {default_of('tune.seed')}]",
+)
 @click.option(
     "--filter",
     "filter_name",
-    help="Candidate filter: xgb (default: the Trimmer predictor, audited) or none (build and measure everything).",
+    help="Candidate filter: xgb (the Trimmer predictor, audited) or none (build and measure "
+    f"everything).  [default: {default_of('tune.filter')}]",
 )
 @click.option(
     "--gpus", metavar="all|0,1", help="GPUs to measure on: all (the default) or their indices."
@@ -175,18 +206,20 @@ def main() -> None:
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over configs/default.toml.",
+    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
 )
 @click.option(
     "--price",
     type=float,
     metavar="USD_PER_HOUR",
-    help="Price of an hour, per GPU on GPU runs and per machine on CPU runs (default: configs/prices.toml).",
+    help="Price of an hour, per GPU on GPU runs and per machine on CPU runs.  [default: the "
+    "packaged price list, by device]",
 )
 @click.option(
     "--min-gain",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help="Stop early when the last 20% of spend cut latency by less than this share and the forecast agrees (default 0.01).",
+    help="Stop early when the last 20% of spend cut latency by less than this share and the "
+    f"forecast agrees.  [default: {default_of('stopping.min_gain')}]",
 )
 @click.option(
     "--no-early-stop",
@@ -208,7 +241,7 @@ def main() -> None:
     "--json",
     "json_events",
     is_flag=True,
-    help="Write one JSON event per line on stdout and nothing else (schema: orchestrator/events.schema.json).",
+    help="Write one JSON event per line on stdout and nothing else (schema: the package's events.schema.json, see docs/report.md).",
 )
 @click.option(
     "--mlflow",
@@ -228,6 +261,7 @@ def tune_command(
     budget: str | None,
     target: str | None,
     out: Path | None,
+    fresh: bool,
     input_shapes: tuple[str, ...],
     trials_per_round: int | None,
     seed: int | None,
@@ -281,6 +315,7 @@ def tune_command(
         simulate=simulate,
         mlflow=mlflow_uri or mlflow_on,
         mlflow_experiment=mlflow_experiment,
+        fresh=fresh,
     )
     context = click.get_current_context().obj or {}
     result = run(
@@ -341,7 +376,7 @@ def check_failed_message(result: Result) -> str:
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over configs/default.toml.",
+    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
 )
 @click.option(
     "--runs-dir",
@@ -409,7 +444,7 @@ def report_command(run_dir: Path) -> int:
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over configs/default.toml.",
+    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
 )
 def config_command(config_file: Path | None) -> int:
     """Print the resolved configuration as TOML."""

@@ -23,6 +23,7 @@ class Options:
     - gpus ("0,1" or [0, 1]; default: every visible GPU), parallelism ("auto" or a fixed DOP),
       rpc ("HOST:PORT" of a TVM RPC tracker) with rpc_key: where candidates are measured
     - price: US dollars per hour (per GPU on GPU runs, per machine on CPU runs)
+    - fresh: start over where `out` holds a run (it is moved aside to <out>.<time>)
     - build_only: compile with what the database holds, tune nothing
     - simulate: search and build for a CUDA target with timings from a simulated GPU
     - handle_signals: SIGINT / SIGTERM stop the run after the current round (main thread only)
@@ -43,6 +44,7 @@ class Options:
     rpc: str | None = None
     rpc_key: str | None = None
     price: float | None = None
+    fresh: bool = False
     build_only: bool = False
     simulate: bool = False
     handle_signals: bool = True

@@ -162,6 +162,20 @@ def default_out(model_name: str) -> Path:
     return path
 
 
+def move_aside(out: Path) -> Path | None:
+    """--fresh: a run directory at `out` is renamed <out>.<time> (nothing is deleted); the
+    new name, or None when there was none."""
+    if not (out / "journal.jsonl").is_file():
+        return None
+    aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+    out.rename(aside)
+    return aside
+
+
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
     """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings."""
     from .model import parse_input_shape

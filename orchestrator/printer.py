@@ -71,17 +71,17 @@ class Printer:
         self._bar = ""
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
+        if e["resumed"]:  # the first thing said: nothing starts over unannounced
+            self._say(
+                f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
+                "spent before count against the budget (--fresh starts over)"
+            )
         if e["build_only"]:
             self._say(f"compiling {e['model']} for {e['target']} (build only: no tuning)")
         else:
             price = f" at ${e['price']:.3g}/h" if e["price"] is not None else ""
             self._say(f"tuning {e['model']} for {e['target']} within {e['budget']}{price}")
-        if e["resumed"]:
-            self._say(
-                f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
-                "spent before count against the budget"
-            )
-        else:
+        if not e["resumed"]:
             self._say(f"run directory: {e['run_dir']}")
 
     def _on_tasks(self, e: dict[str, Any]) -> None:

@@ -165,6 +165,56 @@ def test_help_shows_the_commands_a_user_types():
         assert option in tune_help
 
 
+def test_version_and_the_essentials_of_tune_in_the_top_level_help():
+    from importlib import metadata
+
+    version = CliRunner().invoke(main, ["--version"])
+    assert version.exit_code == 0
+    assert version.stdout.strip() == f"orchestrate {metadata.version('tune-orchestrator')}"
+    top = CliRunner().invoke(main, ["--help"]).stdout
+    assert all(option in top for option in ("--budget BUDGET", "--target", "--out", "--json"))
+
+
+def test_tunes_options_come_in_groups_with_their_defaults():
+    text = CliRunner().invoke(main, ["tune", "--help"]).stdout
+    headings = ["Essentials:", "Run control:", "What earlier runs learned:", "Devices and fleet:"]
+    assert [text.index(h) for h in headings] == sorted(text.index(h) for h in headings)
+    essentials = text[text.index("Essentials:") : text.index("Run control:")]
+    assert "--budget" in essentials and "--gpus" not in essentials
+    assert "[default: 10min]" in " ".join(text.split())  # the packaged budget, not hidden
+    assert "configs/default.toml" not in text  # a path a pip user does not have
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("estmate", "estimate"), ("reprot", "report")])
+def test_a_mistyped_command_is_named_not_taken_for_a_model(typed, meant):
+    result = CliRunner().invoke(main, [typed, "x.onnx"])
+    assert result.exit_code == 2
+    assert f"No such command '{typed}'. Did you mean '{meant}'?" in result.stderr
+
+
+def test_a_file_named_like_a_command_is_still_the_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    onnx_models.tiny_cnn(tmp_path / "tune.onnx").rename(tmp_path / "tunes")
+    result = CliRunner().invoke(main, ["tunes", "--budget", "1s"])
+    assert "No such command" not in result.stderr  # went to tune, which refused the budget
+    assert result.exit_code == 3
+
+
+def test_fresh_starts_over_and_keeps_the_earlier_run_aside(models, fast_config):
+    out = models / "run"
+    args = ["--build-only", "--config", str(fast_config), "--out", str(out)]
+    first = CliRunner().invoke(main, [*args, str(models / "tiny.onnx")])
+    assert first.exit_code == 0, first.output
+    resumed = CliRunner().invoke(main, [*args, str(models / "tiny.onnx")])
+    assert resumed.stdout.splitlines()[0].startswith(f"resuming {out}")
+    journal = (out / "journal.jsonl").read_text()
+    fresh = CliRunner().invoke(main, [*args, "--fresh", str(models / "tiny.onnx")])
+    assert fresh.exit_code == 0, fresh.output
+    (aside,) = [p for p in models.iterdir() if p.name.startswith("run.")]
+    assert (aside / "journal.jsonl").read_text() == journal  # nothing the user had is lost
+    assert "resuming" not in fresh.stdout and f"now {aside}" in fresh.stderr
+
+
 @pytest.mark.skipif(GPU, reason="checks building for a GPU on a host without one")
 def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config):
     out = models / "h100"
