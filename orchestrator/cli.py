@@ -447,14 +447,21 @@ def report_command(run_dir: Path) -> int:
     help="TOML file layered over the packaged defaults (orchestrate config prints them).",
 )
 def config_command(config_file: Path | None) -> int:
-    """Print the resolved configuration as TOML."""
+    """Print the resolved configuration as TOML, each value with where it came from: the
+    packaged defaults, a --config file, an ORCHESTRATE_* variable."""
     from .config import Settings
 
     settings = Settings.load(config_file, env=os.environ)
+    sources = Settings.sources(config_file, env=os.environ)
     for section, values in settings.to_dict().items():
         click.echo(f"[{section}]")
-        for key, value in values.items():
-            click.echo(f"{key} = {_toml_value(value)}")
+        rows = [
+            (f"{key} = {_toml_value(value)}", sources[f"{section}.{key}"])
+            for key, value in values.items()
+        ]
+        width = max(len(text) for text, _ in rows)
+        for text, source in rows:
+            click.echo(f"{text:<{width}}  # {source}")
         click.echo()
     return exits.OK
 

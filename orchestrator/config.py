@@ -190,14 +190,14 @@ class DopSettings:
 class SchedulerSettings:
     window: int
     first_round_gain: float
-    min_gain: float
+    min_gain_per_doubling: float
     first_round: int
     coverage_share: float
 
     def __post_init__(self) -> None:
         _positive("scheduler", "window", self.window)
         _probability("scheduler", "first_round_gain", self.first_round_gain)
-        _probability("scheduler", "min_gain", self.min_gain)
+        _probability("scheduler", "min_gain_per_doubling", self.min_gain_per_doubling)
         _positive("scheduler", "first_round", self.first_round)
         _probability("scheduler", "coverage_share", self.coverage_share)
 
@@ -298,21 +298,8 @@ class Settings:
         Raises InputError naming the source, the key and the fix for unknown keys, wrong
         types and out-of-range values.
         """
-        env = env or {}
-        layers: list[tuple[str, dict[str, Any]]] = [
-            ("configs/default.toml", tomllib.loads(configs.read_text("default.toml")))
-        ]
-        config_file = (
-            config_file if config_file is not None else env.get(f"{ENV_PREFIX}CONFIG") or None
-        )
-        if config_file is not None:
-            layers.append((str(config_file), _read_toml(Path(config_file))))
-        if env:
-            layers.append(("environment", _env_layer(env)))
-        if overrides:
-            layers.append(("options", _nest(overrides)))
         merged: dict[str, dict[str, Any]] = {}
-        for source, layer in layers:
+        for source, layer in _layers(config_file, overrides, env or {}):
             _check_layer(source, layer)
             for section, values in layer.items():
                 merged.setdefault(section, {}).update(values)
@@ -323,11 +310,47 @@ class Settings:
         except ValueError as exc:
             raise InputError(f"configuration: {exc}") from None
         except TypeError as exc:  # a key missing from every layer: the defaults are broken
-            raise RuntimeError(f"configs/default.toml is incomplete: {exc}") from exc
+            raise RuntimeError(f"the packaged default.toml is incomplete: {exc}") from exc
         return cls(**sections)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
+
+    @staticmethod
+    def sources(
+        config_file: str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Where each setting's value comes from ("tune.budget" -> "defaults", a file's path,
+        "environment: ORCHESTRATE_TUNE_BUDGET" or "options"), layered as `load` layers them."""
+        found: dict[str, str] = {}
+        for source, layer in _layers(config_file, overrides, env or {}):
+            for section, values in layer.items():
+                for key in values:
+                    name = f"{ENV_PREFIX}{section}_{key}".upper()
+                    found[f"{section}.{key}"] = (
+                        f"environment: {name}" if source == "environment" else source
+                    )
+        return found
+
+
+def _layers(
+    config_file: str | Path | None, overrides: Mapping[str, Any] | None, env: Mapping[str, str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """(source, {section: {key: value}}) from the defaults up: the packaged defaults, the
+    config file (or $ORCHESTRATE_CONFIG), ORCHESTRATE_* variables, then `overrides`."""
+    layers: list[tuple[str, dict[str, Any]]] = [
+        ("defaults", tomllib.loads(configs.read_text("default.toml")))
+    ]
+    config_file = config_file if config_file is not None else env.get(f"{ENV_PREFIX}CONFIG") or None
+    if config_file is not None:
+        layers.append((str(config_file), _read_toml(Path(config_file))))
+    if env:
+        layers.append(("environment", _env_layer(env)))
+    if overrides:
+        layers.append(("options", _nest(overrides)))
+    return layers
 
 
 ENV_PREFIX = "ORCHESTRATE_"

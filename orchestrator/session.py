@@ -438,7 +438,7 @@ class Session:
             scheduler=GainScheduler(
                 window=sched.window,
                 first_round_gain=sched.first_round_gain,
-                min_gain=sched.min_gain,
+                min_gain=sched.min_gain_per_doubling,
                 coverage_share=sched.coverage_share,
             ),
             stopping=self.stopping,

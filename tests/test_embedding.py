@@ -308,9 +308,24 @@ def test_bad_environment_variables_are_named(env, message):
     assert message in str(info.value)
 
 
-def test_config_command_shows_the_environment_layer():
-    result = CliRunner().invoke(main, ["config"], env={"ORCHESTRATE_TUNE_BUDGET": "42min"})
-    assert result.exit_code == 0 and 'budget = "42min"' in result.stdout
+def test_config_command_shows_each_value_and_where_it_came_from(tmp_path):
+    import tomllib
+
+    (tmp_path / "my.toml").write_text("[search]\npopulation = 128\n")
+    result = CliRunner().invoke(
+        main, ["config", "--config", str(tmp_path / "my.toml")],
+        env={"ORCHESTRATE_TUNE_BUDGET": "42min"},
+    )  # fmt: skip
+    assert result.exit_code == 0
+    lines = {
+        line.split("#")[0].strip(): line.split("# ")[1]
+        for line in result.stdout.splitlines()
+        if "#" in line
+    }
+    assert lines['budget = "42min"'] == "environment: ORCHESTRATE_TUNE_BUDGET"
+    assert lines["population = 128"] == str(tmp_path / "my.toml")
+    assert lines['target = "auto"'] == "defaults"
+    assert tomllib.loads(result.stdout)["tune"]["budget"] == "42min"  # still TOML
 
 
 # -- progress for people -------------------------------------------------------------------
