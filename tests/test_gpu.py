@@ -237,3 +237,64 @@ def test_a_whole_tune_on_the_gpu(tmp_path, fast_config):
     assert report["measurement"]["engine"] == "CudaEngine"
     assert report["summary"]["check_ok"] is True and report["summary"]["device_h"] > 0
     assert report["measurement"]["telemetry"]["batches"] >= 1
+
+
+@pytest.fixture
+def gpu_fleet(tmp_path):
+    """A TVM RPC tracker and one server that sees the GPU, on 127.0.0.1."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_rpc import _wait, free_port, tracker_keys
+
+    log = open(tmp_path / "rpc.log", "w")
+    port, server = free_port(), free_port()
+    address = f"127.0.0.1:{port}"
+    commands = [
+        ["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+         "--port-end", str(port + 1), "--silent"],
+        ["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server),
+         "--port-end", str(server + 20), "--tracker", address, "--key", "gpu"],
+    ]  # fmt: skip
+    procs = []
+    try:
+        for command in commands:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", *command], stdout=log, stderr=log, start_new_session=True
+                )  # fmt: skip
+            )
+            if len(procs) == 1:
+                _wait(lambda: tracker_keys("127.0.0.1", port) is not None, procs, log.name)
+        _wait(lambda: tracker_keys("127.0.0.1", port).get("gpu", 0) == 1, procs, log.name)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        log.close()
+
+
+@needs_gpu
+def test_a_head_node_without_a_gpu_tunes_on_a_gpu_fleet(tmp_path, fast_config, gpu_fleet):
+    """CUDA measured over TVM RPC: the head process sees no GPU (CUDA_VISIBLE_DEVICES=), the
+    server measures, the end of the run checks and times both builds on it."""
+    import subprocess
+    import sys
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    args = tune_args(
+        model, out, fast_config, "--rpc", gpu_fleet, "--rpc-key", "gpu",
+        budget="16trials", target="nvidia/nvidia-h100",
+    )  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "tune_orchestrator", *map(str, args)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["measurement"]["engine"] == "RpcEngine"
+    assert report["summary"]["trials"] == 16 and report["summary"]["shipped_checked"] is True
