@@ -73,7 +73,7 @@ class _Shares:
     measured."""
 
     latencies: list[float | None]  # untuned seconds per call (None: not measured)
-    weights: list[float | None]  # call sites x latency (x FLOPs when by_flops)
+    weights: list[float | None]  # call sites x untuned latency, or x FLOPs if by_flops
     by_flops: bool
     shares: list[float]  # the weights, 0 for a task without one
     total: float
