@@ -450,8 +450,22 @@ def describe_never_tuned(tasks: list[Mapping[str, Any]]) -> str | None:
     return f"{len(never)} {task} never tuned, holding {held} of the model's kernel time"
 
 
-def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    budget_rows = [
+_Table = tuple[str, list[str], list[list[str]]]  # title, header, rows
+
+
+def _tables(report: Mapping[str, Any]) -> list[_Table]:
+    """The report's tables: the budget, the tasks, spend by phase, and search time when a
+    search ran."""
+    tables = [_budget_table(report), _tasks_table(report), _phases_table(report)]
+    search = _search_table(report)
+    if search is not None:
+        tables.append(search)
+    return tables
+
+
+def _budget_table(report: Mapping[str, Any]) -> _Table:
+    """Each limit: spent, left and overshoot."""
+    rows = [
         [
             row["limit"],
             fmt_amount(row["kind"], row["spent"]),
@@ -460,7 +474,12 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
         ]
         for row in report["budget"]["limits"]
     ]
-    task_rows = [
+    return _budget_title(report["budget"]), ["limit", "spent", "left", "overshoot"], rows
+
+
+def _tasks_table(report: Mapping[str, Any]) -> _Table:
+    """The tasks that got trials, by share, then one line for those that got none."""
+    rows = [
         [
             t["name"],
             str(t["weight"]),
@@ -482,56 +501,55 @@ def _tables(report: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[s
     ]
     never = describe_never_tuned(report["tasks"])
     if never:
-        task_rows.append([never])  # one cell: spans the table
+        rows.append([never])  # one cell: spans the table
+    header = [
+        "task",
+        "weight",
+        "share now",
+        "proposed",
+        "filtered",
+        "built",
+        "measured",
+        "waiting",
+        "untuned",
+        "best",
+        "speedup",
+        "schedule",
+        "spend",
+        "retired",
+    ]
+    return "Tasks", header, rows
+
+
+def _phases_table(report: Mapping[str, Any]) -> _Table:
+    """Time by phase, longest first, as a share of the run's wall time."""
     wall = report["spend"]["wall_s"] or 1.0
-    phase_rows = [
+    rows = [
         [_phase_name(name, report), fmt_duration(secs), f"{secs / wall:.1%}"]
         for name, secs in sorted(report["phases"].items(), key=lambda kv: -kv[1])
         if secs > 0
     ]
+    title = f"Spend by phase (measuring: {report['measuring_share']:.1%} of the run)"
+    return title, ["phase", "time", "share"], rows
+
+
+def _search_table(report: Mapping[str, Any]) -> _Table | None:
+    """Where search time went; None when no search ran."""
     search = report.get("search") or {}
     parts = _search_parts(search)
     total = sum(search.get(p, 0.0) for p in parts) or 1.0
-    search_rows = [
+    rows = [
         [part, fmt_duration(search.get(part, 0.0)), f"{search.get(part, 0.0) / total:.1%}"]
         for part in parts
         if search.get("searches")
     ]
-    tables = [
-        (_budget_title(report["budget"]), ["limit", "spent", "left", "overshoot"], budget_rows),
-        (
-            "Tasks",
-            [
-                "task",
-                "weight",
-                "share now",
-                "proposed",
-                "filtered",
-                "built",
-                "measured",
-                "waiting",
-                "untuned",
-                "best",
-                "speedup",
-                "schedule",
-                "spend",
-                "retired",
-            ],
-            task_rows,
-        ),
-        (
-            f"Spend by phase (measuring: {report['measuring_share']:.1%} of the run)",
-            ["phase", "time", "share"],
-            phase_rows,
-        ),
-    ]
-    if search_rows:
-        title = (
-            f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
-            f"(postprocessing runs inside sampling and mutation){_gpu_checks(search)}"
-        )
-        tables.append((title, ["part", "time", "share of search"], search_rows))
-    return tables
+    if not rows:
+        return None
+    title = (
+        f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
+        f"(postprocessing runs inside sampling and mutation){_gpu_checks(search)}"
+    )
+    return title, ["part", "time", "share of search"], rows
 
 
 def _markdown_row(row: list[str], width: int) -> str:

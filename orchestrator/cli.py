@@ -331,6 +331,12 @@ def tune_command(
     if printer is not None:
         printer.summary(result)
     code = result.exit_code
+    _explain_exit(code, result)
+    return code
+
+
+def _explain_exit(code: int, result: Result) -> None:
+    """On stderr, what an exit code other than 0 means for the run and what to do next."""
     if code == exits.INTERRUPTED:
         click.echo(
             f"{result.stop_reason}: the report is written; resume with the same command and "
@@ -345,7 +351,6 @@ def tune_command(
         )
     elif code == exits.CHECK_FAILED:
         click.echo(check_failed_message(result), err=True)
-    return code
 
 
 def check_failed_message(result: Result) -> str:

@@ -121,6 +121,40 @@ class Session:
         # 1. Restore what earlier sessions measured and spent; mend what a crash tore.
         journal = self.run.journal()  # read (and refused if corrupt) before anything is mended
         repairs = repair_database(self.run)
+        ledger = self._ledger(journal)
+        fixed = overheads.forecast_fixed(
+            self.tasks,
+            device_type=self.target.device_type,
+            device_present=self.target.device_present,
+            timing=self.builds.timing,
+        )
+        # The final compile, check and report are kept back from the start.
+        ledger.reserved_s = fixed.final_s
+        database = self.run.database()
+        cost_model = make_cost_model(self.settings, self.search_predictor)
+        restored = self._restore(journal, database, cost_model, ledger)
+        if not self.build_only:  # a build-only run spends what compiling takes
+            self._refuse_too_small(ledger, fixed, restored)
+        self._start(restored, ledger)
+        self._warn_on_start(repairs)
+        with Heartbeat(self.run, ledger.snapshot):
+            defaults = DefaultRecords(database, self.target, restored, self.run.append)
+            defaults.add_missing()
+            untuned = restored.untuned
+            stopped = Decision(True, "build only: nothing was tuned", BUILD_ONLY)
+            if not self.build_only:
+                untuned, stopped = self._measure_and_tune(
+                    restored, database, defaults, cost_model, ledger
+                )
+            # 4. With the workers gone: compile with the database, check both builds, time
+            #    them in turn, ship the faster of those whose outputs match.
+            shipment = self._ship(database, ledger, untuned, restored)
+            report = self._write_report(journal, restored, shipment, ledger, stopped)
+            self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
+        return report
+
+    def _ledger(self, journal: list[dict[str, Any]]) -> Ledger:
+        """The run's ledger, carrying what earlier sessions spent, with the import charged."""
         # A simulated GPU measures in no real time: its clock adds the device's virtual time.
         clock = VirtualClock() if self.target.simulated else time.monotonic
         ledger = Ledger(
@@ -133,16 +167,13 @@ class Session:
             earlier_s=self.import_s,
         )
         ledger.charge_phase("import", self.import_s)
-        fixed = overheads.forecast_fixed(
-            self.tasks,
-            device_type=self.target.device_type,
-            device_present=self.target.device_present,
-            timing=self.builds.timing,
-        )
-        # The final compile, check and report are kept back from the start.
-        ledger.reserved_s = fixed.final_s
-        database = self.run.database()
-        cost_model = make_cost_model(self.settings, self.search_predictor)
+        return ledger
+
+    def _restore(
+        self, journal: list[dict[str, Any]], database: Any, cost_model: Any, ledger: Ledger
+    ) -> Restored:
+        """Train the learned model on the tuning library, restore the run directory's state
+        (a warm start fitting the learned model next), and bring the ledger up to date."""
         # The tuning library's records train the learned model before its first round; a
         # warm start fits it next, on both.
         with ledger.phase("library"):
@@ -169,9 +200,10 @@ class Session:
         # has not counted: count them, so that the trial budget is never exceeded.
         ledger.trials = max(ledger.trials, restored.trials)
         ledger.history = list(restored.points)
-        if not self.build_only:  # a build-only run spends what compiling takes
-            self._refuse_too_small(ledger, fixed, restored)
-        self._start(restored, ledger)
+        return restored
+
+    def _warn_on_start(self, repairs: Sequence[str]) -> None:
+        """What the run directory's repairs mended, and that timings are simulated."""
         for repair in repairs:
             self._warn(f"the run directory was mended after a crash: {repair}")
         if self.target.simulated:
@@ -179,35 +211,41 @@ class Session:
                 f"{WORD} run: search and CUDA builds are real, every timing comes from a "
                 f"simulated GPU; the database and library are named {WORD}"
             )
-        with Heartbeat(self.run, ledger.snapshot):
-            defaults = DefaultRecords(database, self.target, restored, self.run.append)
-            defaults.add_missing()
-            untuned = restored.untuned
-            stopped = Decision(True, "build only: nothing was tuned", BUILD_ONLY)
-            if not self.build_only:
-                untuned, stopped = self._measure_and_tune(
-                    restored, database, defaults, cost_model, ledger
-                )
-            # 4. With the workers gone: compile with the database, check both builds, time
-            #    them in turn, ship the faster of those whose outputs match.
-            shipment = self.builds.finish(database, ledger, untuned)
-            if shipment.comparison is not None:
-                self.run.append({"type": "compared", **shipment.comparison})
-            with ledger.phase("library"):  # only records of a model that passed its check
-                self.library.add(
-                    (self.run[RunDir.WORKLOAD_DB], self.run[RunDir.RECORD_DB]),
-                    restored.default_records.values(),
-                    shipment.tuned,
-                )
-            # The run started with its first session, perhaps on another day.
-            started = next((e["started"] for e in journal if e.get("type") == "session"), None)
-            report = self._report(restored, shipment, ledger, stopped, started)
-            with ledger.phase("report"):
-                write_report(self.run, report)
-            # report.json counts its own writing; report.md and .html were written before.
-            report = self._report(restored, shipment, ledger, stopped, started)
-            self.run.write_json(RunDir.REPORT, report)
-            self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
+
+    def _ship(
+        self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None, restored: Restored
+    ) -> Shipment:
+        """Compile, check and time the builds (builds.finish); the records of a model that
+        passed its check go to the tuning library."""
+        shipment = self.builds.finish(database, ledger, untuned)
+        if shipment.comparison is not None:
+            self.run.append({"type": "compared", **shipment.comparison})
+        with ledger.phase("library"):  # only records of a model that passed its check
+            self.library.add(
+                (self.run[RunDir.WORKLOAD_DB], self.run[RunDir.RECORD_DB]),
+                restored.default_records.values(),
+                shipment.tuned,
+            )
+        return shipment
+
+    def _write_report(
+        self,
+        journal: list[dict[str, Any]],
+        restored: Restored,
+        shipment: Shipment,
+        ledger: Ledger,
+        stopped: Decision,
+    ) -> dict[str, Any]:
+        """Write report.md, .html and then report.json, which counts the writing of the
+        others; returns the report."""
+        # The run started with its first session, perhaps on another day.
+        started = next((e["started"] for e in journal if e.get("type") == "session"), None)
+        report = self._report(restored, shipment, ledger, stopped, started)
+        with ledger.phase("report"):
+            write_report(self.run, report)
+        # report.json counts its own writing; report.md and .html were written before.
+        report = self._report(restored, shipment, ledger, stopped, started)
+        self.run.write_json(RunDir.REPORT, report)
         return report
 
     def _measure_and_tune(
@@ -503,47 +541,8 @@ class Session:
         stopped: Decision,
         started: str | None,
     ) -> dict[str, Any]:
-        shares = current_shares(restored.states)
-        rows = [
-            task_row(
-                name=s.task.name,
-                index=s.task.index,
-                weight=s.task.weight,
-                flops=s.task.flops,
-                trials=s.trials,
-                failures=s.failures,
-                proposed=s.proposed,
-                filtered=s.filtered,
-                built=s.built,
-                audited=s.audited,
-                waiting=s.waiting,
-                rounds=s.rounds,
-                untuned_s=s.baseline_s,
-                best_s=s.best_s,
-                spend_s=sum(s.round_s) + s.wasted_s,
-                retired=s.retired,
-                schedule=deployed_schedule(
-                    best_s=s.best_s,
-                    default_s=s.baseline_s,
-                    recorded=s.task.index in restored.default_records,
-                ),
-                share=share,
-            )
-            for s, share in zip(restored.states, shares, strict=True)
-        ]
-        paths = {
-            "run_dir": str(self.run.path),
-            "database_workload": str(self.run[RunDir.WORKLOAD_DB]),
-            "database_tuning_record": str(self.run[RunDir.RECORD_DB]),
-            "library": str(self.run[RunDir.LIBRARY]),
-            "journal": str(self.run[RunDir.JOURNAL]),
-            "config": str(self.run[RunDir.CONFIG]),
-            "report": str(self.run[RunDir.REPORT]),
-            "report_md": str(self.run[RunDir.REPORT_MD]),
-            "report_html": str(self.run[RunDir.REPORT_HTML]),
-            "rounds_csv": str(self.run[RunDir.ROUNDS_CSV]),
-            **({"tuning_library": str(self.library.path)} if self.library.path else {}),
-        }
+        rows = self._task_rows(restored)
+        paths = self._paths()
         return make_report(
             model=self.model.describe(),
             target={
@@ -584,6 +583,53 @@ class Session:
             paths=paths,
             provenance=self._provenance(started),
         )
+
+    def _task_rows(self, restored: Restored) -> list[dict[str, Any]]:
+        """The report's line for each task, with its share of the model's kernel time now."""
+        shares = current_shares(restored.states)
+        return [
+            task_row(
+                name=s.task.name,
+                index=s.task.index,
+                weight=s.task.weight,
+                flops=s.task.flops,
+                trials=s.trials,
+                failures=s.failures,
+                proposed=s.proposed,
+                filtered=s.filtered,
+                built=s.built,
+                audited=s.audited,
+                waiting=s.waiting,
+                rounds=s.rounds,
+                untuned_s=s.baseline_s,
+                best_s=s.best_s,
+                spend_s=sum(s.round_s) + s.wasted_s,
+                retired=s.retired,
+                schedule=deployed_schedule(
+                    best_s=s.best_s,
+                    default_s=s.baseline_s,
+                    recorded=s.task.index in restored.default_records,
+                ),
+                share=share,
+            )
+            for s, share in zip(restored.states, shares, strict=True)
+        ]
+
+    def _paths(self) -> dict[str, str]:
+        """Where the run directory's files are (and the tuning library, if one is used)."""
+        return {
+            "run_dir": str(self.run.path),
+            "database_workload": str(self.run[RunDir.WORKLOAD_DB]),
+            "database_tuning_record": str(self.run[RunDir.RECORD_DB]),
+            "library": str(self.run[RunDir.LIBRARY]),
+            "journal": str(self.run[RunDir.JOURNAL]),
+            "config": str(self.run[RunDir.CONFIG]),
+            "report": str(self.run[RunDir.REPORT]),
+            "report_md": str(self.run[RunDir.REPORT_MD]),
+            "report_html": str(self.run[RunDir.REPORT_HTML]),
+            "rounds_csv": str(self.run[RunDir.ROUNDS_CSV]),
+            **({"tuning_library": str(self.library.path)} if self.library.path else {}),
+        }
 
     def _provenance(self, started: str | None) -> dict[str, Any]:
         """When, with what and on what the run was made; a GPU only where one measured."""

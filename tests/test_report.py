@@ -20,7 +20,7 @@ from tune_orchestrator.cli import check_failed_message, main
 from tune_orchestrator.deploy.timing import Latency, change, claimed_speedup
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.events import schema as events_schema
-from tune_orchestrator.forecast.estimate import journal_observations
+from tune_orchestrator.forecast.earlier import journal_observations
 from tune_orchestrator.printer import Printer
 from tune_orchestrator.provenance import provenance
 from tune_orchestrator.reporting import rerender, write_report

@@ -14,7 +14,7 @@ import onnx_models
 from cli_args import tune_args
 from tune_orchestrator.cli import main
 from tune_orchestrator.errors import InputError
-from tune_orchestrator.forecast.estimate import earlier_runs
+from tune_orchestrator.forecast.earlier import earlier_runs
 from tune_orchestrator.simulate import Landscape, VirtualClock
 from tune_orchestrator.targets import resolve_target
 

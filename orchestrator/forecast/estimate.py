@@ -4,126 +4,80 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tune_orchestrator.budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior, plan
+from tune_orchestrator.budget.forecast import TuningPrior, plan
 from tune_orchestrator.budget.grammar import Budget, parse_budget
-from tune_orchestrator.budget.ledger import Spend
 from tune_orchestrator.measure import Measurement
 
 from ..deploy.timing import Timing, time_models
 from ..errors import InputError
-from ..rundir import RunDir
-from ..scheduler import heavy_floors
+from ..scheduler import RoundSizes, heavy_floors
 from . import overheads
-from .run import (
-    EarlyStop,
-    FixedPhases,
-    RoundCosts,
-    default_split,
-    forecast_run,
-    observed_split,
-)
+from .earlier import Attainable, earlier_runs, prior_and_round_cost
+from .run import EarlyStop, FixedPhases, RoundCosts, default_split, forecast_run
+
+if TYPE_CHECKING:
+    from tune_orchestrator.budget.prices import Price
+
+    from ..config import Settings
+    from ..model import OnnxModel
+    from ..targets import ResolvedTarget
+    from ..tasks import Task
 
 DEFAULT_BUDGETS = ("5min", "15min", "1h")
-# Before any run here has tuned: the share of a task's untuned latency tuning removes. CPU:
-# untuned kernels are naive loops (12.9x on the example model in 5 min on 2 cores). GPU: untuned
-# kernels use dlight's default schedules; tuning beats them by less.
-BUILTIN_ATTAINABLE = {"cpu": 0.9, "cuda": 0.4}
-_MOST_ATTAINABLE = 0.98
 
 
-def _task_rounds(
-    entries: Sequence[Mapping[str, Any]],
-) -> tuple[dict[int, float | None], dict[int, list[tuple[int, float]]]]:
-    """Each task's untuned latency, and its (trials so far, best latency) after each round."""
-    baselines = {e["task"]: e.get("latency_s") for e in entries if e.get("type") == "baseline"}
-    rounds: dict[int, list[tuple[int, float]]] = {}
-    for e in entries:
-        if e.get("type") == "round" and e.get("best_s") is not None:
-            done = rounds.setdefault(e["task"], [])
-            trials = (
-                (done[-1][0] if done else 0) + int(e.get("measured", 0)) + int(e.get("failed", 0))
-            )
-            done.append((trials, float(e["best_s"])))
-    return baselines, rounds
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """The model imported for the target, with the settings and the price it is estimated
+    under."""
+
+    settings: Settings
+    onnx_model: OnnxModel
+    relax_mod: Any
+    resolved: ResolvedTarget
+    cost: Price | None
+    tasks: list[Task]
+    import_s: float  # the command's start to the tasks extracted
 
 
-def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
-    """(trials, fraction of the task's final gain) after each round but the last of each task
-    with 2+ rounds (the last is 1 by construction and tells nothing)."""
-    baselines, rounds = _task_rounds(entries)
-    observations = []
-    for task, done in rounds.items():
-        untuned = baselines.get(task)
-        final = done[-1][1]
-        if untuned is None or len(done) < 2 or not final < untuned:
-            continue
-        observations += [(t, (untuned - best) / (untuned - final)) for t, best in done[:-1]]
-    return observations
+@dataclasses.dataclass(frozen=True)
+class _Untuned:
+    """The phases every run pays, and the untuned tasks and model where they were measured."""
+
+    timing: Timing
+    guess: overheads.FixedCosts  # the fixed phases as a run forecasts them up front
+    fixed: FixedPhases  # as measured here (device here), else the guess
+    tasks: list[Measurement]  # each task's untuned latency, or why there is none
+    model: dict[str, Any] | None  # the untuned model's latency and check, if it ran here
 
 
-def attainable_share(
-    journals: Sequence[Sequence[Mapping[str, Any]]], prior: TuningPrior
-) -> float | None:
-    """The median share of a task's untuned latency that tuning removes in the end, from
-    earlier runs: each task's final cut, divided by the share of its gain the tuning curve
-    says its trials had bought."""
-    shares = []
-    for entries in journals:
-        baselines, rounds = _task_rounds(entries)
-        for task, done in rounds.items():
-            untuned = baselines.get(task)
-            trials, best = done[-1]
-            if untuned and untuned > 0 and prior.fraction(trials) > 0:
-                cut = max(0.0, (untuned - best) / untuned) / prior.fraction(trials)
-                shares.append(min(cut, _MOST_ATTAINABLE))
-    return statistics.median(shares) if shares else None
+@dataclasses.dataclass(frozen=True)
+class _Rounds:
+    """The sizes a round may have, what one costs, and where the costs come from."""
+
+    sizes: RoundSizes
+    costs: RoundCosts
+    source: str
+    seen: bool  # timed in earlier runs
 
 
-def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
-    """The journals of earlier runs under `runs_dir` (unreadable ones are skipped)."""
-    journals = []
-    if not runs_dir.is_dir():
-        return journals
-    for path in sorted(runs_dir.iterdir()):
-        if (path / RunDir.JOURNAL).is_file():
-            run = RunDir(path)
-            try:
-                if run.recorded_simulated():
-                    continue  # a simulated GPU's timings say nothing about a real one
-                journals.append(run.journal())
-            except InputError:
-                continue
-    return journals
+@dataclasses.dataclass(frozen=True)
+class _Shares:
+    """Each task's part of the model's time: by untuned latency, or by FLOPs when nothing was
+    measured."""
 
-
-def prior_and_round_cost(
-    journals: Sequence[Sequence[Mapping[str, Any]]], runs_dir: Path
-) -> tuple[TuningPrior, tuple[float, float] | None, dict[str, float] | None]:
-    """The tuning curve (fitted on earlier runs, else built in), the (fixed, per candidate)
-    seconds of a round seen in earlier runs, and how their tuning time split into phases."""
-    observations = [o for j in journals for o in journal_observations(j)]
-    fitted = fit_prior(observations, f"fitted on {len(journals)} earlier run(s) in {runs_dir}")
-    costs, phases = [], []
-    for journal in journals:
-        last = next((e["spend"] for e in reversed(journal) if "spend" in e), None)
-        if last:
-            spend = Spend.from_dict(last)
-            costs += spend.round_costs
-            phases.append(spend.phases)
-    cost = None
-    if costs:
-        cost = (
-            statistics.median(c.fixed_s for c in costs),
-            statistics.median(c.per_candidate_s for c in costs),
-        )
-    return fitted or BUILTIN_PRIOR, cost, observed_split(phases)
+    latencies: list[float | None]  # untuned seconds per call (None: not measured)
+    weights: list[float | None]  # call sites x untuned latency, or x FLOPs if by_flops
+    by_flops: bool
+    shares: list[float]  # the weights, 0 for a task without one
+    total: float
+    floors: list[int]  # each task's floor of trials (scheduler.heavy_floors)
 
 
 def estimate(
@@ -145,15 +99,49 @@ def estimate(
     """
     started = time.monotonic() if started is None else started
     parsed = [parse_budget(b) if isinstance(b, str) else b for b in budgets]
+    inputs = _read_inputs(
+        model,
+        target=target,
+        input_shapes=input_shapes,
+        config=config,
+        price=price,
+        budgets=parsed,
+        started=started,
+    )
+    if on_event:
+        on_event({"event": "tasks", "tasks": [t.describe() for t in inputs.tasks]})
+    untuned = _fixed_phases(inputs)
+    runs_path = Path(runs_dir)
+    journals = earlier_runs(runs_path)
+    prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
+    rounds = _rounds(inputs, untuned.fixed, seen_cost, seen_split, len(journals))
+    shares = _task_shares(inputs, untuned.tasks)
+    forecast = _gain_forecast(inputs, shares, prior, rounds.costs)
+    reach = Attainable.from_runs(journals, prior, inputs.resolved.device_type, runs_path)
+    minimum_s = _minimum_s(inputs, untuned.guess)
+    runs = [
+        _forecast_run(b, inputs, untuned, rounds, shares, prior, reach.share, minimum_s)
+        for b in parsed
+    ]
+    return _result(inputs, untuned, rounds, shares, prior, reach, forecast, runs)
 
-    from tvm.s_tir import meta_schedule as ms
 
+def _read_inputs(
+    model: str | Path,
+    *,
+    target: str | None,
+    input_shapes: Mapping[str, Sequence[int]] | Iterable[str] | None,
+    config: str | Path | None,
+    price: float | None,
+    budgets: Sequence[Budget],
+    started: float,
+) -> _Inputs:
+    """Load the settings and the model, resolve the target and its price, refuse a budget the
+    run would refuse as bad input, and extract the tasks."""
     from tune_orchestrator.budget import check_applicable
     from tune_orchestrator.budget.prices import run_price
 
-    from .. import deploy
     from ..config import Settings
-    from ..measuring import make_builder, make_engine, measure_untuned_tasks
     from ..model import fuse_for_tuning, import_to_relax, load_model
     from ..prepare import shapes as _shapes
     from ..targets import host_cores, resolve_target
@@ -169,7 +157,7 @@ def estimate(
         cores=host_cores(),
         override=price,
     )
-    for budget in parsed:  # a budget the run would refuse as bad input, refused here too
+    for budget in budgets:  # a budget the run would refuse as bad input, refused here too
         try:
             check_applicable(
                 budget,
@@ -182,63 +170,92 @@ def estimate(
     relax_mod = import_to_relax(onnx_model)
     tasks = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
     import_s = time.monotonic() - started
-    emit = on_event or (lambda event: None)
-    emit({"event": "tasks", "tasks": [t.describe() for t in tasks]})
+    return _Inputs(settings, onnx_model, relax_mod, resolved, cost, tasks, import_s)
 
-    timing = Timing.from_settings(settings.check)
+
+def _fixed_phases(inputs: _Inputs) -> _Untuned:
+    """The fixed phases: measured where the device is (every task's untuned latency, the
+    untuned model compiled, checked and timed), else forecast."""
+    timing = Timing.from_settings(inputs.settings.check)
     # Forecast for a run where the device is, which pays the baseline and times the model
     # (on a host without the GPU, estimate sizes a run on one that has it).
     guess = overheads.forecast_fixed(
-        tasks, device_type=resolved.device_type, device_present=True, timing=timing
+        inputs.tasks,
+        device_type=inputs.resolved.device_type,
+        device_present=True,
+        timing=timing,
     )
     fixed = FixedPhases(
-        import_s, guess.untuned_s, guess.compile_s, guess.check_s, guess.timing_s, None
+        inputs.import_s, guess.untuned_s, guess.compile_s, guess.check_s, guess.timing_s, None
     )
-    untuned = [Measurement(None, "no device here to measure on")] * len(tasks)
-    model_untuned: dict[str, Any] | None = None
-    if resolved.device_present:
-        with (
-            make_builder(settings, None) as builder,
-            make_engine(settings, resolved, None) as engine,
-        ):
-            clock = time.monotonic()
-            untuned = measure_untuned_tasks(tasks, resolved, builder, engine)
-            untuned_s = time.monotonic() - clock
-        with tempfile.TemporaryDirectory(prefix="orchestrate-estimate-") as tmp:
-            clock = time.monotonic()
-            library = deploy.export_library(
-                deploy.compile_model(relax_mod, resolved.target, ms.database.MemoryDatabase()),
-                Path(tmp) / "untuned.so",
-            )
-            compile_s = time.monotonic() - clock
-            vm, dev = deploy.load_vm(library, resolved.device_type)
-            checker = deploy.Checker(onnx_model, seed=settings.tune.seed, rtol=settings.check.rtol)
-            clock = time.monotonic()
-            check = checker.check(vm, dev)
-            check_s = time.monotonic() - clock
-            (latency,) = time_models([(vm, dev)], checker.inputs, timing)
-            timing_s = time.monotonic() - clock - check_s
-        model_untuned = {"latency": latency.to_dict(), "check": check.to_dict()}
-        fixed = FixedPhases(import_s, untuned_s, compile_s, check_s, timing_s, latency.median_s)
+    if not inputs.resolved.device_present:
+        untuned = [Measurement(None, "no device here to measure on")] * len(inputs.tasks)
+        return _Untuned(timing, guess, fixed, untuned, None)
+    return _measure_fixed_phases(inputs, timing, guess)
 
-    runs_path = Path(runs_dir)
-    journals = earlier_runs(runs_path)
-    prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
+
+def _measure_fixed_phases(inputs: _Inputs, timing: Timing, guess: overheads.FixedCosts) -> _Untuned:
+    """Time every task's default schedule, then compile, check and time the untuned model."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .. import deploy
+    from ..measuring import make_builder, make_engine, measure_untuned_tasks
+
+    settings, resolved = inputs.settings, inputs.resolved
+    with (
+        make_builder(settings, None) as builder,
+        make_engine(settings, resolved, None) as engine,
+    ):
+        clock = time.monotonic()
+        untuned = measure_untuned_tasks(inputs.tasks, resolved, builder, engine)
+        untuned_s = time.monotonic() - clock
+    with tempfile.TemporaryDirectory(prefix="orchestrate-estimate-") as tmp:
+        clock = time.monotonic()
+        library = deploy.export_library(
+            deploy.compile_model(inputs.relax_mod, resolved.target, ms.database.MemoryDatabase()),
+            Path(tmp) / "untuned.so",
+        )
+        compile_s = time.monotonic() - clock
+        vm, dev = deploy.load_vm(library, resolved.device_type)
+        checker = deploy.Checker(
+            inputs.onnx_model, seed=settings.tune.seed, rtol=settings.check.rtol
+        )
+        clock = time.monotonic()
+        check = checker.check(vm, dev)
+        check_s = time.monotonic() - clock
+        (latency,) = time_models([(vm, dev)], checker.inputs, timing)
+        timing_s = time.monotonic() - clock - check_s
+    model_untuned = {"latency": latency.to_dict(), "check": check.to_dict()}
+    fixed = FixedPhases(inputs.import_s, untuned_s, compile_s, check_s, timing_s, latency.median_s)
+    return _Untuned(timing, guess, fixed, untuned, model_untuned)
+
+
+def _rounds(
+    inputs: _Inputs,
+    fixed: FixedPhases,
+    seen_cost: tuple[float, float] | None,
+    seen_split: dict[str, float] | None,
+    earlier: int,
+) -> _Rounds:
+    """The round sizes the run would use and a round's cost: as timed in `earlier` runs,
+    else scaled from the baseline (a guess, with no device here)."""
     from ..loop import round_sizes  # the loop imports TVM's search: only here
     from ..measuring import build_workers
+    from ..targets import host_cores
 
-    sizes = round_sizes(settings, build_workers(settings), resolved.devices)
+    resolved = inputs.resolved
+    sizes = round_sizes(inputs.settings, build_workers(inputs.settings), resolved.devices)
     round_size = sizes.largest
     if seen_cost is not None:
         fixed_s, per_s = seen_cost
-        cost_source = f"round costs from {len(journals)} earlier run(s)"
+        source = f"round costs from {earlier} earlier run(s)"
     else:  # typical rounds on this many cores, before any was timed here (overheads.py)
         fixed_s = overheads.ROUND_S_ON_2_CORES * 2 / host_cores()
         ratio = overheads.CANDIDATE_VS_BASELINE
         per_s = ratio.get(resolved.device_type, ratio["cpu"]) * overheads.baseline_task_s(
-            fixed.untuned_s, len(tasks)
+            fixed.untuned_s, len(inputs.tasks)
         )
-        cost_source = (
+        source = (
             "scaled from the baseline timed now; no earlier run here to time a round by"
             if resolved.device_present
             else "a guess: no device here to time a baseline on, no earlier run to time a round by"
@@ -246,7 +263,13 @@ def estimate(
     costs = RoundCosts(
         fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
     )
-    round_s = costs.seconds(round_size)
+    return _Rounds(sizes, costs, source, seen_cost is not None)
+
+
+def _task_shares(inputs: _Inputs, untuned: Sequence[Measurement]) -> _Shares:
+    """Each task's share of the model's time, by its untuned latency (by its FLOPs when
+    nothing was measured), and its floor of trials."""
+    tasks = inputs.tasks
     latencies = [m.mean_s if m.ok else None for m in untuned]
     weights = [
         None if lat is None else t.weight * lat for t, lat in zip(tasks, latencies, strict=True)
@@ -256,26 +279,38 @@ def estimate(
         weights = [t.weight * t.flops for t in tasks]
     total = sum(w or 0.0 for w in weights)
     shares = [w or 0.0 for w in weights]
-    s_stop = settings.stopping
+    s_stop = inputs.settings.stopping
     floors = heavy_floors(weights, share=s_stop.heavy_share, trials=s_stop.heavy_trials)
+    return _Shares(latencies, weights, by_flops, shares, total, floors)
+
+
+def _gain_forecast(
+    inputs: _Inputs, shares: _Shares, prior: TuningPrior, costs: RoundCosts
+) -> list[dict[str, Any]]:
+    """The spend likely needed to reach each share of the attainable gain (budget.plan), in
+    device-hours and dollars too."""
+    devices, cost = inputs.resolved.devices, inputs.cost
+    coverage = inputs.settings.scheduler.coverage_share
     forecast = []
-    coverage = settings.scheduler.coverage_share
-    for row in plan(shares, prior, round_size=round_size, round_s=round_s, coverage=coverage):
+    round_s = costs.seconds(costs.size)
+    for row in plan(
+        shares.shares, prior, round_size=costs.size, round_s=round_s, coverage=coverage
+    ):
         hours = row["seconds"] / 3600.0
         forecast.append(
             {
                 **row,
-                "device_h": hours * resolved.devices,
+                "device_h": hours * devices,
                 "usd": hours * cost.usd_per_hour if cost else None,
             }
         )
-    seen_attainable = attainable_share(journals, prior)
-    attainable = (
-        seen_attainable
-        if seen_attainable is not None
-        else BUILTIN_ATTAINABLE.get(resolved.device_type, BUILTIN_ATTAINABLE["cpu"])
-    )
-    # As a run refuses a budget up front (a new run directory has timed no round yet).
+    return forecast
+
+
+def _minimum_s(inputs: _Inputs, guess: overheads.FixedCosts) -> float:
+    """The least a run's budget must cover, as a run refuses a budget up front (a new run
+    directory has timed no round yet)."""
+    settings, resolved = inputs.settings, inputs.resolved
     first = overheads.upfront_first_round_s(
         settings,
         gpus=resolved.devices,
@@ -285,28 +320,58 @@ def estimate(
     upfront_s, _ = overheads.upfront_minimum_s(
         guess, baseline=True, untuned_model=True, first_round=first
     )
-    minimum_s = import_s + upfront_s
-    runs = [
-        forecast_run(
-            b,
-            fixed=fixed,
-            minimum_s=minimum_s,
-            rounds=costs,
-            task_shares=shares,
-            floors=floors,
-            sizes=sizes.options(),
-            coverage=coverage,
-            prior=prior,
-            attainable=attainable,
-            timing=timing,
-            early_stop=EarlyStop.from_settings(s_stop),
-            devices=resolved.devices,
-            usd_per_hour=cost.usd_per_hour if cost else None,
-        )
-        for b in parsed
-    ]
+    return inputs.import_s + upfront_s
+
+
+def _forecast_run(
+    budget: Budget,
+    inputs: _Inputs,
+    untuned: _Untuned,
+    rounds: _Rounds,
+    shares: _Shares,
+    prior: TuningPrior,
+    attainable: float,
+    minimum_s: float,
+) -> dict[str, Any]:
+    """What a run under `budget` would spend, phase by phase, and reach (run.forecast_run)."""
+    settings, cost = inputs.settings, inputs.cost
+    return forecast_run(
+        budget,
+        fixed=untuned.fixed,
+        minimum_s=minimum_s,
+        rounds=rounds.costs,
+        task_shares=shares.shares,
+        floors=shares.floors,
+        sizes=rounds.sizes.options(),
+        coverage=settings.scheduler.coverage_share,
+        prior=prior,
+        attainable=attainable,
+        timing=untuned.timing,
+        early_stop=EarlyStop.from_settings(settings.stopping),
+        devices=inputs.resolved.devices,
+        usd_per_hour=cost.usd_per_hour if cost else None,
+    )
+
+
+def _result(
+    inputs: _Inputs,
+    untuned: _Untuned,
+    rounds: _Rounds,
+    shares: _Shares,
+    prior: TuningPrior,
+    attainable: Attainable,
+    forecast: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The estimate as `orchestrate estimate --json` prints it."""
+    resolved, cost, costs = inputs.resolved, inputs.cost, rounds.costs
+    latencies, total = shares.latencies, shares.total
+    errors = [m.error for m in untuned.tasks]
+    unmeasured = (
+        "all" if shares.by_flops else "some" if any(lat is None for lat in latencies) else "none"
+    )
     return {
-        "model": onnx_model.describe(),
+        "model": inputs.onnx_model.describe(),
         "target": {
             "spec": resolved.spec,
             "description": resolved.describe(),
@@ -319,21 +384,19 @@ def estimate(
                 "error": err,
                 "share": (w or 0.0) / total if total else 0.0,
             }
-            for t, lat, err, w in zip(
-                tasks, latencies, [m.error for m in untuned], weights, strict=True
-            )
+            for t, lat, err, w in zip(inputs.tasks, latencies, errors, shares.weights, strict=True)
         ],
-        "shares_from": "FLOPs" if by_flops else "untuned latency",
-        "untuned": model_untuned,
-        "fixed": {**dataclasses.asdict(fixed), "measured": resolved.device_present},
+        "shares_from": "FLOPs" if shares.by_flops else "untuned latency",
+        "untuned": untuned.model,
+        "fixed": {**dataclasses.asdict(untuned.fixed), "measured": resolved.device_present},
         "round": {
-            "candidates": round_size,
-            "first_candidates": sizes.smallest,
-            "seconds": round_s,
-            "fixed_s": fixed_s,
-            "per_candidate_s": per_s,
+            "candidates": costs.size,
+            "first_candidates": rounds.sizes.smallest,
+            "seconds": costs.seconds(costs.size),
+            "fixed_s": costs.fixed_s,
+            "per_candidate_s": costs.per_candidate_s,
             "split": dict(costs.split),
-            "source": cost_source,
+            "source": rounds.source,
         },
         "prior": {
             "scale": prior.scale,
@@ -341,23 +404,13 @@ def estimate(
             "source": prior.source,
             "points": prior.points,
         },
-        "attainable": {
-            "share": attainable,
-            "source": f"earlier runs in {runs_path}"
-            if seen_attainable is not None
-            else f"built-in guess for {resolved.device_type}",
-        },
+        "attainable": {"share": attainable.share, "source": attainable.source},
         "price": None
         if cost is None
         else {"usd_per_hour": cost.usd_per_hour, "source": cost.source},
         "forecast": forecast,
         "runs": runs,
-        "trust": _trust(
-            prior,
-            seen_cost is not None,
-            "all" if by_flops else "some" if any(lat is None for lat in latencies) else "none",
-            seen_attainable is not None,
-        ),
+        "trust": _trust(prior, rounds.seen, unmeasured, attainable.seen),
     }
 
 

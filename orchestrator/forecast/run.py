@@ -185,15 +185,71 @@ def forecast_run(
         # the GPU's power is known only once a run meters it: energy limits are not forecast
         "not_forecast": [lim.text for lim in budget.limits if lim.kind == ENERGY],
     }
-    rates = clock_rates(devices, usd_per_hour)
-    for limit in budget.limits:
-        rate = rates.get(limit.kind)
-        if rate and limit.amount < minimum_s * rate:
-            return {**row, "refused": True, "minimum": fmt_budget_up(limit.kind, minimum_s * rate)}
+    minimum = _refused_minimum(budget, minimum_s, devices=devices, usd_per_hour=usd_per_hour)
+    if minimum is not None:
+        return {**row, "refused": True, "minimum": minimum}
 
     window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
     smallest = BudgetLimits(budget, round_size=rounds.size).min_round
     allocation = Allocation(task_shares, prior, floors, coverage=coverage)
+    tuning_s, trials, count, stop = _give_rounds(
+        allocation,
+        rounds,
+        sizes=sizes,
+        trial_cap=trial_cap,
+        window=window,
+        smallest=smallest,
+        early_stop=early_stop,
+        max_rounds=max_rounds,
+    )
+    latency = None
+    if fixed.latency_s is not None:
+        latency = fixed.latency_s * (1.0 - allocation.reached * attainable)
+    phases = _phases(fixed, tuning_s, rounds.split, fixed.final_s(latency, timing))
+    total = sum(phases.values())
+    return {
+        **row,
+        "refused": False,
+        "stop": stop,
+        "rounds": count,
+        "trials": trials,
+        "gain_reached": allocation.reached,
+        "phases": phases,
+        "total_s": total,
+        "device_h": total * devices / 3600.0,
+        "usd": total * usd_per_hour / 3600.0 if usd_per_hour else None,
+        "latency_s": latency,
+        "speedup": fixed.latency_s / latency if latency else None,
+    }
+
+
+def _refused_minimum(
+    budget: Budget, minimum_s: float, *, devices: int, usd_per_hour: float | None
+) -> str | None:
+    """The budget a run would ask for when one of `budget`'s limits cannot cover `minimum_s`
+    (the run refuses it up front); None when every limit can."""
+    rates = clock_rates(devices, usd_per_hour)
+    for limit in budget.limits:
+        rate = rates.get(limit.kind)
+        if rate and limit.amount < minimum_s * rate:
+            return fmt_budget_up(limit.kind, minimum_s * rate)
+    return None
+
+
+def _give_rounds(
+    allocation: Allocation,
+    rounds: RoundCosts,
+    *,
+    sizes: Sequence[int],
+    trial_cap: int | None,
+    window: float | None,
+    smallest: int,
+    early_stop: EarlyStop | None,
+    max_rounds: int,
+) -> tuple[float, int, int, str]:
+    """Give rounds to the tasks as the run's scheduler would, each shrunk to the trials and
+    the tuning `window` left, until one cannot be given: (tuning seconds, trials, rounds, why
+    they stopped)."""
     tuning_s, trials, count, stop = 0.0, 0, 0, None
     while stop is None:
         planned = allocation.next_round(sizes or [rounds.size], rounds.seconds)
@@ -215,31 +271,19 @@ def forecast_run(
             tuning_s += rounds.seconds(size)
             trials += size
             count += 1
+    return tuning_s, trials, count, stop
 
-    latency = None
-    if fixed.latency_s is not None:
-        latency = fixed.latency_s * (1.0 - allocation.reached * attainable)
-    final_s = fixed.final_s(latency, timing)
-    phases = {
+
+def _phases(
+    fixed: FixedPhases, tuning_s: float, split: Mapping[str, float], final_s: float
+) -> dict[str, float]:
+    """Seconds by phase: the fixed ones, the tuning time split as rounds split, two compiles,
+    the checks and timings, the report."""
+    return {
         "import": fixed.import_s,
         "untuned": fixed.untuned_s,
-        **{p: tuning_s * rounds.split.get(p, 0.0) for p in TUNING_PHASES},
+        **{p: tuning_s * split.get(p, 0.0) for p in TUNING_PHASES},
         "compile": 2 * fixed.compile_s,
         "check": fixed.check_s + fixed.timing_s + final_s - fixed.compile_s - overheads.REPORT_S,
         "report": overheads.REPORT_S,
-    }
-    total = sum(phases.values())
-    return {
-        **row,
-        "refused": False,
-        "stop": stop,
-        "rounds": count,
-        "trials": trials,
-        "gain_reached": allocation.reached,
-        "phases": phases,
-        "total_s": total,
-        "device_h": total * devices / 3600.0,
-        "usd": total * usd_per_hour / 3600.0 if usd_per_hour else None,
-        "latency_s": latency,
-        "speedup": fixed.latency_s / latency if latency else None,
     }

@@ -66,80 +66,12 @@ def restore(
     fastest measured schedules its search is handed (None: all; the rest are not kept)."""
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
-    by_key = {structural_key(task.workload): task for task in tasks}
-    learn: dict[int, tuple[list[Any], list[Any]]] = {}
-    from tvm.s_tir.meta_schedule.runner import RunnerResult
-
-    from ..defaults import hex_key
-
+    baselines = _baselines(journal, measured)
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
-    baselines = _baselines(journal, measured)
-    default_records: dict[int, Any] = {}
-    bests: dict[int, list[tuple[Any, float]]] = {}
-    for record in database.get_all_tuning_records():
-        task = by_key.get(structural_key(record.workload.mod))
-        if task is None:
-            continue
-        candidate = record.as_measure_candidate()
-        key = structural_key(candidate.sch.mod)
-        measured[task.index].add(key)
-        if hex_key(key) == baselines.get(task.index, {}).get("record_key"):
-            default_records[task.index] = record
-            continue
-        state = states[task.index]
-        state.trials += 1
-        secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
-        ok = all(s < FAILED_RUN_SECS for s in secs)
-        if ok:
-            mean = statistics.fmean(secs)
-            state.best_s = mean if state.best_s is None else min(state.best_s, mean)
-            bests.setdefault(task.index, []).append((candidate, mean))
-        else:
-            state.failures += 1
-        cands, results = learn.setdefault(task.index, ([], []))
-        cands.append(Candidate(task, candidate, key))
-        results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
-
+    default_records, bests, learn = _read_database(database, tasks, states, measured, baselines)
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
-    sessions, untuned, points, library_rounds = 0, None, [], set()
-    for index, entry in baselines.items():
-        states[index].baseline_s = entry.get("latency_s")
-        states[index].untuned_finite = entry.get("finite")
-    for entry in journal:
-        kind = entry.get("type")
-        if kind == "session":
-            sessions += 1
-        elif kind == "round" and entry.get("task") in measured:
-            state = states[entry["task"]]
-            best = entry.get("best_s")
-            state.history.append(best if best is not None else float("inf"))
-            state.round_trials.append(
-                int(entry.get("trials", entry.get("measured", 0) + entry.get("failed", 0)))
-            )
-            state.round_s.append(float(entry.get("seconds") or 0.0))
-            state.round_fixed_s.append(float(entry.get("fixed_s", 0.0)))
-            if entry.get("measured"):
-                state.measured_rounds += 1
-            state.proposed += int(entry.get("proposed", 0))
-            state.filtered += int(entry.get("filtered", 0))
-            state.built += int(entry.get("built", 0))
-            state.audited += int(entry.get("audited", 0))
-        elif kind == "library_round" and entry.get("task") in measured:
-            _library_round(states[entry["task"]], entry)
-            library_rounds.add(entry["task"])
-        elif kind == "empty_search" and entry.get("task") in measured:
-            states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
-        elif kind == "task_retired" and entry.get("task") in measured:
-            states[entry["task"]].retired = entry.get("reason", "retired")
-        elif kind == "untuned":
-            untuned = {
-                k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
-            }
-        if kind in ("round", "point") and entry.get("model_latency_s") and "spend" in entry:
-            spend = Spend.from_dict(entry["spend"])
-            points.append(Point.at(spend, float(entry["model_latency_s"])))
-
+    sessions, untuned, points, library_rounds = _read_journal(journal, states, measured, baselines)
     # 3. The cost model and the filter relearn everything measured before.
     if learn:
         _retrain(cost_model, candidate_filter, tasks, target, learn)
@@ -164,6 +96,105 @@ def restore(
         bests,
         library_rounds,
     )
+
+
+def _read_database(
+    database: Any,
+    tasks: Sequence[Task],
+    states: Sequence[TaskState],
+    measured: dict[int, set[int]],
+    baselines: Mapping[int, Mapping[str, Any]],
+) -> tuple[
+    dict[int, Any], dict[int, list[tuple[Any, float]]], dict[int, tuple[list[Any], list[Any]]]
+]:
+    """Count each task's trials, failures and best latency from its records, and mark them
+    measured: (each task's default schedule's record, its candidates that ran with their mean
+    seconds, its candidates and results to relearn)."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from ..defaults import hex_key
+
+    by_key = {structural_key(task.workload): task for task in tasks}
+    default_records: dict[int, Any] = {}
+    bests: dict[int, list[tuple[Any, float]]] = {}
+    learn: dict[int, tuple[list[Any], list[Any]]] = {}
+    for record in database.get_all_tuning_records():
+        task = by_key.get(structural_key(record.workload.mod))
+        if task is None:
+            continue
+        candidate = record.as_measure_candidate()
+        key = structural_key(candidate.sch.mod)
+        measured[task.index].add(key)
+        if hex_key(key) == baselines.get(task.index, {}).get("record_key"):
+            default_records[task.index] = record
+            continue
+        state = states[task.index]
+        state.trials += 1
+        secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
+        ok = all(s < FAILED_RUN_SECS for s in secs)
+        if ok:
+            mean = statistics.fmean(secs)
+            state.best_s = mean if state.best_s is None else min(state.best_s, mean)
+            bests.setdefault(task.index, []).append((candidate, mean))
+        else:
+            state.failures += 1
+        cands, results = learn.setdefault(task.index, ([], []))
+        cands.append(Candidate(task, candidate, key))
+        results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
+    return default_records, bests, learn
+
+
+def _read_journal(
+    journal: Sequence[Mapping[str, Any]],
+    states: Sequence[TaskState],
+    measured: Mapping[int, set[int]],
+    baselines: Mapping[int, Mapping[str, Any]],
+) -> tuple[int, dict[str, Any] | None, list[Point], set[int]]:
+    """Replay the journal onto the task states: (earlier sessions, the untuned model's
+    latency and check, the convergence curve, the tasks that had their library round)."""
+    sessions, untuned, points, library_rounds = 0, None, [], set()
+    for index, entry in baselines.items():
+        states[index].baseline_s = entry.get("latency_s")
+        states[index].untuned_finite = entry.get("finite")
+    for entry in journal:
+        kind = entry.get("type")
+        if kind == "session":
+            sessions += 1
+        elif kind == "round" and entry.get("task") in measured:
+            _round(states[entry["task"]], entry)
+        elif kind == "library_round" and entry.get("task") in measured:
+            _library_round(states[entry["task"]], entry)
+            library_rounds.add(entry["task"])
+        elif kind == "empty_search" and entry.get("task") in measured:
+            states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
+        elif kind == "task_retired" and entry.get("task") in measured:
+            states[entry["task"]].retired = entry.get("reason", "retired")
+        elif kind == "untuned":
+            untuned = {
+                k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
+            }
+        if kind in ("round", "point") and entry.get("model_latency_s") and "spend" in entry:
+            spend = Spend.from_dict(entry["spend"])
+            points.append(Point.at(spend, float(entry["model_latency_s"])))
+    return sessions, untuned, points, library_rounds
+
+
+def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
+    """A task's round as the loop recorded it: a point of its curve, its trials and seconds,
+    and what its search proposed, filtered, built and audited."""
+    best = entry.get("best_s")
+    state.history.append(best if best is not None else float("inf"))
+    state.round_trials.append(
+        int(entry.get("trials", entry.get("measured", 0) + entry.get("failed", 0)))
+    )
+    state.round_s.append(float(entry.get("seconds") or 0.0))
+    state.round_fixed_s.append(float(entry.get("fixed_s", 0.0)))
+    if entry.get("measured"):
+        state.measured_rounds += 1
+    state.proposed += int(entry.get("proposed", 0))
+    state.filtered += int(entry.get("filtered", 0))
+    state.built += int(entry.get("built", 0))
+    state.audited += int(entry.get("audited", 0))
 
 
 def _library_round(state: TaskState, entry: Mapping[str, Any]) -> None:

@@ -1,0 +1,135 @@
+"""What earlier runs in a runs directory say for `orchestrate estimate`: the tuning curve, what
+a round costs, and the share of a task's untuned latency tuning removes."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tune_orchestrator.budget.forecast import BUILTIN_PRIOR, TuningPrior, fit_prior
+from tune_orchestrator.budget.ledger import Spend
+
+from ..errors import InputError
+from ..rundir import RunDir
+from .run import observed_split
+
+# Before any run here has tuned: the share of a task's untuned latency tuning removes. CPU:
+# untuned kernels are naive loops (12.9x on the example model in 5 min on 2 cores). GPU: untuned
+# kernels use dlight's default schedules; tuning beats them by less.
+BUILTIN_ATTAINABLE = {"cpu": 0.9, "cuda": 0.4}
+_MOST_ATTAINABLE = 0.98
+
+
+def _task_rounds(
+    entries: Sequence[Mapping[str, Any]],
+) -> tuple[dict[int, float | None], dict[int, list[tuple[int, float]]]]:
+    """Each task's untuned latency, and its (trials so far, best latency) after each round."""
+    baselines = {e["task"]: e.get("latency_s") for e in entries if e.get("type") == "baseline"}
+    rounds: dict[int, list[tuple[int, float]]] = {}
+    for e in entries:
+        if e.get("type") == "round" and e.get("best_s") is not None:
+            done = rounds.setdefault(e["task"], [])
+            trials = (
+                (done[-1][0] if done else 0) + int(e.get("measured", 0)) + int(e.get("failed", 0))
+            )
+            done.append((trials, float(e["best_s"])))
+    return baselines, rounds
+
+
+def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(trials, fraction of the task's final gain) after each round but the last of each task
+    with 2+ rounds (the last is 1 by construction and tells nothing)."""
+    baselines, rounds = _task_rounds(entries)
+    observations = []
+    for task, done in rounds.items():
+        untuned = baselines.get(task)
+        final = done[-1][1]
+        if untuned is None or len(done) < 2 or not final < untuned:
+            continue
+        observations += [(t, (untuned - best) / (untuned - final)) for t, best in done[:-1]]
+    return observations
+
+
+def attainable_share(
+    journals: Sequence[Sequence[Mapping[str, Any]]], prior: TuningPrior
+) -> float | None:
+    """The median share of a task's untuned latency that tuning removes in the end, from
+    earlier runs: each task's final cut, divided by the share of its gain the tuning curve
+    says its trials had bought."""
+    shares = []
+    for entries in journals:
+        baselines, rounds = _task_rounds(entries)
+        for task, done in rounds.items():
+            untuned = baselines.get(task)
+            trials, best = done[-1]
+            if untuned and untuned > 0 and prior.fraction(trials) > 0:
+                cut = max(0.0, (untuned - best) / untuned) / prior.fraction(trials)
+                shares.append(min(cut, _MOST_ATTAINABLE))
+    return statistics.median(shares) if shares else None
+
+
+def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
+    """The journals of earlier runs under `runs_dir` (unreadable ones are skipped)."""
+    journals = []
+    if not runs_dir.is_dir():
+        return journals
+    for path in sorted(runs_dir.iterdir()):
+        if (path / RunDir.JOURNAL).is_file():
+            run = RunDir(path)
+            try:
+                if run.recorded_simulated():
+                    continue  # a simulated GPU's timings say nothing about a real one
+                journals.append(run.journal())
+            except InputError:
+                continue
+    return journals
+
+
+def prior_and_round_cost(
+    journals: Sequence[Sequence[Mapping[str, Any]]], runs_dir: Path
+) -> tuple[TuningPrior, tuple[float, float] | None, dict[str, float] | None]:
+    """The tuning curve (fitted on earlier runs, else built in), the (fixed, per candidate)
+    seconds of a round seen in earlier runs, and how their tuning time split into phases."""
+    observations = [o for j in journals for o in journal_observations(j)]
+    fitted = fit_prior(observations, f"fitted on {len(journals)} earlier run(s) in {runs_dir}")
+    costs, phases = [], []
+    for journal in journals:
+        last = next((e["spend"] for e in reversed(journal) if "spend" in e), None)
+        if last:
+            spend = Spend.from_dict(last)
+            costs += spend.round_costs
+            phases.append(spend.phases)
+    cost = None
+    if costs:
+        cost = (
+            statistics.median(c.fixed_s for c in costs),
+            statistics.median(c.per_candidate_s for c in costs),
+        )
+    return fitted or BUILTIN_PRIOR, cost, observed_split(phases)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attainable:
+    """The share of a task's untuned latency tuning removes in the end."""
+
+    share: float
+    source: str
+    seen: bool  # from earlier runs, not the built-in guess
+
+    @classmethod
+    def from_runs(
+        cls,
+        journals: Sequence[Sequence[Mapping[str, Any]]],
+        prior: TuningPrior,
+        device_type: str,
+        runs_dir: Path,
+    ) -> Attainable:
+        """From the journals of earlier runs in `runs_dir`, else the built-in guess."""
+        seen = attainable_share(journals, prior)
+        if seen is not None:
+            return cls(seen, f"earlier runs in {runs_dir}", True)
+        builtin = BUILTIN_ATTAINABLE.get(device_type, BUILTIN_ATTAINABLE["cpu"])
+        return cls(builtin, f"built-in guess for {device_type}", False)
