@@ -56,10 +56,19 @@ def run(python_path: Path | None, module: str, model: Path, budget: str, out: Pa
     env = dict(os.environ)
     if python_path is not None:
         env["PYTHONPATH"] = str(python_path)
+    out = out.resolve()
     command = [sys.executable, "-m", module, "--budget", budget, "--out", str(out), "--json"]
     command += ["--no-library"] if module == "tune_orchestrator" and python_path is None else []
     start = time.perf_counter()
-    done = subprocess.run([*command, str(model)], env=env, capture_output=True, text=True)
+    # From the tree it runs: `python -m` puts the working directory first on sys.path, and
+    # this checkout's own orchestrator/ folder would shadow the earlier commit's.
+    done = subprocess.run(
+        [*command, str(model.resolve())],
+        env=env,
+        cwd=python_path or ROOT,
+        capture_output=True,
+        text=True,
+    )
     report = json.loads((out / "report.json").read_text())
     return {
         "exit": done.returncode,
