@@ -127,6 +127,7 @@ class Session:
             device_type=self.target.device_type,
             device_present=self.target.device_present,
             timing=self.builds.timing,
+            import_s=self.import_s,
         )
         # The final compile, check and report are kept back from the start.
         ledger.reserved_s = fixed.final_s
@@ -314,10 +315,9 @@ class Session:
         self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored
     ) -> None:
         """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases,
-        or a first round's search (forecast as the run will before it times one) and the
-        final phase. The two are not added up: each is padded on its own. A resumed run with
-        candidates measured before needs no further round: it ships what it has when the
-        final phase fits."""
+        a first round's search (forecast as the run will before it times one) and the final
+        phase. A resumed run with candidates measured before needs no further round: it ships
+        what it has when the final phase fits."""
         kept = restored.trials  # measured in earlier sessions, in the database
         first = None
         if not kept and ledger.forecast_round(0) is None:  # no round timed yet
@@ -327,16 +327,16 @@ class Session:
                 filtered=self.filter.name != "none",
                 device_type=self.target.device_type,
             )
-        needed, by_first = overheads.upfront_minimum_s(
+        needed = overheads.upfront_minimum_s(
             fixed,
             baseline=any(s.task.index not in restored.baselines for s in restored.states),
             untuned_model=restored.untuned is None,
             first_round=first,
         )
         what = (
-            f"a first round's search (~{fmt_duration(first or 0.0)} on {cores_text(host_cores())} "
-            f"for {self.target.device_type}), compiling and checking"
-            if by_first
+            f"the untuned baseline, a first round (~{fmt_duration(first)} of search on "
+            f"{cores_text(host_cores())} for {self.target.device_type}), compiling and checking"
+            if first is not None
             else "the untuned baseline, compiling and checking"
         )
         short = seconds_short(self.budget, ledger, needed)

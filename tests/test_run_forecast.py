@@ -81,10 +81,10 @@ def test_more_budget_buys_more_trials_and_never_a_slower_model():
     assert rows[-1]["speedup"] < 1 / (1 - 0.9) + 1e-9  # never past what is attainable
 
 
-@pytest.mark.parametrize(("minutes", "trials"), [(2.9, 64), (3.4, 64 + 44)])
+@pytest.mark.parametrize(("minutes", "trials"), [(2.85, 64), (3.35, 64 + 44)])
 def test_the_last_round_shrinks_to_what_is_left_as_the_run_does(minutes, trials):
-    """After one full round, 14 candidates fit in 2.9 min: under a quarter of a round, so, as
-    in the run (BudgetLimits.min_round), none is started; in 3.4 min a round of 44 is."""
+    """After one full round, 14 candidates fit in 2.85 min: under a quarter of a round, so, as
+    in the run (BudgetLimits.min_round), none is started; in 3.35 min a round of 44 is."""
     row = run(f"{minutes}min")
     window = minutes * 60 - FIXED.start_s - FIXED.reserve_s
     last = ROUNDS.candidates_within(window - ROUNDS.seconds(64))
@@ -180,21 +180,22 @@ def test_plan_gives_rounds_as_the_allocation_does():
         assert allocation.reached >= row["target"]
 
 
-# Fixed phases measured by `orchestrate estimate` (2-core VM, llvm, 2026-11-26; the
-# benchmark models and the example) and on a lent H200 (cuda, report of a 4 min vggish run,
-# two compiles): tasks, call sites, GFLOP (weighted), then seconds of the untuned baseline,
-# one compile, one check and one timing (None: not taken apart).
+# Fixed phases of a 16-trial run of each model on the 2-core VM (llvm, 2026-11-26,
+# benchmarks/fixed_phases.py): tasks, call sites, GFLOP (weighted), what the import took, then
+# the seconds of the untuned baseline, the compile phase (two compiles), the check phase (two
+# checks, three timings) and the report.
 MEASURED_FIXED = {
-    "smallcnn": ("cpu", 6, 6, 0.02, 5.0, 2.7, 0.1, 0.7),
-    "mlpish": ("cpu", 4, 4, 0.004, 3.7, 0.7, 0.1, 0.9),
-    "resnetish": ("cpu", 14, 18, 0.22, 8.4, 10.6, 0.2, 1.2),
-    "mobilenetish": ("cpu", 16, 16, 0.09, 8.8, 9.8, 0.2, 1.2),
-    "smallvgg": ("cpu", 13, 13, 0.27, 6.5, 2.0, 0.2, 1.8),
-    "resnet18ish": ("cpu", 19, 24, 0.30, 10.2, 14.8, 0.5, 2.0),
-    "tinybert": ("cpu", 16, 36, 0.03, 6.6, 2.1, 0.1, 1.1),
-    "vggish": ("cpu", 15, 16, 14.99, 57.9, 2.7, 9.7, 37.8),
-    "resnet50ish": ("cpu", 28, 57, 8.24, 24.2, 30.2, 5.7, 19.5),
-    "vggish-h200": ("cuda", 15, 16, 14.99, 46.1, 10.9, None, None),
+    "smallcnn": (6, 6, 0.023, 2.2, 3.0, 3.2, 2.1, 1.0),
+    "mlpish": (4, 4, 0.004, 1.8, 2.6, 0.9, 2.1, 0.8),
+    "resnetish": (14, 18, 0.216, 4.4, 5.2, 11.2, 2.9, 0.8),
+    "smallvgg": (13, 13, 0.272, 1.7, 4.3, 2.3, 4.4, 1.0),
+    "mobilenetish": (16, 16, 0.088, 3.8, 5.1, 9.8, 2.9, 0.9),
+    "tinybert": (16, 36, 0.027, 1.5, 4.2, 1.8, 2.3, 0.8),
+    "resnet18ish": (19, 24, 0.297, 5.5, 6.2, 14.5, 5.6, 0.9),
+    "squeezenetish": (27, 39, 0.048, 2.3, 6.6, 5.5, 2.6, 0.9),
+    "mobilenetv2ish": (33, 55, 0.117, 15.6, 9.1, 39.8, 4.0, 0.9),
+    "inceptionish": (71, 82, 0.070, 4.0, 14.8, 15.7, 3.5, 1.1),
+    "densenetish": (138, 177, 0.109, 19.0, 30.5, 64.7, 2.8, 1.1),
 }
 
 
@@ -208,35 +209,46 @@ def measured_model(tasks: int, calls: int, gflop: float) -> list:
     ]
 
 
-@pytest.mark.parametrize("name", sorted(MEASURED_FIXED))
-def test_the_fixed_phases_are_forecast_above_what_they_took_but_not_many_times_over(name):
-    """Under, a run spends its baseline and then finds no room to tune; far over, a budget
-    that would have tuned for minutes is refused up front (a transformer of 16 tasks called
-    36 times was refused 3 min: its compile was forecast from call sites at 75 s, not 2 s)."""
-    device, tasks, calls, gflop, untuned, compile_, check, timing = MEASURED_FIXED[name]
+def fixed_phase_errors(name: str) -> dict[str, float]:
+    """(forecast - took) / took of each fixed phase of MEASURED_FIXED[name]."""
+    tasks, calls, gflop, import_s, *took = MEASURED_FIXED[name]
     guess = overheads.forecast_fixed(
         measured_model(tasks, calls, gflop),
-        device_type=device,
+        device_type="cpu",
         device_present=True,
         timing=Timing.from_settings(Settings.load(None).check),
+        import_s=import_s,
     )
-    assert untuned <= guess.untuned_s <= 3 * untuned + 5
-    assert compile_ <= guess.compile_s <= 12 * compile_ + 5
-    if check is not None:
-        assert check <= guess.check_s <= 4 * check + 1
-        assert timing <= guess.timing_s <= 4 * timing + 1
-        took = overheads.FixedCosts(untuned, compile_, check, timing)
-        needed = took.minimum_s(baseline=True, untuned_model=True)
-        assert needed <= guess.minimum_s(baseline=True, untuned_model=True) <= 4 * needed
+    forecast = [
+        guess.untuned_s,
+        2 * guess.compile_s,
+        2 * guess.check_s + 3 * guess.timing_s,
+        guess.report_s,
+    ]
+    phases = ["untuned", "compile", "check", "report"]
+    return {phase: (f - t) / t for phase, f, t in zip(phases, forecast, took, strict=True)}
 
 
-# First rounds of 64 measured (2-core VM, llvm, filter benchmark runs of 2026-11-25/26; vggish
-# for cuda with real builds and simulated timings, on the 2-core VM and on a 16-core H200
-# host; a real 4 min vggish run on the H200, whose first round the budget cut to 42 after a
-# search for 64): device, host cores, population, then the round's seconds less building and
-# measuring, fewest and most.
+def test_the_fixed_phases_are_forecast_within_30_percent_of_what_they_took():
+    """Under, a run spends its baseline and then finds no room to tune; over, a budget that
+    would have tuned is refused up front (before this calibration a SqueezeNet-like model's
+    compile was forecast at 13 times what it took). The check phase follows the untuned
+    latency, which FLOPs foretell only roughly: every phase within 30% on eight of the
+    eleven models, none beyond 35%."""
+    errors = {name: fixed_phase_errors(name) for name in MEASURED_FIXED}
+    within = [name for name, e in errors.items() if all(abs(x) <= 0.3 for x in e.values())]
+    assert len(within) >= 8, errors
+    assert all(abs(x) <= 0.35 for e in errors.values() for x in e.values()), errors
+
+
+# First rounds measured: llvm, first touches of 16 at population 64 on the 2-core VM (13 runs
+# of five models in the transfer and vs_vanilla benchmarks, 2026-11-26); vggish for cuda,
+# rounds of 64 at population 128 with real builds and simulated timings, on the 2-core VM and
+# on a 16-core H200 host; a real 4 min vggish run on the H200, whose first round the budget
+# cut to 42 after a search for 64. Device, host cores, population, then the round's seconds
+# less building and measuring, fewest and most.
 MEASURED_FIRST_ROUNDS = {
-    "llvm-2core": ("cpu", 2, 128, 5.4, 12.9),
+    "llvm-2core": ("cpu", 2, 64, 1.5, 5.1),
     "cuda-2core": ("cuda", 2, 128, 46.4, 46.4),
     "cuda-16core": ("cuda", 16, 128, 24.3, 28.6),
     "cuda-h200-real": ("cuda", 16, 128, 9.8, 9.8),
@@ -245,41 +257,36 @@ MEASURED_FIRST_ROUNDS = {
 
 @pytest.mark.parametrize("name", sorted(MEASURED_FIRST_ROUNDS))
 def test_a_first_round_is_forecast_above_what_it_took_but_not_many_times_over(name):
-    """Under, the first round overshoots a tight budget; far over, it does not start and the
-    run exits 3 having tuned nothing (the example model at 1 min: 25 s forecast for search and
-    learning that took 5-13 s on the same VM)."""
+    """Under, the first round overshoots a tight budget; far over, a budget that would tune
+    is refused up front (the example model at 1 min: 25 s forecast for search and learning
+    that took 5-13 s on the same VM)."""
     device, cores, population, fewest, most = MEASURED_FIRST_ROUNDS[name]
     guess = Ledger.FORECAST_MARGIN * overheads.search_s(
         population=population, genetic_iters=3, cores=cores, device_type=device
     )
-    assert most <= guess <= 4 * fewest
+    assert most <= guess <= 5 * fewest
 
 
-def test_a_budget_up_front_covers_the_fixed_phases_or_a_first_round_and_the_final_phase():
-    """Figures of the example model on the 2-core VM (2026-11-26): on llvm the fixed phases
-    outweigh a first round, and the minute that tunes 21-41 trials passes; with --simulate the
-    CUDA first round's search (~55 s) and the final phase (~14 s) do not fit a minute, which
-    then spent its baseline and exited 3 having tuned nothing. Never the sum of the two."""
-    llvm = overheads.FixedCosts(
-        untuned_s=8.1, compile_s=10.2, check_s=0.25, timing_s=1.1, report_s=4.0
+def test_a_budget_up_front_covers_the_fixed_phases_a_first_round_and_the_final_phase():
+    """What the run itself needs to tune at all: the baseline and the untuned model, a first
+    round's search, and what it keeps back for the final phase while it tunes (the example
+    model on the 2-core VM: about 25 s, where a minute tunes 21-41 trials). A resumed run
+    with nothing more to search needs the final phase alone."""
+    fixed = overheads.FixedCosts(
+        untuned_s=3.0, compile_s=1.3, check_s=0.25, timing_s=0.6, report_s=1.0
     )
-    first_llvm = Ledger.FORECAST_MARGIN * 12.0
-    needed, by_first = overheads.upfront_minimum_s(
-        llvm, baseline=True, untuned_model=True, first_round=first_llvm
+    first = Ledger.FORECAST_MARGIN * 6.5
+    needed = overheads.upfront_minimum_s(
+        fixed, baseline=True, untuned_model=True, first_round=first
     )
-    assert not by_first and needed == llvm.minimum_s(baseline=True, untuned_model=True) < 60
-    cuda = overheads.FixedCosts(
-        untuned_s=0.0, compile_s=10.2, check_s=0.2, timing_s=0.0, report_s=4.0
-    )
-    first_cuda = Ledger.FORECAST_MARGIN * 50.0
-    needed, by_first = overheads.upfront_minimum_s(
-        cuda, baseline=True, untuned_model=True, first_round=first_cuda
-    )
-    assert by_first and needed == pytest.approx(first_cuda + cuda.final_s) and needed > 60
-    # A resumed run that timed a round before forecasts from it, not from the guess.
+    start = fixed.untuned_s + fixed.compile_s + fixed.check_s + fixed.timing_s
+    assert needed == pytest.approx(start + first + overheads.reserve_s(1.3, 0.85))
+    assert needed < 30
+    # Each part counts: under their sum the run spends its fixed phases and tunes nothing.
+    assert needed > start + first + fixed.final_s
     assert overheads.upfront_minimum_s(
-        cuda, baseline=False, untuned_model=False, first_round=None
-    ) == (cuda.final_s, False)
+        fixed, baseline=False, untuned_model=False, first_round=None
+    ) == pytest.approx(fixed.final_s)
 
 
 def test_an_energy_limit_is_named_as_not_forecast_and_the_clock_limits_still_are():
@@ -316,7 +323,7 @@ def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_con
     assert shares == pytest.approx([f / sum(flops) for f in flops])
     assert estimate["fixed"]["untuned_s"] > 0  # the baseline a run on the GPU host pays
     short, hour = estimate["runs"]
-    assert short == {**short, "refused": True, "minimum": "1min"}
+    assert short == {**short, "refused": True, "minimum": "2min"}
     assert not hour["refused"] and hour["trials"] > 0 and hour["latency_s"] is None
     assert "no device here: the tasks' shares are their FLOPs'" in estimate["trust"]
 

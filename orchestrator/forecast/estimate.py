@@ -184,6 +184,7 @@ def _fixed_phases(inputs: _Inputs) -> _Untuned:
         device_type=inputs.resolved.device_type,
         device_present=True,
         timing=timing,
+        import_s=inputs.import_s,
     )
     fixed = FixedPhases(
         inputs.import_s, guess.untuned_s, guess.compile_s, guess.check_s, guess.timing_s, None
@@ -317,7 +318,7 @@ def _minimum_s(inputs: _Inputs, guess: overheads.FixedCosts) -> float:
         filtered=settings.tune.filter != "none",
         device_type=resolved.device_type,
     )
-    upfront_s, _ = overheads.upfront_minimum_s(
+    upfront_s = overheads.upfront_minimum_s(
         guess, baseline=True, untuned_model=True, first_round=first
     )
     return inputs.import_s + upfront_s

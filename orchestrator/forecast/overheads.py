@@ -15,49 +15,57 @@ from ..config import Settings
 from ..deploy.timing import Timing
 from ..tasks import Task
 
-# The untuned baseline builds and times each task's default schedule; compiling the model
-# builds every task's kernel once, however often the model calls it. Measured by
-# `orchestrate estimate` on nine models (2-core VM, llvm, znver3, 2026-11-26: 4-28 tasks,
-# 4 MFLOP-15 GFLOP): the baseline 0.4-0.9 s a task (vggish's heavy kernels 3.9 s), a compile
-# 0.13-1.08 s a task; on an H200 host (cuda, vggish, 15 tasks) the baseline 3.07 s a task (each
-# measuring worker makes a CUDA context) and a compile about 0.5 s a task. Padded: a guess too
-# high refuses budgets that would have fitted, one too low spends the baseline and then stops.
-UNTUNED_BASE_S = 2.0
-UNTUNED_TASK_S = {"cpu": 1.0, "cuda": 3.0}
+# Calibrated on eleven models of 4-138 tasks on the 2-core VM (llvm, znver3, 2026-11-26,
+# benchmarks/results/fixed_phases-vm-2core-2026-11-26.json: a 16-trial run of each, its
+# phases against this forecast) and on a lent H200 (cuda, a 4 min vggish run). Aimed a little
+# over what the phases took: a forecast under spends the baseline and then finds no room to
+# tune, one far over refuses budgets that would have fitted.
+#
+# The untuned baseline builds and times each task's default schedule: 1.7 s to start its
+# workers, 0.19 s a task on the VM's CPU; 3.07 s a task on the H200 host, where each measuring
+# worker makes a CUDA context.
+UNTUNED_BASE_S = 1.8
+UNTUNED_TASK_S = {"cpu": 0.2, "cuda": 3.0}
 # The baseline runs each default kernel about this many times (a first run, three repeats).
 UNTUNED_RUNS = 5
-COMPILE_BASE_S = 3.0
-COMPILE_TASK_S = 1.2
+# Compiling the model passes the whole Relax graph through the passes the import ran, then
+# generates each task's kernel once: on the VM 1.47 times what the import took beyond its
+# start (reading and checking the file), plus 0.07 s a task (a DenseNet-like stack: import
+# 19.0 s, 138 tasks, a compile 32.3 s; a MobileNet-V2-like one: 15.6 s, 33 tasks, 19.9 s; a
+# transformer: 1.5 s, 16 tasks, 0.9 s); CUDA's kernels take 0.65 s a task (the H200 run's 15
+# tasks, 10.9 s a compile).
+IMPORT_START_S = 1.65
+COMPILE_PER_IMPORT_S = 1.5
+COMPILE_TASK_S = {"cpu": 0.07, "cuda": 0.65}
 # Untuned end-to-end throughput, FLOP/s: TVM's default CPU schedules run on one thread, so
-# not scaled by cores (measured 1.3-2.7 GFLOP/s on the seven CNNs and the transformer above,
-# alike with 1 and 2 threads; the MLP's 4 MFLOP took 11 ms, which only the timings' floor
-# covers); per GPU for cuda. Low on purpose: a heavy model's check and timings are forecast
-# from it.
-UNTUNED_FLOPS = {"cpu": 1.0e9, "cuda": 20e9}
+# not scaled by cores (1.3-2.7 GFLOP/s on the CNNs above, 2.0 on the ResNet-18-like model;
+# a model of many small or depthwise kernels runs slower than its FLOPs say, which the check's
+# per-task term covers); per GPU for cuda.
+UNTUNED_FLOPS = {"cpu": 2.5e9, "cuda": 20e9}
 # Before a baseline was measured, what the first round's candidates are guessed to cost each
-# (the baselines above took 0.4-3.9 s a task).
+# (the baselines above took 0.2-3.1 s a task).
 CANDIDATE_GUESS_S = 3.0
-# Rendering report.json, report.md, report.html and the plots, and writing them out.
-REPORT_S = 4.0
-# What a model's check and a model's timing pay whatever its latency (onnxruntime's session and
-# the inputs; the timer's set-up and first call). Of the nine models above, the small ones'
-# checks (0.1 s) and timings (0.7-1.2 s) took more than their latency accounts for (mlpish's
-# timing 0.9 s, forecast 0.5 s without this; tinybert's 1.1 s, 0.5 s).
-CHECK_BASE_S = 0.2
-TIMING_BASE_S = 0.6
+# Rendering report.json, report.md, report.html and the plots, and writing them out: 0.8-1.1 s
+# on the eleven models.
+REPORT_S = 1.0
+# What a model's check and a model's timing pay beyond its latency: onnxruntime's session,
+# which grows with the graph, and the inputs; the timer's set-up and first call. Two checks and
+# three timings took 2.1 s on the smallest models.
+CHECK_BASE_S = 0.1
+CHECK_TASK_S = 0.005
+TIMING_BASE_S = 0.1
 # A first round's search and learning before one was timed here: what every round pays
 # whatever its population (setting the task's search up, learning after it), plus the search
-# on 2 host cores at TVM's population of 512 and 3 genetic iterations. The first rounds of
-# population 128 (a round of 64), their wall less building and measuring: llvm 5.4-12.9 s on
-# the 2-core VM (seven models, 61 runs of the filter benchmark, 2026-11-25/26; sampling and
-# mutation 0.5-5.1 s of it, registering the tensor intrinsics ~4 s, ~1.4 s since CPU runs
-# leave CUDA's out); cuda (vggish, real builds, timings simulated) 46.4 s on the 2-core VM,
-# 30.6 s of it waiting on the next round's search and builds, which a pipelined round
-# prepares while it measures and the simulated GPU measured in ~1 s, and 24.3-28.6 s on a
-# 16-core H200 host, where a real 4 min run's first round of 42 took 9.8 s. Padded as the
-# fixed phases are, with the forecast's margin on top; one figure for both (15 s and 40 s)
-# was twice the slowest CPU round and under CUDA's.
-ROUND_BASE_S = {"cpu": 7.0, "cuda": 30.0}
+# on 2 host cores at TVM's population of 512 and 3 genetic iterations. A first round is a
+# first touch of the smallest size (16 candidates, population 64): on the 2-core VM its wall
+# less building and measuring took 1.5-5.1 s (llvm, 13 runs of five models in the transfer
+# and vs_vanilla benchmarks, 2026-11-26); cuda (vggish, real builds, timings simulated, first
+# rounds of 64 at population 128) 46.4 s on the 2-core VM, 30.6 s of it waiting on the next
+# round's search and builds, which a pipelined round prepares while it measures and the
+# simulated GPU measured in ~1 s, and 24.3-28.6 s on a 16-core H200 host, where a real 4 min
+# run's first round of 42 took 9.8 s. With the forecast's margin on top: a budget is refused
+# up front when it cannot pay for this, so a guess far over refuses budgets that would tune.
+ROUND_BASE_S = {"cpu": 4.0, "cuda": 30.0}
 SEARCH_S_ON_2_CORES = {"cpu": 20.0, "cuda": 80.0}
 # What `estimate` expects a round to cost before any run here was timed (the run's own
 # first-round guess above is padded so as never to overshoot; these are typical). Measured by
@@ -136,16 +144,21 @@ def forecast_fixed(
     device_type: str,
     device_present: bool,
     timing: Timing,
+    import_s: float,
 ) -> FixedCosts:
-    """The fixed phases of a run of `tasks` on this target, before any of them is timed."""
+    """The fixed phases of a run of `tasks` on this target, before any of them is timed;
+    `import_s`: what importing the model and extracting its tasks took."""
     latency = untuned_latency_s(tasks, device_type) if device_present else 0.0
-    per_task = UNTUNED_TASK_S.get(device_type, UNTUNED_TASK_S["cpu"])
+    untuned_task = UNTUNED_TASK_S.get(device_type, UNTUNED_TASK_S["cpu"])
+    compile_task = COMPILE_TASK_S.get(device_type, COMPILE_TASK_S["cpu"])
+    passes = COMPILE_PER_IMPORT_S * max(0.0, import_s - IMPORT_START_S)
     return FixedCosts(
-        untuned_s=UNTUNED_BASE_S + per_task * len(tasks) + UNTUNED_RUNS * latency
+        untuned_s=UNTUNED_BASE_S + untuned_task * len(tasks) + UNTUNED_RUNS * latency
         if device_present
         else 0.0,
-        compile_s=COMPILE_BASE_S + COMPILE_TASK_S * len(tasks),
-        check_s=CHECK_BASE_S + 2 * latency,  # the model, and onnxruntime about as long
+        compile_s=passes + compile_task * len(tasks),
+        # the model, and onnxruntime about as long
+        check_s=CHECK_BASE_S + CHECK_TASK_S * len(tasks) + 2 * latency,
         timing_s=timing_s(latency, timing) if device_present else 0.0,
     )
 
@@ -175,7 +188,7 @@ def upfront_first_round_s(
 ) -> float:
     """A first round's search, forecast up front as the run will forecast it before timing
     one (first_round_s for the rounds the settings and `gpus` make, the ledger's margin on
-    top): what `upfront_minimum_s` weighs against the fixed phases."""
+    top): what `upfront_minimum_s` adds to the fixed phases."""
     from tune_orchestrator.budget import Ledger
 
     from ..loop import first_proposals
@@ -189,15 +202,19 @@ def upfront_first_round_s(
 
 def upfront_minimum_s(
     fixed: FixedCosts, *, baseline: bool, untuned_model: bool, first_round: float | None
-) -> tuple[float, bool]:
-    """Seconds a budget must leave before any work, and whether the first round set them: the
-    fixed phases still to pay, or a first round's search (None: a round was timed before a
-    resume) with the final phase, whichever is more. Not their sum: each is padded on its own,
-    and the sum would refuse an llvm minute on the example model that tunes 21-41 trials."""
-    phases = fixed.minimum_s(baseline=baseline, untuned_model=untuned_model)
-    if first_round is None or first_round + fixed.final_s <= phases:
-        return phases, False
-    return first_round + fixed.final_s, True
+) -> float:
+    """Seconds a budget must leave before any work: the fixed phases still to pay before
+    tuning (the baseline and the untuned model unless an earlier session measured them), then
+    a first round's search and what the run keeps back for the final phase while it tunes (the
+    run decides its rounds against the same figures, so a budget under their sum spends the
+    fixed phases and tunes nothing); or, for a resumed run with nothing more to search (None),
+    the final phase."""
+    start = fixed.untuned_s if baseline else 0.0
+    if untuned_model:
+        start += fixed.compile_s + fixed.check_s + fixed.timing_s
+    if first_round is None:
+        return start + fixed.final_s
+    return start + first_round + reserve_s(fixed.compile_s, fixed.check_s + fixed.timing_s)
 
 
 def baseline_task_s(untuned_s: float, tasks: int) -> float:
