@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tune_orchestrator import InputError, tune
+from tune_orchestrator import BudgetTooSmall, InputError, tune
 
 
 def main() -> int:
@@ -45,6 +45,9 @@ def main() -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BudgetTooSmall as exc:  # refused before any work; exc.minimum is a budget that would do
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     (args.out.parent / f"{args.out.name}.result.json").write_text(
         json.dumps(result.to_dict(), indent=2)
     )

@@ -10,8 +10,9 @@ class InputError(Exception):
 
 
 class BudgetTooSmall(Exception):
-    """The budget cannot cover the run's fixed phases (untuned baseline, compiling, checking):
-    refused before any work. The CLI prints the message and exits with code 3."""
+    """The budget cannot cover the run's fixed phases (untuned baseline, compiling, checking)
+    and a first round: refused before any work. The CLI prints the message and exits with
+    code 3."""
 
     def __init__(self, message: str, *, minimum: str) -> None:
         super().__init__(message)

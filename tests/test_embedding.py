@@ -409,3 +409,17 @@ def test_a_budget_refused_up_front_ends_the_json_stream_with_a_refused_event(tmp
     assert refused["event"] == "refused" and refused["exit_code"] == 3
     assert refused["reason"] in result.stderr
     assert f"give --budget {refused['minimum']} or more" in refused["reason"]
+
+
+@pytest.mark.slow
+def test_the_pipeline_example_ends_a_refused_budget_with_one_line_and_exit_3(tmp_path, fast_config):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "pipeline_step.py"), str(model), "--budget",
+         "2s", "--out", str(tmp_path / "runs" / "step"), "--config", str(fast_config)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**os.environ, "ORCHESTRATE_TUNE_TARGET": "llvm"},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.strip().splitlines()  # no traceback
+    assert line.startswith("error: budget 2s is too small for tiny:") and "give --budget" in line
