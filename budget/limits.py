@@ -134,6 +134,18 @@ def _units_per_second(ledger: Ledger, kind: str) -> float | None:
     return rate if rate is not None else ledger.joules_per_second()
 
 
+def clock_seconds(budget: Budget, ledger: Ledger) -> float | None:
+    """The seconds the tightest clock-metered limit (wall, GPU-hours, dollars) allows the
+    whole run, earlier sessions included; None when no limit is metered by the clock."""
+    seconds = [
+        limit.amount / per_second
+        for limit in budget.limits
+        if limit.kind in (WALL, DEVICE_HOURS, DOLLARS)
+        and (per_second := _units_per_second(ledger, limit.kind))
+    ]
+    return min(seconds) if seconds else None
+
+
 def seconds_short(budget: Budget, ledger: Ledger, needed_s: float) -> tuple[Limit, str] | None:
     """The first limit metered by the clock (wall, GPU-hours, dollars) that cannot pay for
     `needed_s` more seconds, with the smallest budget in its unit that would; None if all can."""

@@ -255,6 +255,7 @@ class LibrarySettings:
     plateau_trials: int
     plateau_share: float
     train_records: int
+    train_share: float
     transfer: int
     transfer_per_workload: int
 
@@ -268,6 +269,8 @@ class LibrarySettings:
                 f"[library] plateau_share must be in (0, 1) but got {self.plateau_share}."
             )
         _non_negative("library", "train_records", self.train_records)
+        if not 0 < self.train_share <= 1:
+            raise ValueError(f"[library] train_share must be in (0, 1] but got {self.train_share}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from typing import Any
 from tune_orchestrator.budget import Budget, Decision, Ledger, StoppingRule
 from tune_orchestrator.budget.base import BUILD_ONLY, NOTHING_TO_TUNE
 from tune_orchestrator.budget.ledger import EnergyMeter, RoundCost
-from tune_orchestrator.budget.limits import seconds_short
+from tune_orchestrator.budget.limits import clock_seconds, seconds_short
 from tune_orchestrator.budget.plateau import TaskPlateau
 from tune_orchestrator.budget.prices import Price
 from tune_orchestrator.budget.report import make_report, task_row
@@ -177,10 +177,15 @@ class Session:
         (a warm start fitting the learned model next), and bring the ledger up to date."""
         # The tuning library's records train the learned model before its first round; a
         # warm start fits it next, on both.
+        clock = clock_seconds(self.budget, ledger)
         with ledger.phase("library"):
             self.library.read()
             self.library.train(
-                self.predictors, self.target.target, self.tasks, fit=self.warm_start is None
+                self.predictors,
+                self.target.target,
+                self.tasks,
+                fit=self.warm_start is None,
+                seconds=None if clock is None else clock * self.settings.library.train_share,
             )
         with ledger.phase("restore"):
             restored = restore(

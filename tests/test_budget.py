@@ -22,7 +22,12 @@ from tune_orchestrator.budget.diminishing import DiminishingReturns
 from tune_orchestrator.budget.forecast import fit_curve
 from tune_orchestrator.budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
 from tune_orchestrator.budget.ledger import RoundCost
-from tune_orchestrator.budget.limits import budget_status, primary_limit, seconds_short
+from tune_orchestrator.budget.limits import (
+    budget_status,
+    clock_seconds,
+    primary_limit,
+    seconds_short,
+)
 from tune_orchestrator.budget.plateau import TaskPlateau
 from tune_orchestrator.budget.prices import run_price
 
@@ -348,6 +353,20 @@ def test_a_budget_short_of_the_fixed_phases_names_the_one_that_would_do(
     clock.now += 5.0  # imports
     short = seconds_short(parse_budget(text), ledger, needed)
     assert (short[1] if short else None) == expected
+
+
+@pytest.mark.parametrize(
+    "text, setup, expected",
+    [
+        ("10min", {}, 600.0),
+        ("1h,0.5gpu-h", {"devices": 2}, 900.0),  # two GPUs spend half a GPU-hour in 15 min
+        ("$1,1h", {"usd_per_hour": 3.6}, 1000.0),
+        ("100trials", {}, None),
+        ("1kJ", {}, None),  # energy: metered by NVML, not the clock
+    ],
+)
+def test_the_clock_seconds_of_a_budget_are_its_tightest_clock_limit(text, setup, expected):
+    assert clock_seconds(parse_budget(text), Ledger(clock=FakeClock(), **setup)) == expected
 
 
 def test_any_of_stops_on_the_first_rule_and_allows_the_fewest_candidates():

@@ -201,9 +201,39 @@ def test_a_match_gives_the_fastest_records_that_ran_and_the_library_s_trial_coun
     assert tvm_ffi.structural_equal(others[0].workload.mod, workload(128))
     # Training: this model's workloads first, each spread over its latencies.
     first = {view.match(workload(128), top=1, min_trials=1, share=0.5, min_gain=0).key}
-    chosen = view.training(limit=20, first=first)
+    chosen = view.parse(view.training(limit=20, first=first))
     assert len(chosen) == 12 and tvm_ffi.structural_equal(chosen[0].workload.mod, workload(128))
     assert sorted({secs_of(r) for r in chosen}) == pytest.approx(sorted(set(secs.values())))
+    # Any prefix is a choice of its own: both workloads, the fastest and slowest of each.
+    prefix = view.parse(view.training(limit=20, first=first)[:4])
+    assert {len(r.workload.mod["main"].params[0].shape) for r in prefix} == {1}
+    assert {int(r.workload.mod["main"].params[0].shape[0]) for r in prefix} == {64, 128}
+    assert sorted(secs_of(r) for r in prefix) == pytest.approx([2e-6, 2e-6, 1e10, 1e10])
+
+
+def test_training_on_the_library_stops_at_its_share_of_the_budget(tmp_path):
+    """A large library must not eat a short budget: training reads and learns records a chunk
+    at a time and stops once its seconds are spent."""
+    run = make_database(tmp_path / "run", [64, 128, 256], [1, 2, 4, 8, 16, 32, 64, 128])
+    library = Library(tmp_path / "library")
+    library.add_files(*files(run))
+    settings = Settings.load(None)
+    tasks = [Task(0, "t0", 1, 1e6, workload(64), "0")]
+
+    def trained(seconds, clock=None):
+        one = RunLibrary(library, settings)
+        one.TRAIN_CHUNK = 8
+        one.clock = clock or one.clock
+        one.read()
+        predictor = SimpleNamespace(
+            added=[], add=lambda group, f, lat: predictor.added.append(len(f))
+        )
+        one.train([predictor], TARGET, tasks, fit=False, seconds=seconds)
+        return one.trained_records, one.trained_workloads, sum(predictor.added)
+
+    assert trained(None) == (24, 3, 24)
+    ticks = iter(range(100))  # each look at the clock: a second later
+    assert trained(2.5, clock=lambda: float(next(ticks))) == (16, 3, 16)  # two chunks of 8
 
 
 def library_task(index: int, *, library_trials: int, plateau: bool) -> TaskState:

@@ -9,6 +9,7 @@ trace are parsed when first asked for, so a large library costs a run little.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -95,25 +96,33 @@ class LibraryView:
             plateau=plateaued(latencies, min_trials=min_trials, share=share, min_gain=min_gain),
         )
 
-    def training(self, limit: int, first: Collection[str] = ()) -> list[Any]:
-        """At most `limit` records to train the cost model on: the workloads in `first` (this
-        model's), then the others, the most recently added first; each workload's share
-        spread evenly over its range of latencies, fastest and slowest included."""
+    def training(self, limit: int, first: Collection[str] = ()) -> list[int]:
+        """Positions of at most `limit` records to train the cost model on: the workloads in
+        `first` (this model's), then the others, the most recently added first; each
+        workload's share spread evenly over its range of latencies, fastest and slowest
+        included. Ordered so that any prefix is such a choice too (the workloads in turn,
+        each coarse to fine over its latencies): training may stop early."""
         if limit <= 0 or not self.by_workload:
             return []
         order = sorted(self.by_workload, key=lambda k: (k not in first, -self.by_workload[k][-1]))
         share = max(16, math.ceil(limit / len(order)))
-        chosen: list[int] = []
+        picks: list[list[int]] = []
+        left = limit
         for key in order:
             ranked = sorted(
                 self.by_workload[key], key=lambda p: mean_s(self.contents.records[p][1])
             )
-            take = min(share, len(ranked), limit - len(chosen))
+            take = min(share, len(ranked), left)
             if take <= 0:
                 break
             step = (len(ranked) - 1) / max(1, take - 1)
-            chosen += [ranked[round(i * step)] for i in range(take)]
-        return self._parse(chosen, len(chosen))
+            picks.append(coarse_to_fine([ranked[round(i * step)] for i in range(take)]))
+            left -= take
+        return [p for turn in itertools.zip_longest(*picks) for p in turn if p is not None]
+
+    def parse(self, positions: Sequence[int]) -> list[Any]:
+        """TuningRecords of the records at `positions` (those TVM can read)."""
+        return self._parse(positions, len(positions))
 
     def keys(self) -> list[str]:
         """The library's workload keys, the most recently added first."""
@@ -170,3 +179,20 @@ class LibraryView:
             except Exception:  # an unreadable record is skipped, not fatal
                 continue
         return out
+
+
+def coarse_to_fine(items: Sequence[Any]) -> list[Any]:
+    """`items` reordered so that every prefix spans them: the first and the last, then the
+    middle, then the middles of each half, and so on."""
+    if len(items) <= 2:
+        return list(items)
+    order, spans = [0, len(items) - 1], [(0, len(items) - 1)]
+    while spans:
+        halves = []
+        for low, high in spans:
+            if high - low > 1:
+                middle = (low + high) // 2
+                order.append(middle)
+                halves += [(low, middle), (middle, high)]
+        spans = halves
+    return [items[i] for i in order]

@@ -4,6 +4,8 @@ and add the run's own records at the end, when the tuned model passed its output
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ class RunLibrary:
     """The library as one run uses it; `library` None when the run leaves it alone (`off`
     says why)."""
 
+    TRAIN_CHUNK = 32  # records read and learned at a time, between looks at the clock
+
     def __init__(
         self,
         library: Library | None,
@@ -35,6 +39,7 @@ class RunLibrary:
     ) -> None:
         self.library = library
         self.settings = settings
+        self.clock = time.monotonic  # what training on the library looks at
         self.off = off
         self.warn = warn
         self.view: LibraryView | None = None
@@ -78,19 +83,32 @@ class RunLibrary:
             )
 
     def train(
-        self, predictors: Sequence[Any], target: Any, tasks: Sequence[Task], *, fit: bool
+        self,
+        predictors: Sequence[Any],
+        target: Any,
+        tasks: Sequence[Task],
+        *,
+        fit: bool,
+        seconds: float | None = None,
     ) -> None:
         """Give the shared cost model (and the filter's own) the library's records of this
-        target, this model's workloads first; fit it unless a warm start fits it next."""
+        target, this model's workloads first, for at most `seconds` (None: no limit but the
+        record count); fit it unless a warm start fits it next."""
         if self.view is None or not predictors:
             return
         first = {workload_key(t.workload) for t in tasks}
-        records = self.view.training(self.settings.library.train_records, first)
-        if not records:
-            return
-        self.trained_workloads = learn_records(predictors, records, target, source="library")
-        self.trained_records = len(records)
-        if fit:
+        positions = self.view.training(self.settings.library.train_records, first)
+        deadline = self.clock() + (math.inf if seconds is None else seconds)
+        workloads: set[str] = set()
+        for start in range(0, len(positions), self.TRAIN_CHUNK):
+            if self.clock() >= deadline:
+                break
+            records = self.view.parse(positions[start : start + self.TRAIN_CHUNK])
+            learn_records(predictors, records, target, source="library")
+            workloads.update(workload_key(r.workload.mod) for r in records)
+            self.trained_records += len(records)
+        self.trained_workloads = len(workloads)
+        if fit and self.trained_records:
             fit_warm(predictors)
 
     def reuse(
