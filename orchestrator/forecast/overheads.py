@@ -15,11 +15,12 @@ from ..config import Settings
 from ..deploy.timing import Timing
 from ..tasks import Task
 
-# Calibrated on eleven models of 4-138 tasks on the 2-core VM (llvm, znver3, 2026-11-26,
-# benchmarks/results/fixed_phases-vm-2core-2026-11-26.json: a 16-trial run of each, its
-# phases against this forecast) and on a lent H200 (cuda, a 4 min vggish run). Aimed a little
-# over what the phases took: a forecast under spends the baseline and then finds no room to
-# tune, one far over refuses budgets that would have fitted.
+# Fitted to eleven models of 4-138 tasks on the 2-core VM (llvm, znver4, 2026-11-26: a
+# 16-trial run of each, benchmarks/results/fixed_phases-before-recalibration-*.json, checked
+# by a second run in fixed_phases-vm-2core-2026-11-26.json) and to a lent H200 (cuda, a 4 min
+# vggish run). A forecast under spends the baseline and then finds no room to tune; one far
+# over (the padded figures before were 1.4-25x what the phases took) refuses budgets that
+# would have fitted.
 #
 # The untuned baseline builds and times each task's default schedule: 1.7 s to start its
 # workers, 0.19 s a task on the VM's CPU; 3.07 s a task on the H200 host, where each measuring
@@ -106,12 +107,6 @@ class FixedCosts:
     def final_s(self) -> float:
         """Compile and check the tuned model, time it against the untuned one, report."""
         return self.compile_s + self.check_s + 2 * self.timing_s + self.report_s
-
-    def minimum_s(self, *, baseline: bool, untuned_model: bool) -> float:
-        """The fixed phases still to pay: the baseline and the untuned model unless an
-        earlier session measured them, and the final phase."""
-        start = self.compile_s + self.check_s + self.timing_s if untuned_model else 0.0
-        return (self.untuned_s if baseline else 0.0) + start + self.final_s
 
     def to_dict(self) -> dict[str, float]:
         return {
