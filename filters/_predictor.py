@@ -361,10 +361,10 @@ def _replayed(records: Sequence[Any], members: Sequence[int]) -> list[tuple[int,
 
 def learn_records(
     predictors: Sequence[Predictor], records: Sequence[Any], target: Any, *, source: str
-) -> int:
+) -> set[str]:
     """Give each of `predictors` tuning records of any workloads (the target is relative to
     each workload's best; features are extracted once for all of them), under groups named
-    `source:<workload>`, without fitting; returns how many workloads they hold."""
+    `source:<workload>`, without fitting; returns the keys of the workloads they hold."""
     keys, features, latencies = record_features(records, target)
     workloads: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
@@ -372,7 +372,7 @@ def learn_records(
     for predictor in predictors:
         for key, mine in workloads.items():
             predictor.add(f"{source}:{key}", [features[i] for i in mine], latencies[mine])
-    return len(workloads)
+    return set(workloads)
 
 
 def fit_warm(predictors: Sequence[Predictor]) -> None:
@@ -397,4 +397,4 @@ def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> st
     records = JSONDatabase(work_dir=str(source)).get_all_tuning_records()
     workloads = learn_records(predictors, records, target, source="warm")
     fit_warm(predictors)
-    return f"{len(records)} records of {workloads} workloads in {source}"
+    return f"{len(records)} records of {len(workloads)} workloads in {source}"

@@ -104,8 +104,7 @@ class RunLibrary:
             if self.clock() >= deadline:
                 break
             records = self.view.parse(positions[start : start + self.TRAIN_CHUNK])
-            learn_records(predictors, records, target, source="library")
-            workloads.update(workload_key(r.workload.mod) for r in records)
+            workloads |= learn_records(predictors, records, target, source="library")
             self.trained_records += len(records)
         self.trained_workloads = len(workloads)
         if fit and self.trained_records:
