@@ -21,7 +21,13 @@ from tune_orchestrator.budget.render import describe_library, library_rounds
 from tune_orchestrator.config import Settings
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.library import Contents, Library, LibraryView, RunLibrary, plateaued
-from tune_orchestrator.library.files import RECORDS, WORKLOADS, default_root, target_key
+from tune_orchestrator.library.files import (
+    RECORDS,
+    WORKLOADS,
+    default_root,
+    record_json,
+    target_key,
+)
 from tune_orchestrator.scheduler import GainScheduler, RoundSizes, TaskState
 from tune_orchestrator.targets import resolve_target
 from tune_orchestrator.tasks import Task
@@ -336,6 +342,40 @@ def test_only_a_run_whose_tuned_model_passed_its_check_adds_and_never_its_defaul
     assert "differ" in finish({"check": {"ok": False}}).not_added
     assert finish({"check": {"ok": True}}, [default]).added == 2
     assert finish({"check": {"ok": True}}).added == 1  # the default's record only now
+
+
+def split_index(factor: int):
+    return lambda i: (i // factor, i % factor)
+
+
+def layout_database(folder: Path) -> JSONDatabase:
+    """A run's database whose schedules transform a buffer's layout, as CUDA schedules do:
+    their traces hold an IndexMap, which TVM's own `as_json` cannot convert."""
+    folder.mkdir(parents=True)
+    database = JSONDatabase(work_dir=str(folder))
+    mod = workload(64)
+    committed = database.commit_workload(mod)
+    for factor in (4, 8):
+        sch = s_tir.Schedule(mod)
+        sch.transform_layout(sch.get_sblock("B"), ("write", 0), split_index(factor))
+        args = ArgInfo.from_prim_func(mod["main"])
+        database.commit_tuning_record(TuningRecord(sch.trace, committed, [1e-6], TARGET, args))
+    return database
+
+
+def test_schedules_that_transform_a_layout_are_added_and_left_waiting_as_tvm_writes_them(
+    tmp_path,
+):
+    database = layout_database(tmp_path / "run")
+    default, tuned = database.get_all_tuning_records()
+    filed = [json.loads(line)[1] for line in files(tmp_path / "run")[1].read_text().splitlines()]
+    assert [record_json(default), record_json(tuned)] == filed
+    again = TuningRecord.from_json(record_json(tuned), tuned.workload)  # a parked candidate
+    assert str(again.trace) == str(tuned.trace)
+
+    library = RunLibrary(Library(tmp_path / "library"), Settings.load())
+    library.add(files(tmp_path / "run"), [default], {"check": {"ok": True}})
+    assert library.added == 1 and stock_records(tmp_path / "library") == 1
 
 
 def test_the_report_line_says_what_was_reused_and_added():

@@ -15,7 +15,7 @@ from tune_orchestrator.filters._predictor import fit_warm, learn_records
 from ..errors import InputError
 from ..scheduler import TaskState, model_latency_s
 from ..tasks import Task
-from .files import Library, default_root, plain, trace_key
+from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match, workload_key
 from .transfer_round import Transferred, record_rounds, replayed
 
@@ -262,7 +262,7 @@ class RunLibrary:
                 else "the tuned model was not checked"
             )
             return
-        skip = {trace_key(plain(record.as_json())) for record in defaults}
+        skip = {trace_key(record_json(record)) for record in defaults}
         try:
             self.added = self.library.add_files(*database, skip=skip)
         except OSError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..scheduler import TaskState
 from ..search.transfer import AS_IS, FAILED, blocks, replay
+from .files import record_json
 from .records import LibraryView, mean_s
 
 
@@ -123,4 +124,4 @@ def _same_kind(
 ) -> list[Any]:
     """The fastest records of every library workload of `kind`, the fastest first."""
     found = [r for key, k in kinds.items() if k == kind for r in view.best(key, per_workload)]
-    return sorted(found, key=lambda record: mean_s(record.as_json()))
+    return sorted(found, key=lambda record: mean_s(record_json(record)))

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..library.files import record_json
 from ..tasks import Candidate, Task
 from .directory import RunDir
 
@@ -30,7 +31,7 @@ def save_waiting(run: RunDir, waiting: Mapping[int, Sequence[Candidate]], target
             record = TuningRecord(
                 mc.sch.trace, Workload(c.task.workload), None, target, mc.args_info
             )
-            lines.append(json.dumps({"task": index, "record": record.as_json()}))
+            lines.append(json.dumps({"task": index, "record": record_json(record)}))
     run.write_text(FILE, "".join(line + "\n" for line in lines))
     return len(lines)
 
