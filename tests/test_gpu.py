@@ -55,7 +55,10 @@ def cupy_on_a_gpu_host():
         )
 
 
-N = 1 << 20
+# 64 MiB a buffer: streamed from memory (past the L2) for tens of microseconds, so that TVM's
+# timer, which launches from the host (a few microseconds a launch), times the kernel too. At
+# 4 MiB the H100 ran it in 2.9 us, and TVM's timer read the launches' pace, 4.2 us.
+N = 1 << 24
 ARGS = (("float32", (N,)), ("float32", (N,)))
 
 
@@ -297,4 +300,7 @@ def test_a_head_node_without_a_gpu_tunes_on_a_gpu_fleet(tmp_path, fast_config, g
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["measurement"]["engine"] == "RpcEngine"
-    assert report["summary"]["trials"] == 16 and report["summary"]["shipped_checked"] is True
+    summary = report["summary"]
+    assert summary["trials"] == 16 and summary["shipped_checked"] is True, summary[
+        "unchecked_reason"
+    ]
