@@ -30,6 +30,7 @@ from .base import short_error
 ArgSpec = tuple[str, tuple[int, ...]]
 
 _MAX_CACHED_WORKLOADS = 8
+_CHECKED = ("float32", "float16")  # the dtypes whose check kernels a worker loads at its start
 _MAX_LAUNCHES = 10_000  # per repeat: bounds a graph's size for the fastest kernels
 _arguments: collections.OrderedDict[
     tuple[int, tuple[ArgSpec, ...]], tuple[list[Any], list[Any]]
@@ -39,11 +40,14 @@ _streams: dict[int, Any] = {}
 
 
 def warm_up(device_index: int) -> None:
-    """Create this worker's CUDA context on its GPU before the first candidate."""
+    """Create this worker's CUDA context on its GPU before the first candidate, and load the
+    check's two kernels (cupy compiles a kernel on its first use in a process, or loads it from
+    its disk cache), so that no candidate's steps pay for it."""
     import cupy
 
     with cupy.cuda.Device(device_index):
-        cupy.zeros(1).sum()
+        for dtype in _CHECKED:
+            _finite([cupy.zeros(1, dtype=dtype)])
     import tvm  # noqa: F401
     import tvm_ffi  # noqa: F401
 
@@ -157,10 +161,11 @@ def _first_launch(kernel: Any, tensors: list[Any], device_index: int, stream: An
 
 
 def _finite(arrays: list[Any]) -> bool:
-    """No NaN or Inf in any floating-point array (the outputs, after a launch)."""
+    """No NaN or Inf in any floating-point array (the outputs, after a launch). Flat views, so
+    that every shape runs the same two kernels (cupy compiles one per dimensionality)."""
     import cupy
 
-    return all(bool(cupy.isfinite(a).all()) for a in arrays if a.dtype.kind == "f")
+    return all(bool(cupy.isfinite(a.ravel()).all()) for a in arrays if a.dtype.kind == "f")
 
 
 def _prepare(
@@ -234,13 +239,13 @@ def _inputs(device_index: int, args: tuple[ArgSpec, ...]) -> tuple[list[Any], li
         _arguments.move_to_end(key)
         return _arguments[key]
     import cupy
+    import numpy as np
 
     arrays = []
     for dtype, shape in args:
-        if dtype.startswith("float"):
-            arrays.append(
-                cupy.random.default_rng(0).standard_normal(shape, dtype="float32").astype(dtype)
-            )
+        if dtype.startswith("float"):  # drawn on the host: cupy's generators compile on first use
+            drawn = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+            arrays.append(cupy.asarray(drawn.astype(dtype)))
         else:  # zeros are a valid index for any gather / take
             arrays.append(cupy.zeros(shape, dtype=dtype))
     cupy.cuda.get_current_stream().synchronize()
