@@ -315,6 +315,11 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
         took = (
             f"; its first {first['candidates']} candidates (DOP {first['dop']}) took "
             f"{fmt_duration(first['seconds'])}"
+            + (
+                f", {fmt_duration(first['filling_s'])} of it before the first timing"
+                if first.get("filling_s") is not None
+                else ""
+            )
             if first.get("seconds")
             else ""
         )

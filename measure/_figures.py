@@ -66,11 +66,23 @@ class Span:
         for windows in self.windows:
             held = total = 0.0
             for lo, hi in self.segments:
-                first = min((w[0] for w in windows if lo <= w[0] <= hi), default=hi)
+                first = self._first(windows, lo, hi)
                 held += covered(windows, first, hi)
                 total += hi - first
             shares.append(held / total if total > 0 else 0.0)
         return statistics.fmean(shares)
+
+    def filling_s(self) -> float:
+        """Seconds the span's calls waited for a first timed window, mean over GPUs: worker
+        starts and first preparations, which `busy` leaves out."""
+        return statistics.fmean(
+            sum(self._first(windows, lo, hi) - lo for lo, hi in self.segments)
+            for windows in self.windows
+        )
+
+    @staticmethod
+    def _first(windows: list[tuple[float, float]], lo: float, hi: float) -> float:
+        return min((w[0] for w in windows if lo <= w[0] <= hi), default=hi)
 
 
 class Figures:

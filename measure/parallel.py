@@ -304,12 +304,14 @@ class ParallelEngine(Engine):
         return [self._entry(self._span)]
 
     def _entry(self, span: Span) -> dict[str, Any]:
-        """A span as `batches` lists it: its DOP, candidates, busy share and seconds."""
+        """A span as `batches` lists it: its DOP, candidates, busy share, seconds, and the
+        seconds before its first timed windows (`busy` counts from there)."""
         return {
             "dop": self.dop,
             "candidates": span.count,
             "busy": span.busy(),
             "seconds": span.seconds,
+            "filling_s": span.filling_s(),
         }
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 from scipy.stats import kendalltau
 
+from tune_orchestrator.budget.units import fmt_duration
 from tune_orchestrator.measure import (
     DopConfig,
     DopController,
@@ -356,6 +357,10 @@ def test_the_report_says_how_fast_how_busy_and_where_the_time_went():
     assert all(b["seconds"] > 0 for b in stats["batches"])
     first = stats["batches"][0]
     assert f"its first {first['candidates']} candidates (DOP 1) took " in lines[4]
+    assert (
+        all(0 <= b["filling_s"] < b["seconds"] for b in stats["batches"]) and first["filling_s"] > 0
+    )
+    assert f", {fmt_duration(first['filling_s'])} of it before the first timing" in lines[4]
 
 
 def test_the_report_says_how_long_the_measuring_and_building_workers_took_to_start():
