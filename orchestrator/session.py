@@ -289,7 +289,9 @@ class Session:
                 self._point(ledger, model_latency_s(restored.states))
             if "compile_s" in untuned:  # measured now: a better forecast than the guess
                 ledger.reserved_s = overheads.reserve_s(
-                    untuned["compile_s"], untuned.get("check_s", 0.0)
+                    untuned["compile_s"],
+                    untuned.get("check_s", 0.0),
+                    overheads.report_s(len(self.tasks)),
                 )
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))

@@ -187,7 +187,13 @@ def _fixed_phases(inputs: _Inputs) -> _Untuned:
         import_s=inputs.import_s,
     )
     fixed = FixedPhases(
-        inputs.import_s, guess.untuned_s, guess.compile_s, guess.check_s, guess.timing_s, None
+        inputs.import_s,
+        guess.untuned_s,
+        guess.compile_s,
+        guess.check_s,
+        guess.timing_s,
+        None,
+        guess.report_s,
     )
     if not inputs.resolved.device_present:
         untuned = [Measurement(None, "no device here to measure on")] * len(inputs.tasks)
@@ -227,7 +233,9 @@ def _measure_fixed_phases(inputs: _Inputs, timing: Timing, guess: overheads.Fixe
         (latency,) = time_models([(vm, dev)], checker.inputs, timing)
         timing_s = time.monotonic() - clock - check_s
     model_untuned = {"latency": latency.to_dict(), "check": check.to_dict()}
-    fixed = FixedPhases(inputs.import_s, untuned_s, compile_s, check_s, timing_s, latency.median_s)
+    fixed = FixedPhases(
+        inputs.import_s, untuned_s, compile_s, check_s, timing_s, latency.median_s, guess.report_s
+    )
     return _Untuned(timing, guess, fixed, untuned, model_untuned)
 
 
