@@ -378,6 +378,23 @@ def test_schedules_that_transform_a_layout_are_added_and_left_waiting_as_tvm_wri
     assert library.added == 1 and stock_records(tmp_path / "library") == 1
 
 
+def test_a_record_the_library_cannot_take_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
+    """model.so has shipped when the records are added: a failure there (TVM's as_json on a
+    CUDA trace once) is reported, never the run's end."""
+    database = layout_database(tmp_path / "run")
+    warnings = []
+    library = RunLibrary(Library(tmp_path / "library"), Settings.load(), warn=warnings.append)
+
+    def unconvertible(record):
+        raise TypeError("Not supported type: IndexMap")
+
+    monkeypatch.setattr("tune_orchestrator.library.run.record_json", unconvertible)
+    library.add(files(tmp_path / "run"), database.get_all_tuning_records(), {"check": {"ok": True}})
+    assert library.added is None
+    assert library.not_added == "adding them failed (TypeError: Not supported type: IndexMap)"
+    assert len(warnings) == 1 and "please report it" in warnings[0]
+
+
 def test_the_report_line_says_what_was_reused_and_added():
     line = describe_library(
         {

@@ -262,14 +262,20 @@ class RunLibrary:
                 else "the tuned model was not checked"
             )
             return
-        skip = {trace_key(record_json(record)) for record in defaults}
         try:
+            skip = {trace_key(record_json(record)) for record in defaults}
             self.added = self.library.add_files(*database, skip=skip)
         except OSError as exc:
-            self.not_added = f"it cannot be written ({exc})"
-            self.warn(
-                f"the run's records were not added to the tuning library {self.library.path}: {exc}"
-            )
+            self._failed(f"it cannot be written ({exc})", str(exc))
+        except Exception as exc:  # noqa: BLE001 - the model shipped: a library is no reason to fail
+            error = f"{type(exc).__name__}: {exc}"
+            self._failed(f"adding them failed ({error})", f"{error}; please report it")
+
+    def _failed(self, why: str, detail: str) -> None:
+        self.not_added = why
+        self.warn(
+            f"the run's records were not added to the tuning library {self.library.path}: {detail}"
+        )
 
     def report(self) -> dict[str, Any]:
         """The report's `library` section."""
