@@ -49,7 +49,7 @@ def model_file(name: str) -> Path:
 
 def forecast(model: Path, import_s: float) -> dict[str, Any]:
     """The run's own forecast of its fixed phases and the budget its up-front check asks for,
-    from the tasks and what the run's import took (seconds)."""
+    from the tasks and the ONNX graph; `import_s`, what the run's import took, counts in it."""
     from tune_orchestrator.config import Settings
     from tune_orchestrator.deploy.timing import Timing
     from tune_orchestrator.forecast import overheads
@@ -58,14 +58,15 @@ def forecast(model: Path, import_s: float) -> dict[str, Any]:
     from tune_orchestrator.tasks import extract_tasks
 
     target = resolve_target("llvm").target
-    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
+    onnx_model = load_model(model)
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(onnx_model), target), target)
     settings = Settings.load()
     fixed = overheads.forecast_fixed(
         tasks,
         device_type="cpu",
         device_present=True,
         timing=Timing.from_settings(settings.check),
-        import_s=import_s,
+        graph_ops=onnx_model.op_counts(),
     )
     first = overheads.upfront_first_round_s(
         settings, gpus=1, filtered=settings.tune.filter != "none", device_type="cpu"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import re
@@ -45,6 +46,10 @@ class OnnxModel:
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
+
+    def op_counts(self) -> collections.Counter[str]:
+        """How many nodes of each op type the graph has, subgraphs included."""
+        return collections.Counter(node.op_type for node in _walk_nodes(self.proto.graph))
 
     def describe(self) -> dict[str, Any]:
         return {

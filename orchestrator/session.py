@@ -127,7 +127,7 @@ class Session:
             device_type=self.target.device_type,
             device_present=self.target.device_present,
             timing=self.builds.timing,
-            import_s=self.import_s,
+            graph_ops=self.model.op_counts(),
         )
         # The final compile, check and report are kept back from the start.
         ledger.reserved_s = fixed.final_s

@@ -184,7 +184,7 @@ def _fixed_phases(inputs: _Inputs) -> _Untuned:
         device_type=inputs.resolved.device_type,
         device_present=True,
         timing=timing,
-        import_s=inputs.import_s,
+        graph_ops=inputs.onnx_model.op_counts(),
     )
     fixed = FixedPhases(
         inputs.import_s,

@@ -9,7 +9,7 @@ the fixed phases is refused up front and the final phase is kept back from the s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..config import Settings
 from ..deploy.timing import Timing
@@ -29,19 +29,18 @@ UNTUNED_BASE_S = 1.8
 UNTUNED_TASK_S = {"cpu": 0.2, "cuda": 3.0}
 # The baseline runs each default kernel about this many times (a first run, three repeats).
 UNTUNED_RUNS = 5
-# Compiling the model passes the whole Relax graph through the passes the import ran, then
-# generates each task's kernel once: on the VM 1.6 times what the import took beyond its start
-# (reading and checking the file, 1.9 s), 0.065 s a task and 0.1 s; fitted on the eleven
-# models' 44 compiles of two runs (fixed_phases-before-recalibration-vm-2core-2026-11-26.json
-# and fixed_phases-vm-2core-2026-11-26.json), 21 of 22 models' compiles within 30%: a
-# DenseNet-like stack (import 19.0-24.8 s, 138 tasks) compiles in 32.3-41.6 s, a
-# MobileNet-V2-like one (15.6-22.3 s, 33 tasks) in 19.9-27.2 s, a transformer (1.5-2.1 s, 16
-# tasks) in 0.9-1.2 s. CUDA's kernels take 0.65 s a task (15 tasks, 10.9 s a compile on the
-# H200 host, 10.8 s on the H100 host).
-IMPORT_START_S = 1.9
-COMPILE_PER_IMPORT_S = 1.6
-COMPILE_BASE_S = 0.1
-COMPILE_TASK_S = {"cpu": 0.065, "cuda": 0.65}
+# Compiling the model runs the Relax passes over the whole graph, folding each batch
+# normalization into its convolution's weights, then generates each task's kernel once. Per
+# compile on the VM: 0.23 s, 0.054 s a task, 0.063 s a convolution and 0.27 s a batch
+# normalization of the ONNX graph; fitted on two runs of the eleven models
+# (fixed_phases-before-recalibration-vm-2core-2026-11-26.json, fixed_phases-vm-2core-2026-11-26.json),
+# it forecast a third (fixed_phases-vm-2core-c-2026-11-27.json) within 11% on all eleven, where
+# a forecast from what the import took missed by up to 122% (an import of 2.2-3.8 s for the
+# same small model). CUDA's kernels take 0.65 s a task (15 tasks, 10.9 s a compile on the H200
+# host, 10.8 s on the H100 host).
+COMPILE_BASE_S = 0.23
+COMPILE_TASK_S = {"cpu": 0.054, "cuda": 0.65}
+COMPILE_OP_S = {"Conv": 0.063, "BatchNormalization": 0.27}
 # Untuned end-to-end throughput, FLOP/s: TVM's default CPU schedules run on one thread, so
 # not scaled by cores (1.3-2.7 GFLOP/s on the CNNs above, 2.0 on the ResNet-18-like model;
 # a model of many small or depthwise kernels runs slower than its FLOPs say, which the check's
@@ -152,14 +151,14 @@ def forecast_fixed(
     device_type: str,
     device_present: bool,
     timing: Timing,
-    import_s: float,
+    graph_ops: Mapping[str, int],
 ) -> FixedCosts:
     """The fixed phases of a run of `tasks` on this target, before any of them is timed;
-    `import_s`: what importing the model and extracting its tasks took."""
+    `graph_ops`: how many nodes of each op type the ONNX graph has (model.op_counts)."""
     latency = untuned_latency_s(tasks, device_type) if device_present else 0.0
     untuned_task = UNTUNED_TASK_S.get(device_type, UNTUNED_TASK_S["cpu"])
     compile_task = COMPILE_TASK_S.get(device_type, COMPILE_TASK_S["cpu"])
-    passes = COMPILE_BASE_S + COMPILE_PER_IMPORT_S * max(0.0, import_s - IMPORT_START_S)
+    passes = COMPILE_BASE_S + sum(s * graph_ops.get(op, 0) for op, s in COMPILE_OP_S.items())
     return FixedCosts(
         untuned_s=UNTUNED_BASE_S + untuned_task * len(tasks) + UNTUNED_RUNS * latency
         if device_present
