@@ -78,27 +78,25 @@ def record_json(record: Any) -> list:
     """A TuningRecord as JSON, as TVM writes it to a database file. TVM's `as_json` cannot
     convert a trace that holds an IndexMap (the layout transforms of CUDA schedules do): the
     file holds its JSON graph as a string, indented, and so does this."""
-    from tvm.s_tir.meta_schedule import _ffi_api
-
-    return _file_form(_ffi_api.TuningRecordAsJSON(record))
-
-
-def _file_form(value: Any) -> Any:
     import tvm
+    from tvm.s_tir.meta_schedule import _ffi_api
     from tvm.tirx import FloatImm, IntImm
     from tvm_ffi import Array, Map
 
-    if value is None or isinstance(value, (int, float, str)):
-        return int(value) if isinstance(value, bool) else value  # files hold Python's bools as 0/1
-    if isinstance(value, IntImm) and str(value.ty) == "bool":
-        return bool(value.value)  # and TVM's boolean expressions as false/true
-    if isinstance(value, (IntImm, FloatImm)):
-        return value.value
-    if isinstance(value, Array):
-        return [_file_form(v) for v in value]
-    if isinstance(value, Map):
-        return {_file_form(k): _file_form(v) for k, v in value.items()}
-    return json.dumps(json.loads(tvm.ir.save_json(value)), indent=2)
+    def file_form(value: Any) -> Any:
+        if value is None or isinstance(value, (int, float, str)):
+            return int(value) if isinstance(value, bool) else value  # Python's bools as 0/1
+        if isinstance(value, IntImm) and str(value.ty) == "bool":
+            return bool(value.value)  # and TVM's boolean expressions as false/true
+        if isinstance(value, (IntImm, FloatImm)):
+            return value.value
+        if isinstance(value, Array):
+            return [file_form(v) for v in value]
+        if isinstance(value, Map):
+            return {file_form(k): file_form(v) for k, v in value.items()}
+        return json.dumps(json.loads(tvm.ir.save_json(value)), indent=2)
+
+    return file_form(_ffi_api.TuningRecordAsJSON(record))
 
 
 @dataclasses.dataclass
