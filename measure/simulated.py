@@ -9,12 +9,15 @@ while it times its repeats, with the same adaptive rule as the real worker (_tim
 window serves requests in arrival order, shared ones together, and a waiting timer lets no
 later shared request pass (the real turnstile). With `check_after_timing` the check is a
 second shared hold after the timing, as the engine did until 2026-11-26. A worker process's
-first job pays `worker_start_s` (imports and a CUDA context) unless it was started warm.
+first job pays `worker_start_s` (imports and a CUDA context) unless it was started warm; warm
+workers, started with the engine, are ready `ready_s` after the clock's start; and each
+process's first preparation pays `first_job_s` more (kernels loaded once a process).
 Overlapping timings (`exclusive=False` jobs) slow each other (`interference` per extra kernel
 beyond `quiet_until`, with noise that grows too). A discrete-event schedule gives the virtual
 seconds, so nothing sleeps. The GPU also runs throttled in random episodes, and a job crashes
 with a small probability that grows with the number of jobs on its GPU. `SimulatedGpu.
-calibrated(name)` takes the step costs measured on a real GPU (calibration/<name>.json).
+calibrated(name)` takes the step costs measured on a real GPU (calibration/<name>.json, written
+from a real run's report; replay.py).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class SimulatedGpu:
     check_s: float = 0.001  # the NaN / Inf check's part of prepare_s
     check_after_timing: bool = False  # the check as a second shared hold, after the timing
     worker_start_s: float = 0.0  # a worker's first job: imports, a CUDA context
+    first_job_s: float = 0.0  # a worker's first preparation, on top: kernels cupy loads once
     repeat_overhead_s: float = 2e-5  # per repeat: recording and waiting for an event pair
     window_overhead_s: float = 1e-4  # per window: taking and releasing it, one warm launch
     seed: int = 0
@@ -94,14 +98,16 @@ class _Window:
 
 class SimulatedWorkers(Workers):
     """Jobs on `gpus` simulated GPUs, on a virtual clock (`clock`, seconds); `warm` worker
-    processes per GPU are ready before the first job (the rest start on their first job)."""
+    processes per GPU start with the engine and are ready at `ready_s` (the rest start on their
+    first job)."""
 
     def __init__(
         self,
         gpu: SimulatedGpu,
         gpus: int | Sequence[int] = 1,
         latency: Callable[[MeasureInput], float] | None = None,
-        warm: int = 1 << 30,
+        warm: int = 1,
+        ready_s: float = 0.0,
     ) -> None:
         self.gpu = gpu
         self.gpus = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
@@ -115,7 +121,10 @@ class SimulatedWorkers(Workers):
         self._order = itertools.count()
         self._windows = [_Window() for _ in self.gpus]
         self._on_gpu: list[list[Job]] = [[] for _ in self.gpus]
-        self._workers = [warm] * len(self.gpus)  # processes started per GPU
+        # Idle worker processes per GPU: those that ran a job, and those that never did.
+        self._idle = [0] * len(self.gpus)
+        self._fresh = [warm] * len(self.gpus)
+        self._ready_s = ready_s
         self.shared_holds: list[list[tuple[float, float]]] = [[] for _ in self.gpus]
         self._state: dict[int, dict[str, Any]] = {}  # per job in flight (by id)
 
@@ -125,12 +134,17 @@ class SimulatedWorkers(Workers):
     def start(self, job: Job, plan: TimingPlan) -> None:
         lane, g = job.lane, self.gpu
         self._on_gpu[lane].append(job)
-        delay = 0.0
-        if len(self._on_gpu[lane]) > self._workers[lane]:  # a worker process starts for it
-            self._workers[lane] += 1
+        # The process idle longest takes it (the pool's threads queue for jobs): a fresh one.
+        delay, first = max(0.0, self._ready_s - self.clock), True
+        if self._fresh[lane]:
+            self._fresh[lane] -= 1
+        elif self._idle[lane]:
+            self._idle[lane] -= 1
+            delay, first = 0.0, False
+        else:  # a worker process starts for it
             delay = g.worker_start_s
         steps = {"load": g.load_s, "wait": 0.0}
-        self._state[id(job)] = {"plan": plan, "steps": steps}
+        self._state[id(job)] = {"plan": plan, "steps": steps, "first": first}
         self._push(self.clock + delay + g.load_s, "loaded", job, None)
 
     def wait(self) -> list[tuple[Job, Outcome]]:
@@ -141,6 +155,7 @@ class SimulatedWorkers(Workers):
                 self._step(kind, job, payload)
                 continue
             self._on_gpu[job.lane].remove(job)
+            self._idle[job.lane] += 1
             self._state.pop(id(job), None)
             self.jobs.append((job.lane, job.started, t, job.alone))
             return [(job, payload)]  # type: ignore[list-item]
@@ -194,6 +209,7 @@ class SimulatedWorkers(Workers):
             state["steps"]["check"] = seconds
         else:
             prepare = g.prepare_s * math.exp(self._rng.gauss(0.0, g.prepare_spread)) * slow
+            prepare += g.first_job_s if state["first"] else 0.0
             check = 0.0 if g.check_after_timing else min(prepare, g.check_s * slow)
             state["steps"].update(
                 {s: share * (prepare - check) for s, share in _PREPARE_SHARES.items()}
@@ -268,8 +284,9 @@ class SimulatedWorkers(Workers):
 class SimulatedEngine(ParallelEngine):
     """The parallel engine on `gpus` simulated GPUs. `latency(item)` gives a candidate's true
     seconds per run in isolation (default: from a hash of its artifact name; a non-finite
-    value makes it fail). `warm` worker processes per GPU are started before the first job
-    (default: all; the real engine starts as many as the DOP starts at). `virtual_s` is the
+    value makes it fail). `warm` worker processes per GPU start with the engine (default: as
+    many as the DOP can reach; the real engine starts as many as the DOP starts at), ready at
+    `ready_s`. `virtual_s` is the
     virtual time all measure() calls took: what a caller charges to its ledger as measuring
     time (device-hours are that x GPUs held)."""
 
@@ -286,10 +303,14 @@ class SimulatedEngine(ParallelEngine):
         plan: TimingPlan | None = None,
         latency: Callable[[MeasureInput], float] | None = None,
         warm: int | None = None,
+        ready_s: float = 0.0,
     ) -> None:
         self.gpu = gpu or SimulatedGpu()
+        controller = controller or DopController()
+        if warm is None:
+            warm = fixed_dop or controller.ceiling
         super().__init__(
-            SimulatedWorkers(self.gpu, gpus, latency, 1 << 30 if warm is None else warm),
+            SimulatedWorkers(self.gpu, gpus, latency, warm, ready_s),
             controller,
             fixed_dop=fixed_dop,
             overlap_timing=overlap_timing,
