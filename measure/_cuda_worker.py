@@ -2,9 +2,9 @@
 
 A job loads the candidate's module, allocates its inputs once per workload (cupy, handed to
 TVM through DLPack) and warms up: the first launch loads the device code and writes the
-outputs, which are checked for NaN / Inf right there (a candidate that writes them is not
-timed at all); a second launch, timed, sizes a repeat (_timing.TimingPlan.launches), and the
-repeat's back-to-back launches are captured in a CUDA graph, so that a kernel of a few
+outputs, which are checked for NaN / Inf right there, on the host (a candidate that writes
+them is not timed at all); a second launch, timed, sizes a repeat (_timing.TimingPlan.
+launches), and the repeat's back-to-back launches are captured in a CUDA graph, so that a kernel of a few
 microseconds is timed without the host's launch overhead (plain launches if capture fails, or
 one launch per repeat when a kernel fills one alone). Then the job takes the GPU's timed window
 alone and times repeats with CUDA events until the rule in _timing.py stops it. Its device work
@@ -30,7 +30,10 @@ from .base import short_error
 ArgSpec = tuple[str, tuple[int, ...]]
 
 _MAX_CACHED_WORKLOADS = 8
-_CHECKED = ("float32", "float16")  # the dtypes whose check kernels a worker loads at its start
+# Outputs up to this size are checked for NaN / Inf on the host: a copy costs well under a
+# millisecond, where cupy compiles its check kernels in each new process (seconds, and tens of
+# seconds on a host busy building: 278 ms a candidate on the H100 run of 2026-11-27).
+_HOST_CHECK_BYTES = 32 << 20
 _MAX_LAUNCHES = 10_000  # per repeat: bounds a graph's size for the fastest kernels
 _arguments: collections.OrderedDict[
     tuple[int, tuple[ArgSpec, ...]], tuple[list[Any], list[Any]]
@@ -40,14 +43,12 @@ _streams: dict[int, Any] = {}
 
 
 def warm_up(device_index: int) -> None:
-    """Create this worker's CUDA context on its GPU before the first candidate, and load the
-    check's two kernels (cupy compiles a kernel on its first use in a process, or loads it from
-    its disk cache), so that no candidate's steps pay for it."""
+    """Create this worker's CUDA context on its GPU before the first candidate (an allocation;
+    nothing that cupy would compile), so that no candidate's steps pay for it."""
     import cupy
 
     with cupy.cuda.Device(device_index):
-        for dtype in _CHECKED:
-            _finite([cupy.zeros(1, dtype=dtype)])
+        cupy.zeros(1, dtype="float32")
     import tvm  # noqa: F401
     import tvm_ffi  # noqa: F401
 
@@ -161,11 +162,17 @@ def _first_launch(kernel: Any, tensors: list[Any], device_index: int, stream: An
 
 
 def _finite(arrays: list[Any]) -> bool:
-    """No NaN or Inf in any floating-point array (the outputs, after a launch). Flat views, so
-    that every shape runs the same two kernels (cupy compiles one per dimensionality)."""
+    """No NaN or Inf in any floating-point array (the outputs, after a launch): on the host,
+    or on the GPU for arrays over _HOST_CHECK_BYTES (flat views: one kernel for every shape)."""
     import cupy
+    import numpy as np
 
-    return all(bool(cupy.isfinite(a.ravel()).all()) for a in arrays if a.dtype.kind == "f")
+    def finite(a: Any) -> bool:
+        if a.nbytes <= _HOST_CHECK_BYTES:
+            return bool(np.isfinite(a.get()).all())  # a blocking copy on the current stream
+        return bool(cupy.isfinite(a.ravel()).all())
+
+    return all(finite(a) for a in arrays if a.dtype.kind == "f")
 
 
 def _prepare(

@@ -82,6 +82,15 @@ def never_ends(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
                     B[vi] = B[vi] * 1.0001 + A[(vi + vk) % N]
 
 
+@T.prim_func(s_tir=True)
+def writes_nan(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
+    for bx in T.thread_binding(N // 1024, thread="blockIdx.x"):
+        for tx in T.thread_binding(1024, thread="threadIdx.x"):
+            with T.sblock("B"):
+                vi = T.axis.spatial(N, bx * 1024 + tx)
+                B[vi] = T.sqrt(A[vi] * T.float32(0) - T.float32(1))
+
+
 def target():
     from tune_orchestrator.targets import resolve_target
 
@@ -224,6 +233,21 @@ def test_a_hanging_gpu_kernel_costs_one_result_and_the_worker_is_replaced():
             engine.close()
     assert hung.error == "measurement timed out after 10 s"
     assert fine.ok
+
+
+@needs_gpu
+def test_a_kernel_that_writes_nan_is_reported_and_not_timed():
+    with BuildPool(workers=2) as pool:
+        builds = pool.build(
+            [BuildInput(tvm.IRModule({"main": f}), target()) for f in (writes_nan, add_one)]
+        )
+        engine = CudaEngine(fixed_dop=1, plan=TimingPlan(min_repeats=3, race=False))
+        try:
+            nan, fine = engine.measure([MeasureInput(b.artifact, ARGS) for b in builds])
+        finally:
+            engine.close()
+    assert nan.ok and nan.finite is False and len(nan.run_secs) == 1  # its first launch only
+    assert fine.finite is True and len(fine.run_secs) >= 3
 
 
 @needs_gpu
