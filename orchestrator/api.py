@@ -211,6 +211,7 @@ def run(
     from . import exits, prepare
     from .events import Emitter
     from .interrupt import Interrupt, on_signals
+    from .measuring import RunPools
     from .model import fuse_for_tuning, import_to_relax
     from .rundir import RunDir
     from .session import Session, fingerprint
@@ -220,10 +221,6 @@ def run(
     interrupt = Interrupt()
     stopping, plateau = prepare.stopping_rules(given.settings, given.budget, interrupt)
     emit = Emitter(on_event, prepare.mlflow_logger(options, given))
-    relax_mod = import_to_relax(given.model)
-    target_mod = given.target.target
-    tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
-    import_s = time.monotonic() - called
     out_dir = Path(out) if out is not None else prepare.default_out(given.model.name)
     if options.fresh:
         aside = prepare.move_aside(out_dir)
@@ -235,7 +232,17 @@ def run(
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,
         on_signals(interrupt, options.handle_signals),
         _refusal(out_dir, fresh, emit),
+        contextlib.ExitStack() as started,
     ):
+        # The build and measuring workers start first: their imports overlap the model's.
+        pools = None
+        if not options.build_only:
+            logs = run_dir[RunDir.LOGS]
+            pools = started.enter_context(RunPools(given.settings, given.target, logs, given.fleet))
+        relax_mod = import_to_relax(given.model)
+        target_mod = given.target.target
+        tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
+        import_s = time.monotonic() - called
         candidate_filter, predictor = prepare.candidate_filter(
             given.settings, given.target, run_dir.path
         )
@@ -245,7 +252,7 @@ def run(
             stopping=stopping, plateau=plateau, price=given.price, energy=given.energy,
             interrupt=interrupt, candidate_filter=candidate_filter, predictor=predictor,
             warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
-            build_only=options.build_only, emit=emit, command=command,
+            build_only=options.build_only, emit=emit, command=command, pools=pools,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))
@@ -258,12 +265,16 @@ def _refusal(path: Path, fresh: bool, emit: Callable[..., None]) -> Iterator[Non
     reading events sees why, and the budget that would do), and the run directory made for it
     is removed again: nothing ran."""
     from . import exits
-    from .errors import BudgetTooSmall
+    from .errors import BudgetTooSmall, InputError
 
     try:
         yield
     except BudgetTooSmall as exc:
         emit("refused", reason=str(exc), minimum=exc.minimum, exit_code=exits.BUDGET_TOO_SMALL)
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    except InputError:  # the model could not be imported: nothing ran either
         if fresh:
             shutil.rmtree(path, ignore_errors=True)
         raise

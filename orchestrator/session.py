@@ -30,7 +30,12 @@ from .forecast import overheads
 from .interrupt import Interrupt
 from .library import RunLibrary
 from .loop import TuningLoop, spend_fields
-from .measuring import Fleet, cpu_caveat, make_builder, make_engine, measure_untuned_tasks
+from .measuring import (
+    Fleet,
+    RunPools,
+    cpu_caveat,
+    measure_untuned_tasks,
+)
 from .model import OnnxModel
 from .provenance import provenance, utc_now
 from .reporting import write_report
@@ -73,6 +78,7 @@ class Session:
         build_only: bool,
         emit: Emit,
         command: Sequence[str] | None = None,
+        pools: RunPools | None = None,
     ) -> None:
         self.model = model
         self.relax_mod = relax_mod
@@ -102,6 +108,7 @@ class Session:
         self.build_only = build_only
         self.emit = emit
         self.command = command  # the CLI's argv; None when the Python API started the run
+        self.pools = pools  # started before the model's import (else started when needed)
         self.started = utc_now()
         self.builds = ModelBuilds(
             model=model,
@@ -254,6 +261,9 @@ class Session:
         self.run.write_json(RunDir.REPORT, report)
         return report
 
+    def _start_pools(self) -> RunPools:
+        return RunPools(self.settings, self.target, self.run[RunDir.LOGS], self.fleet)
+
     def _measure_and_tune(
         self,
         restored: Restored,
@@ -262,12 +272,9 @@ class Session:
         cost_model: Any,
         ledger: Ledger,
     ) -> tuple[dict[str, Any], Decision]:
-        logs = self.run[RunDir.LOGS]
-        with (
-            contextlib.ExitStack() as claims,
-            make_builder(self.settings, logs) as builder,
-            make_engine(self.settings, self.target, logs, self.fleet) as engine,
-        ):
+        with contextlib.ExitStack() as claims:
+            pools = claims.enter_context(self.pools or self._start_pools())
+            builder, engine = pools.builder, pools.engine
             if isinstance(ledger.clock, VirtualClock):
                 ledger.clock.attach(lambda: engine.virtual_s)  # type: ignore[attr-defined]
             if self.target.device_type == "cuda" and isinstance(engine, LocalEngine):

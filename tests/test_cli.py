@@ -113,6 +113,33 @@ def test_a_run_directory_of_another_model_is_refused_untouched(models):
     assert snapshot(other) == before
 
 
+def test_workers_start_before_the_import_and_an_import_failure_leaves_no_run_folder(
+    models, monkeypatch
+):
+    """The build and measuring workers import TVM while the model is imported; a model TVM
+    then cannot import is still one line and exit 2, with no run folder left behind."""
+    from tune_orchestrator import measuring
+    from tune_orchestrator import model as model_module
+    from tune_orchestrator.errors import InputError
+
+    order = []
+    start = measuring.RunPools.__init__
+
+    def starts(self, *args, **kwargs):
+        order.append("workers")
+        start(self, *args, **kwargs)
+
+    def cannot_import(model):
+        order.append("import")
+        raise InputError(f"TVM cannot import {model.path}: (stand-in); simplify the model")
+
+    monkeypatch.setattr(measuring.RunPools, "__init__", starts)
+    monkeypatch.setattr(model_module, "import_to_relax", cannot_import)
+    fails_with_one_line(["--out", models / "run", models / "tiny.onnx"], "TVM cannot import")
+    assert order == ["workers", "import"]
+    assert not (models / "run").exists()
+
+
 def test_a_run_directory_in_use_is_refused(models):
     busy = models / "busy"
     with RunDir.open(busy, fingerprint={}):
