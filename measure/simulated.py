@@ -286,9 +286,8 @@ class SimulatedEngine(ParallelEngine):
     seconds per run in isolation (default: from a hash of its artifact name; a non-finite
     value makes it fail). `warm` worker processes per GPU start with the engine (default: as
     many as the DOP can reach; the real engine starts as many as the DOP starts at), ready at
-    `ready_s`. `virtual_s` is the
-    virtual time all measure() calls took: what a caller charges to its ledger as measuring
-    time (device-hours are that x GPUs held)."""
+    `ready_s`. `virtual_s` is the virtual time all measure() calls took: what a caller charges
+    to its ledger as measuring time (device-hours are that x GPUs held)."""
 
     device_type = "cuda"
 

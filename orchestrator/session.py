@@ -30,12 +30,7 @@ from .forecast import overheads
 from .interrupt import Interrupt
 from .library import RunLibrary
 from .loop import TuningLoop, spend_fields
-from .measuring import (
-    Fleet,
-    RunPools,
-    cpu_caveat,
-    measure_untuned_tasks,
-)
+from .measuring import Fleet, RunPools, cpu_caveat, measure_untuned_tasks
 from .model import OnnxModel
 from .provenance import provenance, utc_now
 from .reporting import write_report
