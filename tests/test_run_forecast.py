@@ -187,7 +187,7 @@ def test_plan_gives_rounds_as_the_allocation_does():
 
 
 # Fixed phases of 16-trial runs of each model on the 2-core VM (llvm, benchmarks/fixed_phases.py,
-# fixed_phases-vm-2core-f-2026-11-27 and -g-, with the workers started before the model's
+# fixed_phases-vm-2core-f-2026-11-27, -g- and -h-, with the workers started before the model's
 # import; the untuned base was refitted on the first, the other constants on three earlier runs
 # whose baselines still started the workers): tasks, call sites, GFLOP (weighted), the ONNX
 # graph's convolutions and batch normalizations, then the seconds of the untuned baseline, the
@@ -218,6 +218,19 @@ MEASURED_FIXED = {
         "mobilenetv2ish": (33, 55, 0.117, 52, 52, 8.76, 45.40, 4.06, 0.99),
         "inceptionish": (71, 82, 0.070, 57, 0, 13.72, 16.98, 3.32, 1.03),
         "densenetish": (138, 177, 0.109, 87, 88, 28.49, 71.25, 2.90, 1.26),
+    },
+    "sixth run": {
+        "smallcnn": (6, 6, 0.023, 3, 3, 1.80, 3.32, 2.11, 1.75),
+        "mlpish": (4, 4, 0.004, 0, 0, 1.85, 0.78, 2.13, 0.92),
+        "resnetish": (14, 18, 0.216, 15, 15, 4.09, 11.91, 3.05, 0.92),
+        "smallvgg": (13, 13, 0.272, 6, 0, 3.67, 2.27, 4.42, 0.94),
+        "mobilenetish": (16, 16, 0.088, 13, 13, 3.95, 11.83, 3.13, 1.02),
+        "tinybert": (16, 36, 0.027, 0, 0, 3.86, 2.05, 2.38, 1.06),
+        "resnet18ish": (19, 24, 0.297, 20, 20, 4.73, 16.41, 5.65, 1.24),
+        "squeezenetish": (27, 39, 0.048, 26, 0, 5.05, 5.94, 2.69, 0.99),
+        "mobilenetv2ish": (33, 55, 0.117, 52, 52, 7.76, 39.22, 4.12, 0.89),
+        "inceptionish": (71, 82, 0.070, 57, 0, 13.64, 15.65, 3.27, 1.07),
+        "densenetish": (138, 177, 0.109, 87, 88, 27.91, 69.82, 2.88, 1.49),
     },
 }
 
