@@ -4,14 +4,14 @@ A job loads the candidate's module, allocates its inputs once per workload (cupy
 TVM through DLPack) and warms up: the first launch loads the device code and writes the
 outputs, which are checked for NaN / Inf right there, on the host (a candidate that writes
 them is not timed at all); a second launch, timed, sizes a repeat (_timing.TimingPlan.
-launches), and the repeat's back-to-back launches are captured in a CUDA graph, so that a kernel of a few
-microseconds is timed without the host's launch overhead (plain launches if capture fails, or
-one launch per repeat when a kernel fills one alone). Then the job takes the GPU's timed window
-alone and times repeats with CUDA events until the rule in _timing.py stops it. Its device work
-outside the window holds the window shared, so it never lands inside another worker's timing
-(_window.py); all of it comes before the timing, in one hold, so a job never waits for the
-window again after its timing (a waiting timer closes the window to shared holders).
-Everything runs on this worker's own stream.
+launches), and the repeat's back-to-back launches are captured in a CUDA graph, so that a
+kernel of a few microseconds is timed without the host's launch overhead (plain launches if
+capture fails, or one launch per repeat when a kernel fills one alone). Then the job takes
+the GPU's timed window alone and times repeats with CUDA events until the rule in _timing.py
+stops it. Its device work outside the window holds the window shared, so it never lands inside
+another worker's timing (_window.py); all of it comes before the timing, in one hold, so a job
+never waits for the window again after its timing (a waiting timer closes the window to shared
+holders). Everything runs on this worker's own stream.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ many workers started before the first candidate).
 and warm-up as the preparation; the check's mean as what each worker's first job pays once),
 its workers' start, and two figures a report does not give directly, fitted by replaying it:
 the timing noise (from its repeats per candidate) and the cost of holding the window once
-beyond the kernels' own time (from its timed seconds per candidate). `compare(report, gpu)` replays another report and compares what emerges, none of
-which the calibration was given: the window's busy share and candidates per second over the
-spans after the first (the first waits for the first worker), and the wait per candidate.
+beyond the kernels' own time (from its timed seconds per candidate). `compare(report, gpu)`
+replays another report and compares what emerges, none of which the calibration was given:
+the window's busy share and candidates per second over the spans after the first (the first
+waits for the first worker), and the wait per candidate.
 """
 
 from __future__ import annotations
