@@ -63,7 +63,7 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND for at most SECONDS (less 
 step gpu_e2e 600 python3 benchmarks/gpu_e2e.py --models vggish --minutes "$minutes"
 step gpu_engine 240 python3 benchmarks/gpu_engine.py --model "$work/vggish.onnx" \
   --candidates 64 --whole-run-trials 0
-step test_gpu 150 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider
+step test_gpu 240 python3 -m pytest tests/test_gpu.py -q -p no:cacheprovider
 
 fleet() {  # a tracker and a server on this host; the head process without the GPU
   python3 -m tvm.exec.rpc_tracker --host 127.0.0.1 --port 9190 --port-end 9191 --silent &
