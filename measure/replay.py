@@ -170,13 +170,11 @@ def _repeats_off(report: Mapping[str, Any], gpu: SimulatedGpu, noise: float) -> 
 
 
 def _window_overhead(report: Mapping[str, Any], gpu: SimulatedGpu) -> float:
-    """The real timed seconds per candidate less the kernels' share of them, as simulated
-    (scaled to the real repeats) and the per-repeat overhead."""
+    """The real timed seconds per candidate less what its repeats take, as simulated (a
+    repeat's kernels and its overhead) at the real number of repeats."""
     real, simulated = report["measurement"], replay(report, gpu)
-    per_repeat = gpu.repeat_overhead_s
-    kernels = (simulated["step_s"]["timed"] - gpu.window_overhead_s) / simulated["repeats"]
-    kernels -= per_repeat
-    return max(0.0, real["step_s"]["timed"] - (kernels + per_repeat) * real["repeats"])
+    per_repeat = (simulated["step_s"]["timed"] - gpu.window_overhead_s) / simulated["repeats"]
+    return max(0.0, real["step_s"]["timed"] - per_repeat * real["repeats"])
 
 
 def compare(

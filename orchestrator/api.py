@@ -232,13 +232,11 @@ def run(
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,
         on_signals(interrupt, options.handle_signals),
         _refusal(out_dir, fresh, emit),
-        contextlib.ExitStack() as started,
-    ):
         # The build and measuring workers start first: their imports overlap the model's.
-        pools = None
-        if not options.build_only:
-            logs = run_dir[RunDir.LOGS]
-            pools = started.enter_context(RunPools(given.settings, given.target, logs, given.fleet))
+        contextlib.nullcontext()
+        if options.build_only
+        else RunPools(given.settings, given.target, run_dir[RunDir.LOGS], given.fleet) as pools,
+    ):
         relax_mod = import_to_relax(given.model)
         target_mod = given.target.target
         tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
@@ -262,19 +260,16 @@ def run(
 @contextlib.contextmanager
 def _refusal(path: Path, fresh: bool, emit: Callable[..., None]) -> Iterator[None]:
     """A budget refused up front ends the event stream with a `refused` event (a pipeline
-    reading events sees why, and the budget that would do), and the run directory made for it
-    is removed again: nothing ran."""
+    reading events sees why, and the budget that would do); then, as after a model TVM cannot
+    import, the run directory made for it is removed again: nothing ran."""
     from . import exits
     from .errors import BudgetTooSmall, InputError
 
     try:
         yield
-    except BudgetTooSmall as exc:
-        emit("refused", reason=str(exc), minimum=exc.minimum, exit_code=exits.BUDGET_TOO_SMALL)
-        if fresh:
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-    except InputError:  # the model could not be imported: nothing ran either
+    except (BudgetTooSmall, InputError) as exc:  # refused, or a model TVM cannot import
+        if isinstance(exc, BudgetTooSmall):
+            emit("refused", reason=str(exc), minimum=exc.minimum, exit_code=exits.BUDGET_TOO_SMALL)
         if fresh:
             shutil.rmtree(path, ignore_errors=True)
         raise
