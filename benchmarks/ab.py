@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--label", default=platform.node() or "host")
     args = parser.parse_args()
 
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     old_path, old_module = unpack(args.old)
     target_json = json.dumps(resolve_target("llvm").to_json())

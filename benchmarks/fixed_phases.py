@@ -53,9 +53,9 @@ def forecast(model: Path, import_s: float) -> dict[str, Any]:
     from tune_orchestrator.config import Settings
     from tune_orchestrator.deploy.timing import Timing
     from tune_orchestrator.forecast import overheads
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from tune_orchestrator.targets import resolve_target
-    from tune_orchestrator.tasks import extract_tasks
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.targets import resolve_target
+    from tune_orchestrator.model.tasks import extract_tasks
 
     target = resolve_target("llvm").target
     onnx_model = load_model(model)
@@ -93,9 +93,9 @@ def orchestrate(model: Path, budget: str, out: Path, refuse: bool = True) -> dic
     """A run in a child process: its exit code, wall, trials and phases."""
     code = (
         "import sys\n"
-        "from tune_orchestrator.session import Session\n"
+        "from tune_orchestrator.run.session import Session\n"
         + ("" if refuse else "Session._refuse_too_small = lambda *a, **k: None\n")
-        + "from tune_orchestrator.cli import main\n"
+        + "from tune_orchestrator.cli.commands import main\n"
         "main()\n"
     )
     command = [sys.executable, "-c", code, "--budget", budget, "--out", str(out)]

@@ -47,7 +47,7 @@ def signature(mod: Any) -> tuple:
     """A PrimFunc's arguments (dtype, shape): the same for a workload and its schedules."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from tune_orchestrator.tasks import arg_specs
+    from tune_orchestrator.model.tasks import arg_specs
 
     return arg_specs(ArgInfo.from_entry_func(mod, remove_preproc=True))
 
@@ -68,9 +68,9 @@ def tune_vanilla(model: str, target_json: str, seconds: float, seed: int, work: 
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.tasks import extract_tasks, structural_key
     from tune_orchestrator.simulate import Landscape
-    from tune_orchestrator.tasks import extract_tasks, structural_key
 
     target = tvm.target.Target(json.loads(target_json))
     fused = fuse_for_tuning(import_to_relax(load_model(model)), target)
@@ -207,9 +207,9 @@ def simulated_latency(model: Path, target_json: str, seed: int,
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.tasks import extract_tasks
     from tune_orchestrator.simulate import Landscape
-    from tune_orchestrator.tasks import extract_tasks
 
     target = tvm.target.Target(json.loads(target_json))
     tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
@@ -283,7 +283,7 @@ def main() -> None:
 
     from models import write
 
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     resolved = resolve_target("nvidia/nvidia-h100" if args.simulate else "cuda",
                               simulate=args.simulate)  # fmt: skip

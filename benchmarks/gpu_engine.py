@@ -48,9 +48,9 @@ def propose(model_path: Path, target: Any, count: int, seed: int) -> list[tuple[
     from tvm.s_tir import meta_schedule as ms
 
     from tune_orchestrator.config import Settings
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.tasks import arg_specs, extract_tasks
     from tune_orchestrator.search import TaskSearch
-    from tune_orchestrator.tasks import arg_specs, extract_tasks
 
     fused = fuse_for_tuning(import_to_relax(load_model(model_path)), target)
     tasks = extract_tasks(fused, target)[:4]
@@ -151,7 +151,7 @@ def timed_with(
     of that pass with the engine's start (as LocalRunner's first pass has its own), and of a
     second pass over the same candidates with its workers started."""
     from tune_orchestrator.config import Settings
-    from tune_orchestrator.measuring import make_engine
+    from tune_orchestrator.run.measuring import make_engine
 
     print(f"{label} ...", flush=True)
     start = time.perf_counter()
@@ -172,8 +172,8 @@ def part_one(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
 
     from tune_orchestrator.config import Settings
     from tune_orchestrator.measure import BuildInput, MeasureInput
-    from tune_orchestrator.measuring import Fleet, make_builder, timer_config
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
+    from tune_orchestrator.run.measuring import Fleet, make_builder, timer_config
 
     resolved = resolve_target(args.target, build_only=args.build_only)
     print(f"target: {resolved.describe()}", flush=True)

@@ -89,7 +89,7 @@ def main() -> None:
         print(json.dumps(figures))
         return
 
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     spec = args.target or ("nvidia/nvidia-h100" if args.simulate else "llvm")
     resolved = resolve_target(spec, simulate=args.simulate)

@@ -187,7 +187,7 @@ def main() -> None:
         child(args)
         return
 
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     resolved = resolve_target("llvm")
     target_json = json.dumps(resolved.to_json())

@@ -96,7 +96,7 @@ def main() -> None:
         print(json.dumps(figures))
         return
 
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     resolved = resolve_target(args.target)
     target_json = json.dumps(resolved.to_json())

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tune_orchestrator.measure import Measurement
-    from tune_orchestrator.tasks import Candidate, Task
+    from tune_orchestrator.model.tasks import Candidate, Task
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from .base import Filter, Selection
 
 if TYPE_CHECKING:
     from tune_orchestrator.measure import Measurement
-    from tune_orchestrator.tasks import Candidate, Task
+    from tune_orchestrator.model.tasks import Candidate, Task
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from .errors import BudgetTooSmall, InputError
 from .options import Options
 
 # When this package was first imported (time.monotonic()): the CLI's budget starts here or,
-# when the process itself started shortly before, there (tune_orchestrator.cli.process_started).
+# when the process itself started shortly before, there (cli.commands.process_started).
 IMPORTED = time.monotonic()
 
 try:

@@ -208,14 +208,15 @@ def run(
     start) rather than from the call, and the `command` line the report says started it."""
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
-    from . import exits, prepare
+    from . import exits
     from .events import Emitter
-    from .interrupt import Interrupt, on_signals
-    from .measuring import RunPools
-    from .model import fuse_for_tuning, import_to_relax
+    from .model.importer import fuse_for_tuning, import_to_relax
+    from .model.tasks import extract_tasks
+    from .run import prepare
+    from .run.interrupt import Interrupt, on_signals
+    from .run.measuring import RunPools
+    from .run.session import Session, fingerprint
     from .rundir import RunDir
-    from .session import Session, fingerprint
-    from .tasks import extract_tasks
 
     given = prepare.check_inputs(model, budget, target, options, os.environ if env is None else env)
     interrupt = Interrupt()

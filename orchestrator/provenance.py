@@ -13,7 +13,7 @@ from typing import Any
 
 from tune_orchestrator.measure.telemetry import driver_version
 
-from .targets import host_cores
+from .model.targets import host_cores
 
 API = "python API"
 

@@ -68,7 +68,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """host_cores() answers 2 wherever the package calls it, so that forecasts (and the
     budgets they suggest) read as on the 2-core machine the expected texts come from."""
-    from tune_orchestrator import targets
+    from tune_orchestrator.model import targets
 
     real = targets.host_cores
     for name, module in list(sys.modules.items()):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from devices import GPU
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.rundir import RunDir
 
 
@@ -118,9 +118,9 @@ def test_workers_start_before_the_import_and_an_import_failure_leaves_no_run_fol
 ):
     """The build and measuring workers import TVM while the model is imported; a model TVM
     then cannot import is still one line and exit 2, with no run folder left behind."""
-    from tune_orchestrator import measuring
-    from tune_orchestrator import model as model_module
     from tune_orchestrator.errors import InputError
+    from tune_orchestrator.model import importer as model_module
+    from tune_orchestrator.run import measuring
 
     order = []
     start = measuring.RunPools.__init__
@@ -274,7 +274,7 @@ def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it
     import psutil
 
     import tune_orchestrator as orchestrator
-    from tune_orchestrator.cli import process_started
+    from tune_orchestrator.cli.commands import process_started
 
     now = time.time()
     monkeypatch.setattr(orchestrator, "IMPORTED", time.monotonic())

@@ -5,8 +5,8 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from tune_orchestrator import cli_docs
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli import docs as cli_docs
+from tune_orchestrator.cli.commands import main
 
 CLI_MD = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
@@ -15,7 +15,7 @@ def test_docs_cli_md_is_what_the_generator_writes_now(tmp_path):
     fresh = tmp_path / "cli.md"
     assert cli_docs.main([str(fresh)]) == 0
     assert CLI_MD.read_text() == fresh.read_text(), (
-        "docs/cli.md is not current: run python -m tune_orchestrator.cli_docs"
+        "docs/cli.md is not current: run python -m tune_orchestrator.cli.docs"
     )
 
 

@@ -3,7 +3,7 @@ import tomllib
 import pytest
 from click.testing import CliRunner
 
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.errors import InputError
 

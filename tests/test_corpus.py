@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CASES = tomllib.loads((CORPUS / "manifest.toml").read_text())["case"]

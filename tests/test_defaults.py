@@ -11,19 +11,19 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 
 from tune_orchestrator import deploy
 from tune_orchestrator.config import Settings
-from tune_orchestrator.defaults import (
+from tune_orchestrator.model.defaults import (
     SearchView,
     default_schedule,
     deployed_schedule,
     hex_key,
     record_default,
 )
-from tune_orchestrator.measuring import untuned_workload
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import extract_tasks, structural_key
+from tune_orchestrator.run.measuring import untuned_workload
 from tune_orchestrator.rundir.restore import restore
 from tune_orchestrator.search import TaskSearch
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import extract_tasks, structural_key
 
 TARGETS = ["llvm", "nvidia/nvidia-h100"]
 

@@ -218,12 +218,12 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
     from tune_orchestrator.budget import BudgetLimits, Ledger, parse_budget
     from tune_orchestrator.config import Settings
     from tune_orchestrator.filters import NoFilter
-    from tune_orchestrator.loop import TuningLoop
     from tune_orchestrator.measure import BuildPool, LocalEngine, TimerConfig
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from tune_orchestrator.scheduler import GainScheduler, TaskState
-    from tune_orchestrator.targets import resolve_target
-    from tune_orchestrator.tasks import extract_tasks
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.targets import resolve_target
+    from tune_orchestrator.model.tasks import extract_tasks
+    from tune_orchestrator.run.loop import TuningLoop
+    from tune_orchestrator.run.scheduler import GainScheduler, TaskState
 
     target = resolve_target("llvm").target
     tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
@@ -260,10 +260,10 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
 
 
 def test_nan_fails_a_candidate_only_where_the_untuned_kernel_is_finite():
-    from tune_orchestrator.loop import TuningLoop
     from tune_orchestrator.measure import Measurement
-    from tune_orchestrator.scheduler import TaskState
-    from tune_orchestrator.tasks import Task
+    from tune_orchestrator.model.tasks import Task
+    from tune_orchestrator.run.loop import TuningLoop
+    from tune_orchestrator.run.scheduler import TaskState
 
     task = Task(0, "t", 1, 1.0, None, "0" * 16)
     nan = Measurement((1e-4,), finite=False)

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 import onnx_models
 from cli_args import tune_args
 from tune_orchestrator import InputError, tune
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
+from tune_orchestrator.cli.printer import Printer
 from tune_orchestrator.config import Settings
 from tune_orchestrator.events import schema as event_schema
-from tune_orchestrator.printer import Printer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,10 +27,10 @@ from tune_orchestrator.filters._calibration import Calibration, stratified_sampl
 from tune_orchestrator.filters._predictor import FAILED_TARGET, Predictor
 from tune_orchestrator.filters.xgb import Audit, choose, positions
 from tune_orchestrator.measure import Measurement
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import Candidate, extract_tasks, structural_key
 from tune_orchestrator.search import TaskSearch
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import Candidate, extract_tasks, structural_key
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import onnx_models
 from cli_args import tune_args
 from devices import GPU
 from engine_contract import check_engine_contract
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.measure import (
     BuildInput,
     BuildPool,
@@ -92,7 +92,7 @@ def writes_nan(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32")):
 
 
 def target():
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     return resolve_target("cuda").target
 

@@ -15,11 +15,11 @@ from tvm.s_tir.meta_schedule import _ffi_api
 import onnx_models
 from tune_orchestrator.budget.render import describe_search
 from tune_orchestrator.config import Settings
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.search import TaskSearch
 from tune_orchestrator.search.gpu_precheck import space_generator, violation
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import extract_tasks, structural_key
 
 H100 = "nvidia/nvidia-h100"
 

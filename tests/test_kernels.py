@@ -13,11 +13,12 @@ from tvm.s_tir import meta_schedule as ms
 
 import onnx_models
 from devices import GPU
-from tune_orchestrator import deploy, onnx_names
-from tune_orchestrator.cli import main
+from tune_orchestrator import deploy
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
-from tune_orchestrator.model import import_to_relax, load_model
-from tune_orchestrator.targets import resolve_target
+from tune_orchestrator.model import names as onnx_names
+from tune_orchestrator.model.importer import import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
 
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no CUDA compiler (nvcc) on this host")

@@ -28,9 +28,9 @@ from tune_orchestrator.library.files import (
     record_json,
     target_key,
 )
-from tune_orchestrator.scheduler import GainScheduler, RoundSizes, TaskState
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import Task
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import Task
+from tune_orchestrator.run.scheduler import GainScheduler, RoundSizes, TaskState
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -295,10 +295,10 @@ def test_the_library_round_event_validates_and_prints(capsys):
     import jsonschema
 
     from tune_orchestrator.budget import Ledger
+    from tune_orchestrator.cli.printer import Printer
     from tune_orchestrator.events import Emitter
     from tune_orchestrator.events import schema as event_schema
     from tune_orchestrator.measure import Measurement
-    from tune_orchestrator.printer import Printer
 
     events = []
     flat = library_task(0, library_trials=512, plateau=True)
@@ -426,7 +426,7 @@ def tune(model: Path, out: Path, config: Path, *options: str, budget: str = "16t
     from click.testing import CliRunner
 
     from cli_args import tune_args
-    from tune_orchestrator.cli import main
+    from tune_orchestrator.cli.commands import main
 
     result = CliRunner().invoke(main, tune_args(model, out, config, *options, budget=budget))
     assert result.exit_code == 0, result.output + repr(result.exception)
@@ -439,8 +439,8 @@ def tune(model: Path, out: Path, config: Path, *options: str, budget: str = "16t
 
 
 def extract(model: Path):
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from tune_orchestrator.tasks import extract_tasks
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.tasks import extract_tasks
 
     target = resolve_target("llvm").target
     return extract_tasks(fuse_for_tuning(import_to_relax(load_model(model)), target), target)
@@ -448,7 +448,7 @@ def extract(model: Path):
 
 def scheduled_key(record) -> int:
     """The schedule a record stands for, whatever database it came from."""
-    from tune_orchestrator.tasks import structural_key
+    from tune_orchestrator.model.tasks import structural_key
 
     return structural_key(record.as_measure_candidate().sch.mod)
 

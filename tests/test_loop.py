@@ -13,13 +13,13 @@ from tune_orchestrator.budget import AnyOf, BudgetLimits, Ledger, StoppingRule, 
 from tune_orchestrator.budget.base import Decision
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Filter, NoFilter, Selection
-from tune_orchestrator.loop import TuningLoop
 from tune_orchestrator.measure import Build, Builder, Engine, Measurement
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-from tune_orchestrator.scheduler import GainScheduler, TaskState
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import extract_tasks, structural_key
+from tune_orchestrator.run.loop import TuningLoop
+from tune_orchestrator.run.scheduler import GainScheduler, TaskState
 from tune_orchestrator.search import TaskSearch
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import extract_tasks, structural_key
 
 
 class KeyBuilder(Builder):
@@ -360,7 +360,7 @@ def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
 
 
 def test_a_round_gives_every_gpu_a_round_of_its_own():
-    from tune_orchestrator.loop import round_size
+    from tune_orchestrator.run.loop import round_size
 
     workers = KeyBuilder().workers
     assert round_size(64, workers, gpus=1) == 64
@@ -463,7 +463,7 @@ def test_the_stop_does_not_wait_for_a_search_running_ahead():
 
 
 def tasks_of(n):
-    from tune_orchestrator.tasks import Task
+    from tune_orchestrator.model.tasks import Task
 
     return [Task(i, f"t{i}", 1, 1e6, None, f"{i:016x}") for i in range(n)]
 

@@ -283,8 +283,8 @@ def test_the_local_engine_cuts_short_a_candidate_clearly_slower_than_the_best_so
 
 
 def test_untuned_kernels_of_different_tasks_are_not_raced_against_each_other(pool):
-    from tune_orchestrator.measuring import measure_untuned_tasks
-    from tune_orchestrator.tasks import Task
+    from tune_orchestrator.model.tasks import Task
+    from tune_orchestrator.run.measuring import measure_untuned_tasks
 
     tasks = [
         Task(i, f.__name__, 1, 1.0, module(f), f"{i:016x}")
@@ -385,7 +385,7 @@ def test_metaschedule_cuda_candidates_build_without_a_gpu(pool):
     from tvm.s_tir import meta_schedule as ms
 
     from tune_orchestrator import _tvm
-    from tune_orchestrator.targets import resolve_target
+    from tune_orchestrator.model.targets import resolve_target
 
     @T.prim_func(s_tir=True)
     def matmul(

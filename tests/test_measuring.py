@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from devices import GPU
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.measure import DopConfig, TimingPlan
-from tune_orchestrator.measuring import (
+from tune_orchestrator.run.measuring import (
     Fleet,
     dop_config,
     make_builder,
@@ -130,7 +130,7 @@ def test_parallelism_on_a_cpu_target_exits_2_before_anything_is_written(tmp_path
 
 
 def test_chosen_gpus_are_held_claimed_and_metered_each():
-    from tune_orchestrator.targets import visible_gpus
+    from tune_orchestrator.model.targets import visible_gpus
 
     if GPU and len(visible_gpus()) < 2:
         pytest.skip("picks GPUs 0 and 1: needs two visible GPUs, or none (build only)")

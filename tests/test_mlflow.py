@@ -12,7 +12,7 @@ from test_report import synthetic_report
 import onnx_models
 from cli_args import tune_args
 from tune_orchestrator.api import Result
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.mlflow_log import MlflowLogger
 
 

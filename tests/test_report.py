@@ -16,14 +16,14 @@ from tune_orchestrator.budget import Ledger, parse_budget
 from tune_orchestrator.budget.render import describe_coverage, markdown, to_html
 from tune_orchestrator.budget.report import make_report, schema, task_row
 from tune_orchestrator.budget.units import fmt_latency
-from tune_orchestrator.cli import check_failed_message, main
+from tune_orchestrator.cli.commands import check_failed_message, main
+from tune_orchestrator.cli.printer import Printer
 from tune_orchestrator.deploy.timing import Latency, change, claimed_speedup
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.events import schema as events_schema
 from tune_orchestrator.forecast.earlier import journal_observations
-from tune_orchestrator.printer import Printer
 from tune_orchestrator.provenance import provenance
-from tune_orchestrator.reporting import rerender, write_report
+from tune_orchestrator.run.reporting import rerender, write_report
 from tune_orchestrator.rundir import RunDir
 
 

@@ -4,12 +4,12 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.database import TuningRecord
 
 from tune_orchestrator.config import Settings
-from tune_orchestrator.loop import FAILED_RUN_SECS
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import extract_tasks, structural_key
+from tune_orchestrator.run.loop import FAILED_RUN_SECS
 from tune_orchestrator.rundir.restore import restore, spend_so_far
 from tune_orchestrator.search import TaskSearch
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import extract_tasks, structural_key
 
 
 def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(

@@ -25,7 +25,7 @@ from devices import GPU
 from engine_contract import check_engine_contract
 from tune_orchestrator import InputError
 from tune_orchestrator.budget import Ledger
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy.builds import ModelBuilds
 from tune_orchestrator.deploy.devices import FleetDevice
@@ -39,10 +39,10 @@ from tune_orchestrator.measure import (
     TimingPlan,
 )
 from tune_orchestrator.measure.rpc import tracker_keys
-from tune_orchestrator.measuring import target_and_fleet
-from tune_orchestrator.model import import_to_relax, load_model
+from tune_orchestrator.model.importer import import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.run.measuring import target_and_fleet
 from tune_orchestrator.rundir import RunDir
-from tune_orchestrator.targets import resolve_target
 
 KEY = "test-cpu"
 ARGS = (("float32", (4096,)), ("float32", (4096,)))

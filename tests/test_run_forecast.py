@@ -11,7 +11,7 @@ import onnx_models
 from tune_orchestrator.budget import parse_budget
 from tune_orchestrator.budget.forecast import BUILTIN_PRIOR, Allocation, TuningPrior, plan
 from tune_orchestrator.budget.ledger import Ledger
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy.timing import Timing
 from tune_orchestrator.forecast import overheads
@@ -24,7 +24,7 @@ from tune_orchestrator.forecast.run import (
     forecast_run,
     observed_split,
 )
-from tune_orchestrator.scheduler import heavy_floors
+from tune_orchestrator.run.scheduler import heavy_floors
 
 FIXED = FixedPhases(
     import_s=18.0,

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from tune_orchestrator.scheduler import (
+from tune_orchestrator.model.tasks import Task
+from tune_orchestrator.run.scheduler import (
     GainScheduler,
     RoundCosts,
     RoundSizes,
@@ -11,7 +12,6 @@ from tune_orchestrator.scheduler import (
     current_shares,
     model_latency_s,
 )
-from tune_orchestrator.tasks import Task
 
 SIZES = RoundSizes(16, 64)
 
@@ -198,7 +198,7 @@ def test_round_sizes_are_whole_waves_doubling_from_a_first_touch():
 
 
 def candidate(key):
-    from tune_orchestrator.tasks import Candidate
+    from tune_orchestrator.model.tasks import Candidate
 
     return Candidate(None, None, key)
 

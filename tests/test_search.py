@@ -16,13 +16,13 @@ from tvm.s_tir.schedule import Schedule
 
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Predictor
-from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.search import TaskSearch
 from tune_orchestrator.search import cost_model as shared
 from tune_orchestrator.search.cost_model import SharedCostModel, candidate_features
 from tune_orchestrator.search.strategy import population_size
-from tune_orchestrator.targets import resolve_target
-from tune_orchestrator.tasks import extract_tasks, structural_key
 
 
 @pytest.fixture(scope="module")

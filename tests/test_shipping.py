@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from tune_orchestrator.budget import Ledger
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import builds, devices, library
 from tune_orchestrator.deploy.builds import ModelBuilds
 from tune_orchestrator.deploy.library import Check
 from tune_orchestrator.deploy.timing import Latency
 from tune_orchestrator.events import schema
-from tune_orchestrator.measuring import Fleet
+from tune_orchestrator.run.measuring import Fleet
 from tune_orchestrator.rundir import RunDir
 
 FAST = Latency((1.0e-3, 1.1e-3, 1.2e-3))

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.forecast.earlier import earlier_runs
+from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.simulate import Landscape, VirtualClock
-from tune_orchestrator.targets import resolve_target
 
 
 def test_the_landscape_is_deterministic_and_never_beats_the_floor():
@@ -108,8 +108,8 @@ def test_stock_tvm_finds_a_simulated_runs_records_for_the_models_own_kernels(sim
     # filed under an already scheduled kernel that compile_relax never looks up.
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model import fuse_for_tuning, import_to_relax, load_model
-    from tune_orchestrator.tasks import extract_tasks
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.tasks import extract_tasks
 
     target = resolve_target("auto", simulate=True).target
     tasks = extract_tasks(

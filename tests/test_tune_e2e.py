@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
-from tune_orchestrator.cli import main
+from tune_orchestrator.cli.commands import main
 
 # Every test here runs a whole tune or reads one (the module's `tuned` fixture, ~20 s).
 pytestmark = pytest.mark.slow

@@ -18,9 +18,9 @@ from typing import Any
 from tune_orchestrator.budget import Ledger
 
 from ..config import Settings
-from ..model import OnnxModel
+from ..model.importer import OnnxModel
+from ..model.targets import ResolvedTarget
 from ..rundir import RunDir
-from ..targets import ResolvedTarget
 from . import kernels
 from . import library as deploy
 from .devices import FleetDevice, LocalDevice

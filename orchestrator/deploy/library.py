@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import OnnxModel
+from ..model.importer import OnnxModel
 from .timing import Latency, Timing, time_models
 
 

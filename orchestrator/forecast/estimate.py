@@ -16,7 +16,7 @@ from tune_orchestrator.measure import Measurement
 
 from ..deploy.timing import Timing, time_models
 from ..errors import InputError
-from ..scheduler import RoundSizes, heavy_floors
+from ..run.scheduler import RoundSizes, heavy_floors
 from . import overheads
 from .earlier import Attainable, earlier_runs, prior_and_round_cost
 from .run import EarlyStop, FixedPhases, RoundCosts, default_split, forecast_run
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from tune_orchestrator.budget.prices import Price
 
     from ..config import Settings
-    from ..model import OnnxModel
-    from ..targets import ResolvedTarget
-    from ..tasks import Task
+    from ..model.importer import OnnxModel
+    from ..model.targets import ResolvedTarget
+    from ..model.tasks import Task
 
 DEFAULT_BUDGETS = ("5min", "15min", "1h")
 
@@ -142,10 +142,10 @@ def _read_inputs(
     from tune_orchestrator.budget.prices import run_price
 
     from ..config import Settings
-    from ..model import fuse_for_tuning, import_to_relax, load_model
-    from ..prepare import shapes as _shapes
-    from ..targets import host_cores, resolve_target
-    from ..tasks import extract_tasks
+    from ..model.importer import fuse_for_tuning, import_to_relax, load_model
+    from ..model.targets import host_cores, resolve_target
+    from ..model.tasks import extract_tasks
+    from ..run.prepare import shapes as _shapes
 
     settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))
@@ -206,7 +206,7 @@ def _measure_fixed_phases(inputs: _Inputs, timing: Timing, guess: overheads.Fixe
     from tvm.s_tir import meta_schedule as ms
 
     from .. import deploy
-    from ..measuring import make_builder, make_engine, measure_untuned_tasks
+    from ..run.measuring import make_builder, make_engine, measure_untuned_tasks
 
     settings, resolved = inputs.settings, inputs.resolved
     with (
@@ -248,9 +248,9 @@ def _rounds(
 ) -> _Rounds:
     """The round sizes the run would use and a round's cost: as timed in `earlier` runs,
     else scaled from the baseline (a guess, with no device here)."""
-    from ..loop import round_sizes  # the loop imports TVM's search: only here
-    from ..measuring import build_workers
-    from ..targets import host_cores
+    from ..model.targets import host_cores
+    from ..run.loop import round_sizes  # the loop imports TVM's search: only here
+    from ..run.measuring import build_workers
 
     resolved = inputs.resolved
     sizes = round_sizes(inputs.settings, build_workers(inputs.settings), resolved.devices)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from ..config import Settings
 from ..deploy.timing import Timing
-from ..tasks import Task
+from ..model.tasks import Task
 
 # Fitted to eleven models of 4-138 tasks on the 2-core VM (llvm, znver4, 2026-11-26: a
 # 16-trial run of each, benchmarks/results/fixed_phases-before-recalibration-*.json, checked
@@ -201,8 +201,8 @@ def upfront_first_round_s(
     top): what `upfront_minimum_s` adds to the fixed phases."""
     from tune_orchestrator.budget import Ledger
 
-    from ..loop import first_proposals
-    from ..targets import host_cores
+    from ..model.targets import host_cores
+    from ..run.loop import first_proposals
 
     proposals = first_proposals(settings, gpus=gpus, filtered=filtered)
     return Ledger.FORECAST_MARGIN * first_round_s(

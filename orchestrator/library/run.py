@@ -13,8 +13,8 @@ from typing import Any
 from tune_orchestrator.filters._predictor import fit_warm, learn_records
 
 from ..errors import InputError
-from ..scheduler import TaskState, model_latency_s
-from ..tasks import Task
+from ..model.tasks import Task
+from ..run.scheduler import TaskState, model_latency_s
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match, workload_key
 from .transfer_round import Transferred, record_rounds, replayed
@@ -232,7 +232,7 @@ class RunLibrary:
     def _emit(
         state: TaskState, measured: Sequence[Any], tasks: int, ledger: Any, emit: Emit
     ) -> None:
-        from ..loop import spend_fields
+        from ..run.loop import spend_fields
 
         emit(
             "library_round",

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..scheduler import TaskState
+from ..run.scheduler import TaskState
 from ..search.transfer import AS_IS, FAILED, blocks, replay
 from .files import record_json
 from .records import LibraryView, mean_s

@@ -18,9 +18,9 @@ from tune_orchestrator.budget.ledger import Point
 from tune_orchestrator.filters import Filter
 from tune_orchestrator.measure import Measurement
 
-from ..loop import FAILED_RUN_SECS
-from ..scheduler import TaskState
-from ..tasks import Candidate, Task, structural_key
+from ..model.tasks import Candidate, Task, structural_key
+from ..run.loop import FAILED_RUN_SECS
+from ..run.scheduler import TaskState
 
 
 @dataclasses.dataclass
@@ -112,7 +112,7 @@ def _read_database(
     seconds, its candidates and results to relearn)."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-    from ..defaults import hex_key
+    from ..model.defaults import hex_key
 
     by_key = {structural_key(task.workload): task for task in tasks}
     default_records: dict[int, Any] = {}

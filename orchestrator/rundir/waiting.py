@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..library.files import record_json
-from ..tasks import Candidate, Task
+from ..model.tasks import Candidate, Task
 from .directory import RunDir
 
 FILE = "waiting.jsonl"

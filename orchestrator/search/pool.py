@@ -12,7 +12,7 @@ import itertools
 import threading
 from collections.abc import Collection, Iterable, Sequence
 
-from ..tasks import Candidate
+from ..model.tasks import Candidate
 
 
 class ProposalPool:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..tasks import Candidate, Task, structural_key
+from ..model.tasks import Candidate, Task, structural_key
 from .cost_model import candidate_features
 from .pool import ProposalPool
 from .strategy import SearchTimes, TaskSearch

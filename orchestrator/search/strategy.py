@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import _tvm
 from ..config import Settings
-from ..tasks import Task, structural_key
+from ..model.tasks import Task, structural_key
 from .gpu_precheck import VERIFY, space_generator
 
 _SAMPLE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchSampleInitPopulation"

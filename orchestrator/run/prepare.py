@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .options import Options
+from ..errors import InputError
+from ..options import Options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +36,10 @@ def check_inputs(
     from tune_orchestrator.budget.prices import run_price
     from tune_orchestrator.measure.telemetry import energy_meter
 
-    from .library import RunLibrary
+    from ..library import RunLibrary
+    from ..model.importer import load_model
+    from ..model.targets import host_cores
     from .measuring import target_and_fleet
-    from .model import load_model
-    from .targets import host_cores
 
     settings = _settings(budget, target, options, env)
     budget_obj = _budget(settings)
@@ -104,7 +104,7 @@ def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, 
     when the search keeps TVM's own)."""
     from tune_orchestrator.filters import Predictor, TrimmerConfig, make_filter
 
-    from .targets import host_cores
+    from ..model.targets import host_cores
 
     f, seed = settings.filter, settings.tune.seed
     shared = settings.search.cost_model == "shared"
@@ -138,7 +138,7 @@ def mlflow_logger(options: Options, inputs: Inputs) -> Any:
     """An MLflow logger of the run, or None when not asked for."""
     if not options.mlflow:
         return None
-    from .mlflow_log import MlflowLogger
+    from ..mlflow_log import MlflowLogger
 
     return MlflowLogger(
         tracking_uri=options.mlflow if isinstance(options.mlflow, str) else None,
@@ -178,7 +178,7 @@ def move_aside(out: Path) -> Path | None:
 
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
     """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings."""
-    from .model import parse_input_shape
+    from ..model.importer import parse_input_shape
 
     if given is None:
         return {}
@@ -194,7 +194,7 @@ def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[st
 
 
 def _settings(budget: Any, target: str | None, options: Options, env: Mapping[str, str]) -> Any:
-    from .config import Settings
+    from ..config import Settings
 
     given = {"tune.budget": None if budget is None else str(budget), "tune.target": target}
     overrides = {k: v for k, v in given.items() if v is not None} | options.overrides()

@@ -22,7 +22,7 @@ from tune_orchestrator.budget.render import (
 )
 from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
 
-from .api import Result
+from ..api import Result
 
 
 def fmt_flops(flops: float) -> str:

@@ -9,7 +9,7 @@ import math
 import statistics
 from collections.abc import Collection, Sequence
 
-from .tasks import Task
+from ..model.tasks import Task
 
 
 @dataclasses.dataclass

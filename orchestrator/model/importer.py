@@ -13,8 +13,8 @@ from typing import Any
 
 from tune_orchestrator.measure.base import short_error
 
-from . import onnx_names
-from .errors import InputError
+from ..errors import InputError
+from . import names
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -118,7 +118,7 @@ def load_model(
         raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
     _check_operators(path, proto.graph)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
-    tvm_proto, tvm_names = onnx_names.for_tvm(proto)
+    tvm_proto, tvm_names = names.for_tvm(proto)
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),

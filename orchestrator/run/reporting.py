@@ -11,8 +11,8 @@ from typing import Any
 from tune_orchestrator.budget import render
 from tune_orchestrator.budget.report import schema
 
-from .errors import InputError
-from .rundir import RunDir
+from ..errors import InputError
+from ..rundir import RunDir
 
 
 def write_report(run: RunDir, report: Mapping[str, Any]) -> dict[str, Path]:

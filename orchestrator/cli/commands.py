@@ -13,12 +13,12 @@ import click
 
 from tune_orchestrator.budget import BudgetError, parse_budget
 
-from . import exits
-from .cli_help import GroupedCommand, default_of, near_command
-from .errors import BudgetTooSmall, InputError
+from .. import exits
+from ..errors import BudgetTooSmall, InputError
+from .help import GroupedCommand, default_of, near_command
 
 if TYPE_CHECKING:
-    from .api import Result
+    from ..api import Result
 
 
 class BudgetType(click.ParamType):
@@ -287,9 +287,9 @@ def tune_command(
 ) -> int:
     """Tune MODEL (an ONNX file) and leave a run directory with the tuned library, a stock TVM
     tuning database, a journal and the cost report. Run again with the same --out to resume."""
-    from .api import run
-    from .events import JsonLines
-    from .options import Options
+    from ..api import run
+    from ..events import JsonLines
+    from ..options import Options
     from .printer import Printer
 
     if library is not None and no_library:
@@ -413,7 +413,7 @@ def estimate_command(
 ) -> int:
     """Tasks, FLOPs, untuned latency, the spend likely needed to reach 90/95/99% of the
     attainable gain, and what a run would spend, phase by phase, and reach at a few budgets."""
-    from .forecast.estimate import DEFAULT_BUDGETS, estimate
+    from ..forecast.estimate import DEFAULT_BUDGETS, estimate
     from .printer import print_estimate
 
     result = estimate(
@@ -437,7 +437,7 @@ def estimate_command(
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
 def report_command(run_dir: Path) -> int:
     """Render the cost report of RUN_DIR again: report.json, report.md, report.html, plots."""
-    from .reporting import rerender
+    from ..run.reporting import rerender
 
     for kind, path in rerender(run_dir).items():
         click.echo(f"{kind:<18}{path}")
@@ -454,7 +454,7 @@ def report_command(run_dir: Path) -> int:
 def config_command(config_file: Path | None) -> int:
     """Print the resolved configuration as TOML, each value with where it came from: the
     packaged defaults, a --config file, an ORCHESTRATE_* variable."""
-    from .config import Settings
+    from ..config import Settings
 
     settings = Settings.load(config_file, env=os.environ)
     sources = Settings.sources(config_file, env=os.environ)
@@ -484,7 +484,7 @@ def process_started() -> float:
 
     import psutil
 
-    from . import IMPORTED
+    from .. import IMPORTED
 
     age = max(0.0, time.time() - psutil.Process().create_time())
     created = time.monotonic() - age

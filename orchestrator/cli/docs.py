@@ -1,7 +1,7 @@
 """docs/cli.md, made from the commands' own --help texts, so the reference cannot drift.
 
-python -m tune_orchestrator.cli_docs            # write docs/cli.md
-python -m tune_orchestrator.cli_docs --check    # exit 1 when docs/cli.md is not current
+python -m tune_orchestrator.cli.docs            # write docs/cli.md
+python -m tune_orchestrator.cli.docs --check    # exit 1 when docs/cli.md is not current
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ WIDTH = 100  # fixed, so the text does not depend on the terminal that generates
 HEADER = f"""# Command-line reference
 
 Generated from `{PROG} --help` and each command's `--help` by
-`python -m tune_orchestrator.cli_docs`; do not edit by hand (`tests/test_cli_docs.py` fails
+`python -m tune_orchestrator.cli.docs`; do not edit by hand (`tests/test_cli_docs.py` fails
 when this page and the commands disagree). The tuning command is the default:
 `{PROG} --budget 5min model.onnx` is `{PROG} tune --budget 5min model.onnx`.
 """
@@ -33,7 +33,7 @@ def _context(command: click.Command, name: str, parent: click.Context | None) ->
 def render(group: click.Group | None = None) -> str:
     """The Markdown page: the group's help, then every command's, in the order --help lists."""
     if group is None:
-        from .cli import main as group
+        from .commands import main as group
     root = _context(group, PROG, None)
     parts = [HEADER, f"## `{PROG}`\n", "```text", group.get_help(root), "```\n"]
     for name in group.list_commands(root):
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.path.read_text() if args.path.is_file() else None
         if current != text:
-            print(f"{args.path} is not current: run python -m tune_orchestrator.cli_docs")
+            print(f"{args.path} is not current: run python -m tune_orchestrator.cli.docs")
             return 1
         return 0
     args.path.parent.mkdir(parents=True, exist_ok=True)

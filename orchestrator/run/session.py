@@ -21,29 +21,29 @@ from tune_orchestrator.filters import Filter, Predictor
 from tune_orchestrator.filters._predictor import warm_start
 from tune_orchestrator.measure import Builder, Engine, LocalEngine
 
-from .config import Settings
-from .defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
-from .deploy import devices
-from .deploy.builds import ModelBuilds, Shipment
-from .errors import BudgetTooSmall
-from .forecast import overheads
+from ..config import Settings
+from ..deploy import devices
+from ..deploy.builds import ModelBuilds, Shipment
+from ..errors import BudgetTooSmall
+from ..forecast import overheads
+from ..library import RunLibrary
+from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
+from ..model.importer import OnnxModel
+from ..model.targets import ResolvedTarget, cores_text, host_cores
+from ..model.tasks import Task
+from ..provenance import provenance, utc_now
+from ..rundir import RunDir
+from ..rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
+from ..rundir.restore import Restored, restore, spend_so_far
+from ..rundir.waiting import load_waiting, save_waiting
+from ..search import make_cost_model
+from ..search.strategy import most_parents
+from ..simulate import WORD, VirtualClock
 from .interrupt import Interrupt
-from .library import RunLibrary
 from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, RunPools, cpu_caveat, measure_untuned_tasks
-from .model import OnnxModel
-from .provenance import provenance, utc_now
 from .reporting import write_report
-from .rundir import RunDir
-from .rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
-from .rundir.restore import Restored, restore, spend_so_far
-from .rundir.waiting import load_waiting, save_waiting
 from .scheduler import GainScheduler, current_shares, model_latency_s
-from .search import make_cost_model
-from .search.strategy import most_parents
-from .simulate import WORD, VirtualClock
-from .targets import ResolvedTarget, cores_text, host_cores
-from .tasks import Task
 
 Emit = Callable[..., None]
 

@@ -22,10 +22,10 @@ from tune_orchestrator.measure import (
     TimingPlan,
 )
 
-from .config import Settings
-from .errors import InputError
-from .targets import ResolvedTarget, host_cores, resolve_target, visible_gpus
-from .tasks import Task, arg_specs
+from ..config import Settings
+from ..errors import InputError
+from ..model.targets import ResolvedTarget, host_cores, resolve_target, visible_gpus
+from ..model.tasks import Task, arg_specs
 
 
 def build_workers(settings: Settings) -> int:
@@ -164,7 +164,7 @@ def make_engine(
     if target.simulated:
         from tune_orchestrator.measure import SimulatedEngine
 
-        from .simulate import Landscape, stand_in_gpu
+        from ..simulate import Landscape, stand_in_gpu
 
         return SimulatedEngine(
             stand_in_gpu(settings.tune.seed),
@@ -317,7 +317,7 @@ def cpu_caveat(cores: int) -> str | None:
 def untuned_workload(task: Task, target: ResolvedTarget) -> Any:
     """The task as the model runs it without tuning: as lowered on CPUs, with the same
     default GPU schedules `compile_relax` falls back to on GPUs."""
-    from .defaults import default_schedule
+    from ..model.defaults import default_schedule
 
     return default_schedule(task, target).mod
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from . import configs
+from .. import configs
 
 # tune's options by what a user reaches for: the few every run sets first.
 TUNE_GROUPS = {

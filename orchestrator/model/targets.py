@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 FORMS = (
     'auto, llvm, cuda, a TVM tag such as nvidia/nvidia-h100, or a JSON dict like {"kind": "llvm"}'
@@ -157,7 +157,7 @@ def resolve_target(
 
 def _simulated(spec: str) -> ResolvedTarget:
     """A CUDA target whose timings a simulated GPU gives (orchestrator/simulate.py)."""
-    from .simulate import DEVICE_NAME
+    from ..simulate import DEVICE_NAME
 
     spec = (spec or "auto").strip()
     name = "nvidia/nvidia-h100" if spec == "auto" else spec

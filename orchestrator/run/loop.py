@@ -25,11 +25,11 @@ from tune_orchestrator.filters import Filter
 from tune_orchestrator.measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from tune_orchestrator.measure.base import short_error
 
-from .config import Settings
+from ..config import Settings
+from ..model.tasks import Candidate, Task, structural_key
+from ..search import Proposer, SearchTimes, TaskSearch
 from .measuring import build_workers
 from .scheduler import RoundPlan, RoundSizes, Scheduler, TaskState, assign_floors, model_latency_s
-from .search import Proposer, SearchTimes, TaskSearch
-from .tasks import Candidate, Task, structural_key
 
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
@@ -306,7 +306,7 @@ class TuningLoop:
         from tvm.s_tir.meta_schedule import TuneContext
         from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-        from . import _tvm
+        from .. import _tvm
 
         _tvm.load_tensor_intrinsics(self.target)  # before the first TuneContext: see _tvm.py
         task = state.task
