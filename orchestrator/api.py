@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import exits
 from .options import Options
 
 Event = dict[str, Any]
@@ -138,9 +139,14 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        from . import exits
-
-        return exits.for_result(self)
+        """The exit code `orchestrate` ends with for this result (exits.py)."""
+        if self.interrupted:
+            return exits.INTERRUPTED
+        if self.budget_too_small:
+            return exits.BUDGET_TOO_SMALL
+        if self.check_ok is False:
+            return exits.CHECK_FAILED
+        return exits.OK
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, as in the `finished` event."""
@@ -208,7 +214,6 @@ def run(
     start) rather than from the call, and the `command` line the report says started it."""
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
-    from . import exits
     from .events import Emitter
     from .model.importer import fuse_for_tuning, import_to_relax
     from .model.tasks import extract_tasks
@@ -254,7 +259,7 @@ def run(
             build_only=options.build_only, emit=emit, command=command, pools=pools,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
-    emit("finished", result=result.to_dict(), exit_code=exits.for_result(result))
+    emit("finished", result=result.to_dict(), exit_code=result.exit_code)
     return result
 
 
@@ -263,7 +268,6 @@ def _refusal(path: Path, fresh: bool, emit: Callable[..., None]) -> Iterator[Non
     """A budget refused up front ends the event stream with a `refused` event (a pipeline
     reading events sees why, and the budget that would do); then, as after a model TVM cannot
     import, the run directory made for it is removed again: nothing ran."""
-    from . import exits
     from .errors import BudgetTooSmall, InputError
 
     try:

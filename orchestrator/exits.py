@@ -1,12 +1,5 @@
 """Exit codes of `orchestrate`, also in --help, the README and the `finished` event."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .api import Result
-
 OK = 0  # tuned (or compiled, with --build-only), checked, report written
 INTERNAL = 1  # a bug or a broken environment: the message and traceback are on stderr
 INPUT = 2  # bad input or configuration: one line on stderr, nothing was changed
@@ -21,13 +14,3 @@ HELP = (
     "(model.so is then the untuned build, or absent if its outputs differ too); "
     "130 interrupted (SIGINT/SIGTERM; resume with the same --out)."
 )
-
-
-def for_result(result: Result) -> int:
-    if result.interrupted:
-        return INTERRUPTED
-    if result.budget_too_small:
-        return BUDGET_TOO_SMALL
-    if result.check_ok is False:
-        return CHECK_FAILED
-    return OK
