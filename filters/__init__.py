@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ._predictor import Predictor
+from tune_orchestrator.predictor import Predictor
+
 from .base import Filter, Selection
 from .none import NoFilter
 from .xgb import TrimmerConfig, TrimmerFilter

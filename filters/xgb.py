@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tune_orchestrator.predictor import Predictor, store_features, warm_start
+
 from ._calibration import Calibration, Sample, stratified_sample, top_weights
-from ._predictor import Predictor, store_features, warm_start
 from .base import Filter, Selection
 
 if TYPE_CHECKING:

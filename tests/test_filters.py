@@ -24,12 +24,12 @@ from tune_orchestrator.filters import (
     make_filter,
 )
 from tune_orchestrator.filters._calibration import Calibration, stratified_sample
-from tune_orchestrator.filters._predictor import FAILED_TARGET, Predictor
 from tune_orchestrator.filters.xgb import Audit, choose, positions
 from tune_orchestrator.measure import Measurement
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import Candidate, extract_tasks, structural_key
+from tune_orchestrator.predictor import FAILED_TARGET, Predictor
 from tune_orchestrator.search import TaskSearch
 
 
@@ -498,7 +498,7 @@ def test_warm_start_from_a_run_directory_trains_every_model_on_its_records(propo
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-    from tune_orchestrator.filters._predictor import pooled, store_features, unreadable, warm_start
+    from tune_orchestrator.predictor import pooled, store_features, unreadable, warm_start
 
     target, task, candidates = proposals
     context = TuneContext(mod=task.workload, target=target, task_name="earlier")
@@ -530,7 +530,7 @@ def test_the_filter_ranks_with_the_search_model_without_training_it(proposals, t
     predictor.json for --warm-start."""
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from tune_orchestrator.filters._predictor import store_features
+    from tune_orchestrator.predictor import store_features
 
     target, task, candidates = proposals
     context = TuneContext(mod=task.workload, target=target, task_name="shared")

@@ -7,7 +7,7 @@ workload the library holds: the traces to replay on a task it has no exact match
 """
 
 from .files import Contents, Library, default_root, target_key, trace_key
-from .records import LibraryView, Match, plateaued, workload_key
+from .records import LibraryView, Match, plateaued
 from .run import RunLibrary
 
 __all__ = [
@@ -20,5 +20,4 @@ __all__ = [
     "plateaued",
     "target_key",
     "trace_key",
-    "workload_key",
 ]

@@ -14,6 +14,7 @@ import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from ..model.tasks import database_key
 from .files import Contents
 
 # MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
@@ -52,13 +53,6 @@ class Match:
     plateau: bool
 
 
-def workload_key(mod: Any) -> str:
-    """A module's structural hash as MetaSchedule writes it in a workload line."""
-    import tvm_ffi
-
-    return str(tvm_ffi.structural_hash(mod) & (2**64 - 1))
-
-
 class LibraryView:
     """Questions about one read of a library (files.Contents)."""
 
@@ -80,7 +74,7 @@ class LibraryView:
         self, mod: Any, *, top: int, min_trials: int, share: float, min_gain: float
     ) -> Match | None:
         """The library's knowledge of workload `mod`; None when it holds no record of it."""
-        key = workload_key(mod)
+        key = database_key(mod)
         positions = self.by_workload.get(key)
         if not positions or not self._same(key, mod):
             return None

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tune_orchestrator.filters._predictor import fit_warm, learn_records
+from tune_orchestrator.predictor import fit_warm, learn_records
 
 from ..errors import InputError
-from ..model.tasks import Task
+from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
 from .files import Library, default_root, record_json, trace_key
-from .records import LibraryView, Match, workload_key
+from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
 
 Journal = Callable[[dict[str, Any]], None]
@@ -96,7 +96,7 @@ class RunLibrary:
         record count); fit it unless a warm start fits it next."""
         if self.view is None or not predictors:
             return
-        first = {workload_key(t.workload) for t in tasks}
+        first = {database_key(t.workload) for t in tasks}
         positions = self.view.training(self.settings.library.train_records, first)
         deadline = self.clock() + (math.inf if seconds is None else seconds)
         workloads: set[str] = set()

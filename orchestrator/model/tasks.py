@@ -56,9 +56,20 @@ class Candidate:
 
 
 def structural_key(mod: Any) -> int:
+    """A module's structural hash: the same schedule (or workload) has the same key."""
     import tvm_ffi
 
     return int(tvm_ffi.structural_hash(mod))
+
+
+def task_key(workload: Any) -> str:
+    """A workload's key as a task, the learned model and the run's files name it: hex."""
+    return f"{structural_key(workload) & (2**64 - 1):016x}"
+
+
+def database_key(workload: Any) -> str:
+    """The same hash as MetaSchedule writes it in a database's workload line: decimal."""
+    return str(structural_key(workload) & (2**64 - 1))
 
 
 def arg_specs(args_info: Any) -> tuple[ArgSpec, ...]:
@@ -85,6 +96,6 @@ def extract_tasks(fused_mod: Any, target: Any) -> list[Task]:
         rows.append((item.task_name, int(item.weight), flops, workload))
     rows.sort(key=lambda r: (-r[1] * r[2], r[0]))
     return [
-        Task(i, name, weight, flops, workload, f"{structural_key(workload) & (2**64 - 1):016x}")
+        Task(i, name, weight, flops, workload, task_key(workload))
         for i, (name, weight, flops, workload) in enumerate(rows)
     ]

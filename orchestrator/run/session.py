@@ -18,8 +18,8 @@ from tune_orchestrator.budget.prices import Price
 from tune_orchestrator.budget.report import make_report, task_row
 from tune_orchestrator.budget.units import fmt_duration
 from tune_orchestrator.filters import Filter, Predictor
-from tune_orchestrator.filters._predictor import warm_start
 from tune_orchestrator.measure import Builder, Engine, LocalEngine
+from tune_orchestrator.predictor import warm_start
 
 from ..config import Settings
 from ..deploy import devices

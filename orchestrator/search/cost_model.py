@@ -21,7 +21,9 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from tune_orchestrator.filters._predictor import Fitted, Predictor, store_features, workload_key
+from tune_orchestrator.predictor import Fitted, Predictor, store_features
+
+from ..model.tasks import task_key
 
 # Schedules whose features stay cached (each entry holds its schedule alive, so a cached
 # handle can never be reused by another schedule).
@@ -111,7 +113,7 @@ class SharedCostModel(PyCostModel):
             sum(r.run_secs) / len(r.run_secs) if r.run_secs and not r.error_msg else math.inf
             for r in results
         ]
-        self.predictor.add(workload_key(context.mod), self.features(context, candidates), latencies)
+        self.predictor.add(task_key(context.mod), self.features(context, candidates), latencies)
 
     def fit(self) -> None:
         start = time.perf_counter()

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from .model.tasks import task_key
+
 # The log ratio of a candidate that failed to build or run: log(20), "far slower than the
 # best" (the pooled objectives' target; packsum's throughput target for it is 0).
 FAILED_TARGET = math.log(20.0)
@@ -309,13 +311,6 @@ def _fit_packsum(
     return xgb.train(params, xgb.DMatrix(rows), num_boost_round=_ROUNDS, obj=objective)
 
 
-def workload_key(mod: Any) -> str:
-    """The task key of a workload (as orchestrator.tasks gives it)."""
-    import tvm_ffi
-
-    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
-
-
 def record_features(
     records: Sequence[Any], target: Any | None = None
 ) -> tuple[list[str], list[np.ndarray], np.ndarray]:
@@ -329,7 +324,7 @@ def record_features(
     _tvm.load_tensor_intrinsics(target)  # before the first TuneContext: its import is slow
     keys, latencies, by_workload = [], [], {}
     for i, record in enumerate(records):
-        key = workload_key(record.workload.mod)
+        key = task_key(record.workload.mod)
         secs = [float(s) for s in record.run_secs]
         keys.append(key)
         latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
