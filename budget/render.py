@@ -68,6 +68,10 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     if library:
         lines.append(f"Library: {library}.")
     lines.append(f"Stopped because {s['stop_reason']}.")
+    skipped = report.get("skipped")
+    if skipped:
+        counted = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in skipped.items())
+        lines.append(f"Skipped as broken, foreign or unsafe (see the warnings): {counted}.")
     if s["check_ok"] is False:
         lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
     if "shipped_checked" in s:  # reports written before model.so said whether it was checked

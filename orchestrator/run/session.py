@@ -44,6 +44,7 @@ from .loop import TuningLoop, spend_fields
 from .measuring import Fleet, RunPools, cpu_caveat, measure_untuned_tasks
 from .reporting import write_report
 from .scheduler import GainScheduler, current_shares, model_latency_s
+from .skipped import Skipped
 
 Emit = Callable[..., None]
 
@@ -116,6 +117,7 @@ class Session:
             device=devices.for_run(target, fleet, timeout_s=max(600.0, settings.measure.timeout_s)),
         )
         self.warnings: list[str] = []
+        self.skipped = Skipped(self._warn)
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
@@ -578,6 +580,7 @@ class Session:
             stop=stopped.code,
             interrupted=self.interrupt.requested,
             warnings=self.warnings,
+            skipped=self.skipped.to_dict(),
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
             search=self.search,

@@ -1,0 +1,46 @@
+"""What a run passed over: records and files it read that were broken, foreign or unsafe.
+
+Files on disk are input: a tuning library, a parked proposal, a record of an earlier session or
+a saved predictor may be torn, from another TVM version or target, or written by someone else.
+A run skips what it cannot use and goes on; the report counts each kind (`skipped`), and the
+first reason of each kind is one warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# The kinds a report counts, with what each counts.
+KINDS = {
+    "library_records": "tuning-library records that could not be read, replayed or trusted",
+    "library_files": "tuning-library files that could not be read",
+    "run_records": "records of earlier sessions that no longer replay",
+    "waiting": "parked proposals (waiting.jsonl) that could not be read or replayed",
+    "warm_start": "--warm-start sources that could not be used",
+    "filter_state": "saved filter state (filter.json) that could not be read",
+    "unsafe_traces": "replayed schedules with instructions or annotations no schedule rule emits",
+}
+
+
+class Skipped:
+    """Counts by kind; `warn` hears the first reason of each kind."""
+
+    def __init__(self, warn: Callable[[str], None] | None = None) -> None:
+        self._warn = warn
+        self._counts: dict[str, int] = {}
+
+    def add(self, kind: str, why: str, count: int = 1) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)} but got {kind!r}.")
+        if count <= 0:
+            return
+        first = kind not in self._counts
+        self._counts[kind] = self._counts.get(kind, 0) + count
+        if first and self._warn is not None:
+            self._warn(f"skipped {KINDS[kind]}: {why}")
+
+    def count(self, kind: str) -> int:
+        return self._counts.get(kind, 0)
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(sorted(self._counts.items()))
