@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tune_orchestrator.predictor import Predictor, store_features, warm_start
+from tune_orchestrator.rundir.atomic import write_atomic
 
 from ._calibration import Calibration, Sample, stratified_sample, top_weights
 from .base import Filter, Selection
@@ -401,9 +401,7 @@ class TrimmerFilter(Filter):
             "audits": {key: dataclasses.asdict(a) for key, a in self.audits.items()},
             "calibration": self.calibration.to_dict(),
         }
-        tmp = folder / f".filter.json.{os.getpid()}"
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, folder / "filter.json")
+        write_atomic(folder / "filter.json", json.dumps(state, indent=2).encode(), point="filter")
 
     def _load_state(self, folder: Path) -> None:
         if self.trains and (folder / "predictor.json").is_file():  # the search's: refitted

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .model.tasks import task_key
+from .rundir.atomic import install
 
 # The log ratio of a candidate that failed to build or run: log(20), "far slower than the
 # best" (the pooled objectives' target; packsum's throughput target for it is 0).
@@ -262,7 +263,7 @@ class Predictor:
             return
         tmp = path.with_name(f".{path.name}.{os.getpid()}.json")
         booster.save_model(str(tmp))
-        os.replace(tmp, path)
+        install(tmp, path, point="predictor")
 
     def load(self, path: Path) -> None:
         import xgboost as xgb

@@ -40,6 +40,16 @@ def provenance(
     }
 
 
+def tvm_version() -> str:
+    """The installed TVM's version, from its package metadata (no import) where it has one."""
+    found = _version("apache-tvm")
+    if found is None:  # a TVM built from source
+        import tvm
+
+        found = str(tvm.__version__)
+    return found
+
+
 def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 

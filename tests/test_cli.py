@@ -242,6 +242,26 @@ def test_fresh_starts_over_and_keeps_the_earlier_run_aside(models, fast_config):
     assert "resuming" not in fresh.stdout and f"now {aside}" in fresh.stderr
 
 
+def test_fresh_refuses_a_run_still_working_and_moves_nothing(models, fast_config):
+    out = models / "run"
+    with RunDir.open(out, fingerprint={"model_name": "tiny"}):  # another process's live run
+        before = snapshot(out)
+        fails_with_one_line(
+            [
+                "--build-only",
+                "--config",
+                fast_config,
+                "--out",
+                out,
+                "--fresh",
+                models / "tiny.onnx",
+            ],
+            "is in use by another orchestrate process",
+        )
+        assert snapshot(out) == before
+        assert [p.name for p in models.iterdir() if p.name.startswith("run")] == ["run"]
+
+
 @pytest.mark.skipif(GPU, reason="checks building for a GPU on a host without one")
 def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config):
     out = models / "h100"

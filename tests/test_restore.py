@@ -73,3 +73,53 @@ def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
         tasks, journal, reopened, cost_model=ms.cost_model.RandomModel(), target=target, parents=2
     )
     assert [secs for _, secs in fewer.bests[conv.index]] == [2e-3, 3e-3]
+
+
+def test_a_record_that_no_longer_replays_is_set_aside_and_counted(
+    tmp_path, tiny_model, fast_config
+):
+    from tune_orchestrator.run.skipped import Skipped
+    from tune_orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir.durability import open_database
+
+    target = resolve_target("llvm").target
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    conv = next(t for t in tasks if "conv2d" in t.name)
+    other = next(t for t in tasks if "conv2d" not in t.name)
+    run = RunDir.open(tmp_path / "run", fingerprint={})
+    database = run.database()
+    search = TaskSearch(
+        conv,
+        target=target,
+        settings=Settings.load(fast_config),
+        database=database,
+        cost_model=ms.cost_model.RandomModel(),
+        rand_state=1,
+        threads=2,
+        proposals=4,
+    )
+    good, alien = search.propose()[:2]
+    database.commit_tuning_record(
+        TuningRecord(good.sch.trace, search.workload, [1e-3], target, good.args_info)
+    )
+    # A conv schedule filed under another task's workload: its trace cannot replay there, and
+    # TVM's own reader fails on the whole file.
+    elsewhere = database.commit_workload(other.workload)
+    database.commit_tuning_record(
+        TuningRecord(alien.sch.trace, elsewhere, [1e-3], target, alien.args_info)
+    )
+    warned = []
+    skipped = Skipped(warned.append)
+    restored = restore(
+        tasks,
+        [],
+        open_database(run, skipped),
+        cost_model=ms.cost_model.RandomModel(),
+        target=target,
+        skipped=skipped,
+    )
+    assert skipped.to_dict() == {"run_records": 1}
+    assert len(warned) == 1 and "logs/unreplayable.jsonl" in warned[0]
+    assert restored.states[conv.index].trials == 1 and restored.states[other.index].trials == 0
+    assert len((run[RunDir.LOGS] / "unreplayable.jsonl").read_text().splitlines()) == 1
+    run.close()

@@ -15,15 +15,36 @@ def test_journal_entries_are_appended_and_read_back(tmp_path):
         assert all(e["v"] == 1 for e in run.journal())
 
 
-def test_a_torn_last_line_is_dropped_but_a_corrupt_middle_is_refused(tmp_path):
+def test_a_torn_last_line_is_cut_on_open_so_the_next_entries_stay_readable(tmp_path):
     with RunDir.open(tmp_path / "run", fingerprint={}) as run:
         run.append({"type": "session"})
         with open(run[RunDir.JOURNAL], "a") as fh:
-            fh.write('{"type": "round", "rou')  # killed mid-write
-        assert [e["type"] for e in run.journal()] == ["session"]
+            fh.write('{"v":1,"type":"round","rou')  # killed mid-write
+        assert [e["type"] for e in run.journal()] == ["session"]  # a reader skips it
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:  # the next session
+        assert run.repairs == ["cut a torn last line (26 bytes) from journal.jsonl"]
+        run.append({"type": "round"})
+        run.append({"type": "stopped"})
+        assert [e["type"] for e in run.journal()] == ["session", "round", "stopped"]
+        assert b'"rou' in (run[RunDir.LOGS] / "repairs.log").read_bytes()  # kept aside
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        assert run.repairs == []  # nothing more to mend
+
+
+def test_entries_glued_to_torn_bytes_are_recovered_and_real_damage_refused(tmp_path):
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session"})
+    with open(tmp_path / "run" / RunDir.JOURNAL, "a") as fh:  # an append after a torn tail
+        fh.write('{"v":1,"type":"rou' + '{"v":1,"type":"round"}\n' + '{"v":1,"type":"stopped"}')
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        assert run.repairs == [
+            "took the entry out of torn bytes at line 2 of journal.jsonl",
+            "ended the last line of journal.jsonl",
+        ]
+        assert [e["type"] for e in run.journal()] == ["session", "round", "stopped"]
         with open(run[RunDir.JOURNAL], "a") as fh:
-            fh.write('\n{"type": "round"}\n')
-        with pytest.raises(InputError, match="is corrupt at line 2"):
+            fh.write('not json\n{"v":1,"type":"round"}\n')
+        with pytest.raises(InputError, match="is corrupt at line 4"):
             run.journal()
 
 
@@ -33,7 +54,8 @@ def test_json_files_are_replaced_atomically_and_readable(tmp_path):
         run.write_json("report.json", {"a": 2})
         assert json.loads(run["report.json"].read_text()) == {"a": 2}
         assert oct(run["report.json"].stat().st_mode & 0o777) == "0o644"
-        assert sorted(p.name for p in run.path.iterdir()) == [".lock", "logs", "report.json"]
+        files = sorted(p.name for p in run.path.iterdir())
+        assert files == [".lock", "config.json", "logs", "report.json"]
 
 
 def test_one_owner_at_a_time(tmp_path):
@@ -57,7 +79,48 @@ def test_resume_requires_the_same_fingerprint(tmp_path):
         RunDir.open(tmp_path / "run", fingerprint={"model_name": "m", "model_sha256": "2"})
 
 
-def test_a_folder_with_only_our_early_files_is_still_new(tmp_path):
-    RunDir.open(tmp_path / "run", fingerprint={}).close()  # crashed before writing its config
+def test_a_new_folder_is_resumable_from_its_open_on(tmp_path):
+    RunDir.open(tmp_path / "run", fingerprint={"x": 1}).close()  # killed right after
     with RunDir.open(tmp_path / "run", fingerprint={"x": 1}) as run:
+        assert run.resumed
+    with pytest.raises(InputError, match="different x"):
+        RunDir.open(tmp_path / "run", fingerprint={"x": 2})
+
+
+def test_a_folder_with_only_what_a_killed_first_open_leaves_is_still_new(tmp_path):
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    for leftover in (".lock", ".write-test-k2j3", ".config.json.x8a1"):
+        (folder / leftover).write_text("")
+    with RunDir.open(folder, fingerprint={"x": 1}) as run:
         assert not run.resumed
+        assert sorted(p.name for p in folder.iterdir()) == [".lock", "config.json", "logs"]
+    (folder / ".report.md.a1b2").write_text("half")  # a report killed while written
+    with RunDir.open(folder, fingerprint={"x": 1}):
+        assert not (folder / ".report.md.a1b2").exists()
+
+
+def test_another_tvm_is_refused_with_the_fix_and_older_folders_resume(tmp_path):
+    made = {"model_name": "m", "tvm": "0.26.0"}
+    RunDir.open(tmp_path / "run", fingerprint=made).close()
+    with pytest.raises(
+        InputError,
+        match=r"made with TVM 0\.26\.0 and this is TVM 0\.27\.0.*"
+        r"pip install apache-tvm==0\.26\.0, or give another --out",
+    ):
+        RunDir.open(tmp_path / "run", fingerprint={**made, "tvm": "0.27.0"})
+    RunDir.open(tmp_path / "old", fingerprint={"model_name": "m"}).close()  # no version kept
+    RunDir.open(tmp_path / "old", fingerprint={"model_name": "m", "tvm": "0.27.0"}).close()
+
+
+def test_an_unreadable_out_folder_is_one_line(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    folder.chmod(0o300)  # write and search, no read
+    try:
+        if os.access(folder, os.R_OK):
+            pytest.skip("root reads any folder")
+        with pytest.raises(InputError, match="cannot read --out .*choose a directory you can read"):
+            RunDir.open(folder, fingerprint={})
+    finally:
+        folder.chmod(0o700)

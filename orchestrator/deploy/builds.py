@@ -21,6 +21,7 @@ from ..config import Settings
 from ..model.importer import OnnxModel
 from ..model.targets import ResolvedTarget
 from ..rundir import RunDir
+from ..rundir.atomic import install
 from . import kernels
 from . import library as deploy
 from .devices import FleetDevice, LocalDevice
@@ -234,12 +235,12 @@ class ModelBuilds:
         the next session), replaced in one step."""
         target = self.run[RunDir.LIBRARY]
         if label == TUNED:
-            os.replace(self.library(TUNED), target)
+            install(self.library(TUNED), target, point="model")
             return
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
         try:
             shutil.copyfile(self.library(UNTUNED), tmp)
-            os.replace(tmp, target)
+            install(tmp, target, point="model")
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..model.importer import OnnxModel
+from ..rundir.atomic import install
 from .timing import Latency, Timing, time_models
 
 
@@ -47,7 +48,7 @@ def export_library(executable: Any, path: Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.so")
     try:
         executable.export_library(str(tmp))
-        os.replace(tmp, path)
+        install(tmp, path, point="model")
     finally:
         tmp.unlink(missing_ok=True)
     return path

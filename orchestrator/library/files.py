@@ -24,6 +24,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..rundir import faults
+from ..rundir.atomic import sync_dir
+
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 LOCK = ".lock"
@@ -227,6 +230,7 @@ class Library:
         return _read(self.path / WORKLOADS), _read(self.path / RECORDS)
 
     def _replace(self, name: str, lines: Iterator[bytes]) -> None:
+        faults.before("library", append=False)
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
         try:
             os.fchmod(fd, 0o644)
@@ -239,11 +243,8 @@ class Library:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        folder = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(folder)  # the rename itself survives a power cut
-        finally:
-            os.close(folder)
+        sync_dir(self.path)  # the rename itself survives a power cut
+        faults.after("library")
 
 
 def _read(path: Path) -> bytes:

@@ -163,16 +163,22 @@ def default_out(model_name: str) -> Path:
 
 
 def move_aside(out: Path) -> Path | None:
-    """--fresh: a run directory at `out` is renamed <out>.<time> (nothing is deleted); the
-    new name, or None when there was none."""
-    if not (out / "journal.jsonl").is_file():
+    """--fresh: a run directory at `out` is renamed <out>.<time> (nothing is deleted), holding
+    its lock, so a run still working in it is refused rather than moved; the new name, or None
+    when there was none."""
+    from ..rundir import RunDir
+    from ..rundir.atomic import sync_dir
+
+    if not (out / RunDir.CONFIG).is_file():
         return None
     aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}")
     n = 1
     while aside.exists():
         n += 1
         aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}-{n}")
-    out.rename(aside)
+    with RunDir(out).locked():
+        out.rename(aside)
+    sync_dir(out.parent)
     return aside
 
 

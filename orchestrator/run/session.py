@@ -31,9 +31,15 @@ from ..model.defaults import DefaultRecords, SearchView, default_schedule, deplo
 from ..model.importer import OnnxModel
 from ..model.targets import ResolvedTarget, cores_text, host_cores
 from ..model.tasks import Task
-from ..provenance import provenance, utc_now
+from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
-from ..rundir.durability import DeviceClaim, Heartbeat, checkpointed_spend, repair_database
+from ..rundir.durability import (
+    DeviceClaim,
+    Heartbeat,
+    checkpointed_spend,
+    open_database,
+    repair_database,
+)
 from ..rundir.restore import Restored, restore, spend_so_far
 from ..rundir.waiting import load_waiting, save_waiting
 from ..search import make_cost_model
@@ -124,7 +130,7 @@ class Session:
 
         # 1. Restore what earlier sessions measured and spent; mend what a crash tore.
         journal = self.run.journal()  # read (and refused if corrupt) before anything is mended
-        repairs = repair_database(self.run)
+        repairs = self.run.repairs + repair_database(self.run)
         ledger = self._ledger(journal)
         fixed = overheads.forecast_fixed(
             self.tasks,
@@ -135,7 +141,7 @@ class Session:
         )
         # The final compile, check and report are kept back from the start.
         ledger.reserved_s = fixed.final_s
-        database = self.run.database()
+        database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
         if not self.build_only:  # a build-only run spends what compiling takes
@@ -200,6 +206,7 @@ class Session:
                 target=self.target.target,
                 candidate_filter=self.filter,
                 parents=most_parents(self.settings),
+                skipped=self.skipped,
             )
             if self.warm_start is not None and self.predictors:
                 used = warm_start(self.predictors, self.warm_start, self.target.target)
@@ -693,6 +700,8 @@ def fingerprint(model: OnnxModel, target: ResolvedTarget) -> dict[str, Any]:
         "model_sha256": model.sha256,
         "inputs": [[i.name, list(i.shape), i.dtype] for i in model.inputs],
         "target": target.to_json(),
+        # Records a search of another TVM version may not replay.
+        "tvm": tvm_version(),
         # Present only when simulated: a simulated run never resumes as a real one.
         **({"simulated": True} if target.simulated else {}),
     }

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from . import faults
+from .atomic import sync_dir, write_atomic
+from .mending import mend_journal
 
 JOURNAL_VERSION = 1
 
@@ -36,6 +40,16 @@ class RunDir:
     _LOCK = ".lock"
     # Files a run writes before its config; a folder holding only these is still "new".
     _OWN_EARLY = {_LOCK, LOGS}
+    # The crash point (faults.py) of each file written whole.
+    _POINTS = {
+        CONFIG: "config",
+        "spend.json": "spend",
+        "waiting.jsonl": "waiting",
+        REPORT: "report",
+        REPORT_MD: "report",
+        REPORT_HTML: "report",
+        ROUNDS_CSV: "report",
+    }
     # A simulated run's database and library carry the word, so that stock TVM pointed at the
     # folder finds no records and nobody deploys a library tuned on simulated timings.
     _SIMULATED = {
@@ -49,6 +63,7 @@ class RunDir:
         self.simulated = simulated
         self._lock_fd: int | None = None
         self.resumed = False
+        self.repairs: list[str] = []  # what opening it mended after a crash
 
     def __getitem__(self, name: str) -> Path:
         return self.path / (self._SIMULATED.get(name, name) if self.simulated else name)
@@ -57,10 +72,11 @@ class RunDir:
         """The run's MetaSchedule JSONDatabase."""
         from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-        return JSONDatabase(
-            path_workload=str(self[self.WORKLOAD_DB]),
-            path_tuning_record=str(self[self.RECORD_DB]),
+        files = {"workload": self[self.WORKLOAD_DB], "record": self[self.RECORD_DB]}
+        database = JSONDatabase(
+            path_workload=str(files["workload"]), path_tuning_record=str(files["record"])
         )
+        return faults.database(database, files)
 
     @classmethod
     def open(
@@ -74,6 +90,10 @@ class RunDir:
             if existing:
                 run._check_fingerprint(fingerprint)
                 run.resumed = True
+                run.repairs = mend_journal(run.path / cls.JOURNAL, run.path / cls.LOGS)
+            else:  # resumable from here on, whatever ends this process next
+                run.write_json(cls.CONFIG, {"fingerprint": dict(fingerprint)})
+            run._remove_temps()
             (run.path / cls.LOGS).mkdir(exist_ok=True)
         except BaseException:
             run.close()
@@ -93,6 +113,15 @@ class RunDir:
         run.resumed = True
         return run
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[RunDir]:
+        """Hold the folder's lock without opening it as a run (InputError: a run holds it)."""
+        self._lock()
+        try:
+            yield self
+        finally:
+            self.close()
+
     def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -108,11 +137,17 @@ class RunDir:
 
     def append(self, entry: Mapping[str, Any]) -> None:
         """Append one journal entry and force it to disk before returning."""
-        line = json.dumps({"v": JOURNAL_VERSION, **entry}, separators=(",", ":")) + "\n"
-        with open(self.path / self.JOURNAL, "a", encoding="utf-8") as fh:
+        line = (json.dumps({"v": JOURNAL_VERSION, **entry}, separators=(",", ":")) + "\n").encode()
+        path = self.path / self.JOURNAL
+        new = not path.exists()
+        faults.before("journal", path, line, append=True)
+        with open(path, "ab") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+        if new:
+            sync_dir(self.path)
+        faults.after("journal")
 
     def journal(self) -> list[dict[str, Any]]:
         """All complete journal entries; a torn last line (a write cut by a crash) is dropped."""
@@ -143,19 +178,7 @@ class RunDir:
 
     def write_text(self, name: str, text: str) -> Path:
         """Write a file atomically: a reader sees the old or the new file, never a mix."""
-        target = self.path / name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.path)
-        try:
-            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the report from other users
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        return write_atomic(self.path / name, text.encode(), point=self._POINTS.get(name))
 
     def recorded_simulated(self) -> bool:
         """Whether the run in this folder was made with --simulate (its config says so)."""
@@ -180,9 +203,16 @@ class RunDir:
         if path.exists() and not path.is_dir():
             raise InputError(f"--out {path} is a file; give a directory for the run")
         if path.is_dir():
-            if (path / self.CONFIG).exists():
+            try:
+                names = [p.name for p in path.iterdir()]
+            except OSError as exc:
+                raise InputError(
+                    f"cannot read --out {path}: {exc.strerror}; choose a directory you can read "
+                    "and write"
+                ) from None
+            if self.CONFIG in names:
                 return True
-            foreign = [p.name for p in path.iterdir() if p.name not in self._OWN_EARLY]
+            foreign = [n for n in names if n not in self._OWN_EARLY and not self._own_temp(n)]
             if foreign:
                 raise InputError(
                     f"--out {path} already holds other files ({', '.join(sorted(foreign)[:3])}"
@@ -198,8 +228,25 @@ class RunDir:
             ) from None
         return False
 
+    def _own_temp(self, name: str) -> bool:
+        """A temporary file a run left behind when it was killed while writing."""
+        ours = (
+            *self._POINTS,
+            self.JOURNAL,
+            self.LIBRARY,
+            "predictor.json",
+            "filter.json",
+            "write-test-",
+        )
+        return name.startswith(".") and any(name[1:].startswith(n) for n in ours)
+
+    def _remove_temps(self) -> None:
+        for entry in self.path.iterdir():
+            if self._own_temp(entry.name) and entry.is_file():
+                entry.unlink(missing_ok=True)
+
     def _lock(self) -> None:
-        fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -218,6 +265,9 @@ class RunDir:
     def _check_fingerprint(self, fingerprint: Mapping[str, Any]) -> None:
         config = self.read_json(self.CONFIG)
         theirs = config.get("fingerprint") if isinstance(config, dict) else None
+        if isinstance(theirs, dict) and "tvm" not in theirs and "tvm" in fingerprint:
+            # made before the fingerprint kept TVM's version: resumed as before
+            theirs = {**theirs, "tvm": fingerprint.get("tvm")}
         if theirs == json.loads(json.dumps(fingerprint)):
             return
         differs = [
@@ -225,6 +275,12 @@ class RunDir:
             for k in {**(theirs if isinstance(theirs, dict) else {}), **fingerprint}
             if not isinstance(theirs, dict) or theirs.get(k) != fingerprint.get(k)
         ]
+        if differs == ["tvm"]:
+            raise InputError(
+                f"{self.path} was made with TVM {theirs['tvm']} and this is TVM "  # type: ignore[index]
+                f"{fingerprint['tvm']}, whose search may not replay its records; resume it with "
+                f"pip install apache-tvm=={theirs['tvm']}, or give another --out"  # type: ignore[index]
+            )
         if differs == ["simulated"]:
             was = "a SIMULATED run" if theirs.get("simulated") else "a run on a real device"  # type: ignore[union-attr]
             fix = "add --simulate" if theirs.get("simulated") else "leave out --simulate"  # type: ignore[union-attr]

@@ -15,6 +15,8 @@ from typing import Any
 from tune_orchestrator.budget import Spend
 
 from ..errors import InputError
+from ..run.skipped import Skipped
+from .atomic import write_atomic
 from .directory import RunDir
 
 CHECKPOINT = "spend.json"
@@ -71,6 +73,48 @@ def repair_database(run: RunDir) -> list[str]:
                     "not have; the run directory is damaged, start a new run with another --out"
                 )
     return repairs
+
+
+def open_database(run: RunDir, skipped: Skipped) -> Any:
+    """The run's database. TVM replays every record's trace as it loads the files and fails
+    on the first that does not replay (a file edited by hand, or written by another TVM):
+    such records are moved to logs/unreplayable.jsonl, counted, and the rest loaded."""
+    try:
+        return run.database()
+    except Exception:  # noqa: BLE001 - TVM raises its own error types for a record it cannot read
+        moved = _set_aside_unreplayable(run)
+        if not moved:
+            raise
+    skipped.add(
+        "run_records",
+        f"{moved} record(s) of {RunDir.RECORD_DB} no longer replay on their workload; "
+        "kept in logs/unreplayable.jsonl",
+        moved,
+    )
+    return run.database()
+
+
+def _set_aside_unreplayable(run: RunDir) -> int:
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    workloads = []
+    for line in run[RunDir.WORKLOAD_DB].read_bytes().splitlines():
+        try:
+            workloads.append(Workload.from_json(json.loads(line)))
+        except Exception:  # noqa: BLE001 - a workload TVM cannot read: its records go too
+            workloads.append(None)
+    keep, aside = [], []
+    for line in run[RunDir.RECORD_DB].read_bytes().splitlines():
+        try:
+            index, record = json.loads(line)
+            TuningRecord.from_json(record, workloads[index])
+            keep.append(line)
+        except Exception:  # noqa: BLE001 - any failure to replay sets the line aside
+            aside.append(line)
+    if aside:
+        _append(run[RunDir.LOGS] / "unreplayable.jsonl", b"".join(a + b"\n" for a in aside))
+        write_atomic(run[RunDir.RECORD_DB], b"".join(k + b"\n" for k in keep))
+    return len(aside)
 
 
 def _append(path: Path, data: bytes) -> None:

@@ -21,6 +21,7 @@ from tune_orchestrator.measure import Measurement
 from ..model.tasks import Candidate, Task, structural_key
 from ..run.loop import FAILED_RUN_SECS
 from ..run.scheduler import TaskState
+from ..run.skipped import Skipped
 
 
 @dataclasses.dataclass
@@ -61,15 +62,19 @@ def restore(
     target: Any,
     candidate_filter: Filter | None = None,
     parents: int | None = None,
+    skipped: Skipped | None = None,
 ) -> Restored:
     """A run directory's state for its next session. `parents`: how many of each task's
-    fastest measured schedules its search is handed (None: all; the rest are not kept)."""
+    fastest measured schedules its search is handed (None: all; the rest are not kept);
+    `skipped` counts the records that no longer replay (they stay in the database)."""
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
     baselines = _baselines(journal, measured)
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
-    default_records, bests, learn = _read_database(database, tasks, states, measured, baselines)
+    default_records, bests, learn = _read_database(
+        database, tasks, states, measured, baselines, skipped or Skipped()
+    )
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
     sessions, untuned, points, library_rounds = _read_journal(journal, states, measured, baselines)
     # 3. The cost model and the filter relearn everything measured before.
@@ -104,6 +109,7 @@ def _read_database(
     states: Sequence[TaskState],
     measured: dict[int, set[int]],
     baselines: Mapping[int, Mapping[str, Any]],
+    skipped: Skipped,
 ) -> tuple[
     dict[int, Any], dict[int, list[tuple[Any, float]]], dict[int, tuple[list[Any], list[Any]]]
 ]:
@@ -122,7 +128,12 @@ def _read_database(
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
             continue
-        candidate = record.as_measure_candidate()
+        try:
+            candidate = record.as_measure_candidate()
+        except Exception as exc:  # noqa: BLE001 - its trace no longer applies to its workload
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+            skipped.add("run_records", f"{task.name}: {why}")
+            continue
         key = structural_key(candidate.sch.mod)
         measured[task.index].add(key)
         if hex_key(key) == baselines.get(task.index, {}).get("record_key"):

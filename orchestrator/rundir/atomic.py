@@ -1,0 +1,58 @@
+"""Whole-file writes a crash cannot tear: a temporary file beside the target, its bytes forced to
+disk, renamed over the target, and the folder's entry forced to disk after the rename.
+
+Each write names its crash point (faults.py), so that the crash tests can end the process in
+the middle of it or right after it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from . import faults
+
+
+def write_atomic(path: Path, data: bytes, *, point: str | None = None, mode: int = 0o644) -> Path:
+    """Replace `path` with `data`: a reader sees the old or the new file, never a mix."""
+    if point is not None:
+        faults.before(point, path, data, append=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)  # mkstemp's 0600 would hide the file from other users
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    sync_dir(path.parent)
+    if point is not None:
+        faults.after(point)
+    return path
+
+
+def install(tmp: Path, path: Path, *, point: str | None = None) -> Path:
+    """Move a finished file that another writer made (a compiler, xgboost) over `path`,
+    its bytes forced to disk first."""
+    if point is not None:
+        faults.before(point, append=False)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    sync_dir(path.parent)
+    if point is not None:
+        faults.after(point)
+    return path
+
+
+def sync_dir(folder: Path) -> None:
+    """Force a folder's entries (a rename, a new file) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
