@@ -4,7 +4,8 @@ One candidate at a time holds the window (exclusive) while its CUDA events run; 
 that must not land inside someone else's timing (uploading inputs, warm-up launches, result
 checks) holds it shared, so it runs beside other such work but never during a timing. A
 waiting timer closes a turnstile, so a stream of shared holders cannot starve it. File locks
-(flock): a process that dies, or is killed for hanging, releases what it held.
+(flock): a process that dies, or is killed for hanging, releases what it held. They are opened
+as measure/lockfiles.py opens them: no links followed, another user's file read-only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+
+from .lockfiles import open_lock
 
 
 class WindowBusy(Exception):
@@ -36,15 +39,15 @@ class DeviceWindow:
     @contextlib.contextmanager
     def timed(self, wait_s: float | None = None) -> Iterator[None]:
         """Hold the window alone; WindowBusy if that takes longer than `wait_s`."""
-        with open(self.gate, "a") as gate, open(self.path, "a") as window:
+        with open_lock(self.gate) as gate, open_lock(self.path) as window:
             asked = self.clock()
             try:
                 with _deadline(wait_s):
-                    fcntl.flock(gate, fcntl.LOCK_EX)
+                    fcntl.flock(gate.fd, fcntl.LOCK_EX)
                     try:
-                        fcntl.flock(window, fcntl.LOCK_EX)
+                        fcntl.flock(window.fd, fcntl.LOCK_EX)
                     finally:
-                        fcntl.flock(gate, fcntl.LOCK_UN)
+                        fcntl.flock(gate.fd, fcntl.LOCK_UN)
             finally:
                 acquired = self.clock()
                 self.waited_s += acquired - asked
@@ -52,24 +55,24 @@ class DeviceWindow:
                 yield
             finally:
                 self.held = (acquired, self.clock())
-                fcntl.flock(window, fcntl.LOCK_UN)
+                fcntl.flock(window.fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def shared(self, wait_s: float | None = None) -> Iterator[None]:
         """Device work that may run beside other such work, never inside a timing."""
-        with open(self.gate, "a") as gate, open(self.path, "a") as window:
+        with open_lock(self.gate) as gate, open_lock(self.path) as window:
             asked = self.clock()
             try:
                 with _deadline(wait_s):
-                    fcntl.flock(gate, fcntl.LOCK_EX)  # the turnstile: no timer is waiting
-                    fcntl.flock(gate, fcntl.LOCK_UN)
-                    fcntl.flock(window, fcntl.LOCK_SH)
+                    fcntl.flock(gate.fd, fcntl.LOCK_EX)  # the turnstile: no timer is waiting
+                    fcntl.flock(gate.fd, fcntl.LOCK_UN)
+                    fcntl.flock(window.fd, fcntl.LOCK_SH)
             finally:
                 self.waited_s += self.clock() - asked
             try:
                 yield
             finally:
-                fcntl.flock(window, fcntl.LOCK_UN)
+                fcntl.flock(window.fd, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

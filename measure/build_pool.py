@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import stat
 import statistics
 import tempfile
 import time
@@ -123,14 +124,18 @@ def sweep_stale_build_dirs(root: Path, idle_s: float = 3600.0) -> list[Path]:
     """Remove the artifact folders under `root` of build pools whose process is gone (a run
     killed with SIGKILL never closes its pool) and that have not changed for `idle_s`: a
     process in another PID namespace sharing `root` looks gone, but a live pool writes to its
-    folder every round. Returns what was removed."""
+    folder every round. Only this user's own folders (not links) are touched, even by root.
+    Returns what was removed."""
     removed = []
     for folder in root.glob(f"{_PREFIX}*-*"):
         pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
         try:
             if not pid.isdigit() or _alive(int(pid)):
                 continue
-            if time.time() - folder.stat().st_mtime < idle_s:
+            info = folder.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            if time.time() - info.st_mtime < idle_s:
                 continue
         except OSError:  # gone meanwhile
             continue

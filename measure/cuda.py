@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ._pool import WorkerPool, ready_summary
 from ._timing import TimingPlan
 from ._workers import Job, Outcome, Workers, settle_finished
 from .dop import DopController
+from .lockfiles import lock_folder
 from .parallel import ParallelEngine
 from .telemetry import GpuTelemetry, physical_gpu
 
@@ -37,11 +37,11 @@ def cuda_available() -> bool:
         return False
 
 
-def window_path(cuda_index: int) -> str:
-    """The timed window's lock file of a GPU, shared by every process on this host."""
-    folder = Path(tempfile.gettempdir()) / "tune-orchestrator"
-    folder.mkdir(exist_ok=True)
-    return str(folder / f"window-{physical_gpu(cuda_index).replace(':', '_')}.lock")
+def window_path(cuda_index: int, *, on_skip: Callable[[str], None] | None = None) -> str:
+    """The timed window's lock file of a GPU, shared by every user's processes on this host
+    (its turnstile beside it); `on_skip` hears why it is this user's own instead."""
+    name = f"window-{physical_gpu(cuda_index).replace(':', '_')}.lock"
+    return str(lock_folder([name, name + ".gate"], on_skip=on_skip) / name)
 
 
 class CudaWorkers(Workers):
@@ -55,6 +55,7 @@ class CudaWorkers(Workers):
         timeout_s: float,
         log_path: str | Path | None = None,
         first: int | None = None,
+        on_skip: Callable[[str], None] | None = None,
     ) -> None:
         if not gpus:
             raise ValueError("gpus cannot be empty.")
@@ -73,7 +74,7 @@ class CudaWorkers(Workers):
         self.first = min(per_gpu, first or per_gpu)
         for pool in self._pools:
             pool.start(self.first)
-        self._windows = [window_path(gpu) for gpu in self.gpus]
+        self._windows = [window_path(gpu, on_skip=on_skip) for gpu in self.gpus]
         self._running: dict[concurrent.futures.Future, Job] = {}
         self.telemetry = GpuTelemetry(self.gpus)
         self.batch_telemetry: list[dict[str, Any]] = []  # one per measure() call
@@ -136,7 +137,9 @@ class CudaEngine(ParallelEngine):
         timeout_s: float = 30.0,
         overlap_timing: bool = False,
         log_path: str | Path | None = None,
+        on_skip: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_skip` hears why a GPU's timed window is not the one other users' runs share."""
         try:
             import cupy  # noqa: F401
         except ImportError:
@@ -147,7 +150,14 @@ class CudaEngine(ParallelEngine):
         per_gpu = fixed_dop or controller.config.max_dop
         first = fixed_dop or controller.config.start
         super().__init__(
-            CudaWorkers(gpus, per_gpu=per_gpu, timeout_s=timeout_s, log_path=log_path, first=first),
+            CudaWorkers(
+                gpus,
+                per_gpu=per_gpu,
+                timeout_s=timeout_s,
+                log_path=log_path,
+                first=first,
+                on_skip=on_skip,
+            ),
             controller,
             fixed_dop=fixed_dop,
             overlap_timing=overlap_timing,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from devices import GPU
+from other_users import ALICE, as_user, can_switch_users
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.rundir import RunDir
 
@@ -148,18 +152,31 @@ def test_a_run_directory_in_use_is_refused(models):
         )
 
 
-def test_unwritable_out_is_refused(models):
-    locked = models / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
+def test_unwritable_out_is_refused(monkeypatch):
+    # As root, whom no mode stops, the CLI runs as another user (in a forked child): the model
+    # and the folder sit where that user may read them, unlike pytest's own tmp_path.
+    home = Path(tempfile.mkdtemp(prefix="unwritable-out-"))
+    home.chmod(0o755)
+    model = onnx_models.tiny_cnn(home / "tiny.onnx")
+    model.chmod(0o644)
+    locked = home / "locked"
+    locked.mkdir(mode=0o555)  # readable by all, writable by none but root
+    args = ["--out", locked / "run", model]
     try:
-        if (locked / "probe").exists() or _can_write(locked):
-            pytest.skip("running as a user who can write anywhere")
-        fails_with_one_line(
-            ["--out", locked / "run", models / "tiny.onnx"], "choose a writable directory"
-        )
+        if can_switch_users():
+            _import_what_a_run_imports()  # the other user may not read this Python's files
+            (home / "cache").mkdir()
+            os.chown(home / "cache", ALICE, ALICE)
+            monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # that user's own
+            as_user(ALICE, fails_with_one_line, args, "choose a writable directory")
+        elif _can_write(locked):
+            pytest.skip("running as a user who can write anywhere and cannot become another")
+        else:
+            fails_with_one_line(args, "choose a writable directory")
+        assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o700)
+        shutil.rmtree(home)
 
 
 def test_out_inside_a_file_is_refused_and_the_file_kept(models):
@@ -171,6 +188,12 @@ def test_out_inside_a_file_is_refused_and_the_file_kept(models):
     )
     fails_with_one_line(["--out", notes, models / "tiny.onnx"], "is a file")
     assert notes.read_text() == "keep me\n"
+
+
+def _import_what_a_run_imports() -> None:
+    import tune_orchestrator.events  # noqa: F401
+    import tune_orchestrator.model.tasks  # noqa: F401
+    import tune_orchestrator.run.session  # noqa: F401
 
 
 def _can_write(folder: Path) -> bool:

@@ -221,6 +221,24 @@ def test_build_folders_left_by_killed_runs_are_removed_and_no_live_ones(tmp_path
     assert [f.exists() for f in folders.values()] == [False, True, True, True]
 
 
+def test_a_stale_build_folder_of_another_user_or_a_link_is_left_alone(tmp_path):
+    from tune_orchestrator.measure.build_pool import sweep_stale_build_dirs
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, who may remove any user's folder, to give one to another")
+    hour_ago = time.time() - 3700
+    theirs = tmp_path / "orchestrate-builds-999999999-abc"  # no such process, idle for an hour
+    theirs.mkdir()
+    (theirs / "cand-1.so").write_bytes(b"\0")
+    os.chown(theirs, 65534, 65534)
+    link = tmp_path / "orchestrate-builds-999999999-def"
+    link.symlink_to(theirs)
+    for path in (theirs, link):
+        os.utime(path, (hour_ago, hour_ago), follow_symlinks=False)
+    assert sweep_stale_build_dirs(tmp_path) == []
+    assert (theirs / "cand-1.so").exists()
+
+
 def test_a_build_pools_folder_names_its_process_and_goes_with_it():
     with BuildPool(workers=1) as builder:
         folder = Path(builder._dir)

@@ -3,8 +3,10 @@ by the test."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -152,6 +154,25 @@ CPU_PLAN = TimingPlan(min_repeats=3, max_repeats=3, repeat_ms=20, race=False)
 
 
 @pytest.mark.slow
+def test_every_tracker_and_server_the_docs_and_scripts_start_binds_a_private_address():
+    """TVM binds its tracker and servers to 0.0.0.0 unless --host says otherwise, and its RPC has
+    no authentication: every such command a user may copy names a loopback or private address."""
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *root.glob("docs/*.md"), *root.glob("benchmarks/*.sh")]
+    commands = [
+        line
+        for path in files
+        for line in path.read_text().replace("\\\n", " ").splitlines()
+        if re.search(r"tvm\.exec\.rpc_(tracker|server)\b", line)
+    ]
+    for command in commands:
+        host = re.search(r"--host\s+(\S+)", command)
+        assert host, f"binds 0.0.0.0 (TVM's default): {command}"
+        address = ipaddress.ip_address(host.group(1))
+        assert not address.is_unspecified and (address.is_loopback or address.is_private), command
+    assert len(commands) >= 8  # the fleets of docs/gpu.md and of benchmarks/gpu_checks.sh
+
+
 def test_the_fleet_measures_what_the_host_measures(tracker):
     timer = TimerConfig(repeat=3, min_repeat_ms=20)
     with BuildPool(workers=2) as pool:

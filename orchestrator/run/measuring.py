@@ -4,7 +4,7 @@ command line), and the untuned latency of tasks."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +124,17 @@ def dop_config(settings: Settings) -> DopConfig:
 class RunPools:
     """A run's build pool and measuring engine, started before the model is imported: their
     processes import TVM (8-10 s for 16 builders on a 16-core GPU host) while this process
-    reads the model. The session closes them when measuring ends; closing twice is harmless."""
+    reads the model. The session closes them when measuring ends; closing twice is harmless.
+    `lock_files`: why a lock file the engine shares with other users' runs could not be used,
+    for the session to count (it starts after the pools)."""
 
     def __init__(self, settings: Settings, target: ResolvedTarget, logs: Path, fleet: Fleet):
+        self.lock_files: list[str] = []
         self.builder: Builder = make_builder(settings, logs)
         try:
-            self.engine: Engine = make_engine(settings, target, logs, fleet)
+            self.engine: Engine = make_engine(
+                settings, target, logs, fleet, on_skip=self.lock_files.append
+            )
         except BaseException:
             self.builder.close()
             raise
@@ -151,10 +156,16 @@ class RunPools:
 
 
 def make_engine(
-    settings: Settings, target: ResolvedTarget, logs: Path | None, fleet: Fleet | None = None
+    settings: Settings,
+    target: ResolvedTarget,
+    logs: Path | None,
+    fleet: Fleet | None = None,
+    *,
+    on_skip: Callable[[str], None] | None = None,
 ) -> Engine:
     """An RPC engine for a fleet; the parallel CUDA engine on GPUs (when cupy can use them);
-    otherwise one candidate at a time in an isolated worker."""
+    otherwise one candidate at a time in an isolated worker. `on_skip` hears why a GPU's
+    timed window is not the one other users' runs share."""
     from tune_orchestrator.measure.cuda import CudaEngine, cuda_available
     from tune_orchestrator.measure.rpc import RpcEngine
 
@@ -195,6 +206,7 @@ def make_engine(
             timeout_s=m.timeout_s,
             overlap_timing=settings.dop.overlap_timing,
             log_path=log,
+            on_skip=on_skip,
         )
     return LocalEngine(
         device_type=target.device_type,

@@ -286,13 +286,7 @@ class Session:
                     "cupy cannot use the GPU here, so candidates are timed one at a time with "
                     "TVM's timer; pip install 'tune-orchestrator[gpu]' for parallel measurement"
                 )
-            for device in self.fleet.claims(self.target.device_type):
-                claim = claims.enter_context(DeviceClaim(device))
-                if claim.shared_with:
-                    self._warn(
-                        f"another orchestrate process (pid {claim.shared_with}) is measuring on "
-                        f"{device}: the measurements of both runs are disturbed"
-                    )
+            self._claim_devices(claims, pools)
             # 2. Untuned latency of each task (its default schedule recorded), and of the model.
             self._measure_baselines(restored, builder, engine, ledger, defaults)
             untuned = restored.untuned or self._untuned_model(ledger)
@@ -328,6 +322,22 @@ class Session:
             spend=spend_fields(ledger),
         )
         return untuned, stopped
+
+    def _claim_devices(self, claims: contextlib.ExitStack, pools: RunPools) -> None:
+        """Claim this host's devices for the run (held until `claims` closes): a run already
+        measuring there, this user's or another's, is warned of; lock files that could not
+        be shared are counted."""
+        for why in pools.lock_files:
+            self.skipped.add("lock_files", why)
+        for device in self.fleet.claims(self.target.device_type):
+            claim = claims.enter_context(
+                DeviceClaim(device, on_skip=lambda why: self.skipped.add("lock_files", why))
+            )
+            if claim.shared_with:
+                self._warn(
+                    f"another orchestrate process (pid {claim.shared_with}) is measuring on "
+                    f"{device}: the measurements of both runs are disturbed"
+                )
 
     def _refuse_too_small(
         self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored

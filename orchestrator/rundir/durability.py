@@ -6,13 +6,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tune_orchestrator.budget import Spend
+from tune_orchestrator.measure.lockfiles import LockFile, lock_folder, open_lock
 
 from ..errors import InputError
 from ..run.skipped import Skipped
@@ -176,29 +176,40 @@ class Heartbeat:
 
 
 class DeviceClaim:
-    """An advisory lock per measuring device, shared by every orchestrate process on this host:
-    a second tuning process on the same device spoils both runs' measurements."""
+    """An advisory lock per measuring device, shared by every orchestrate process on this host,
+    whichever user runs it: a second tuning process on the same device spoils both runs'
+    measurements. The lock file holds its holder's pid where the holder may write it;
+    `on_skip` hears why the shared lock file could not be used (measure/lockfiles.py)."""
 
-    def __init__(self, device: str) -> None:
-        folder = Path(tempfile.gettempdir()) / "tune-orchestrator"
-        folder.mkdir(exist_ok=True)
-        self.path = folder / f"device-{device.replace('/', '_')}.lock"
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+    def __init__(self, device: str, *, on_skip: Callable[[str], None] | None = None) -> None:
+        name = f"device-{device.replace('/', '_')}.lock"
+        self.path = lock_folder([name], on_skip=on_skip) / name
         self.shared_with: str | None = None
+        self._wrote = False
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock: LockFile | None = open_lock(self.path)
+        except OSError as exc:  # made unsafe since lock_folder looked: claim nothing
+            self._lock = None
+            if on_skip is not None:
+                on_skip(f"{exc}; the device is not claimed")
+            return
+        fd = self._lock.fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self.shared_with = (
-                os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            )
+            self.shared_with = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         else:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+            if self._lock.writable:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+                self._wrote = True
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            if self._wrote:  # no pid outlives its claim: the next holder may not be able to write
+                os.ftruncate(self._lock.fd, 0)
+            self._lock.close()
+            self._lock = None
 
     def __enter__(self) -> DeviceClaim:
         return self
