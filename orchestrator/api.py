@@ -232,7 +232,7 @@ def run(
         aside = prepare.move_aside(out_dir)
         if aside is not None:
             emit("warning", message=f"started over: the earlier run in {out_dir} is now {aside}")
-    fresh = not out_dir.exists()
+    fresh = not prepare.out_exists(out_dir)
     prints = fingerprint(given.model, given.target)
     with (
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,

@@ -162,6 +162,19 @@ def default_out(model_name: str) -> Path:
     return path
 
 
+def out_exists(out: Path) -> bool:
+    """Whether --out exists; InputError when a folder on its way cannot be searched."""
+    try:
+        out.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise InputError(
+            f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
+        ) from None
+    return True
+
+
 def move_aside(out: Path) -> Path | None:
     """--fresh: a run directory at `out` is renamed <out>.<time> (nothing is deleted), holding
     its lock, so a run still working in it is refused rather than moved; the new name, or None

@@ -200,6 +200,15 @@ class RunDir:
     def _prepare_folder(self) -> bool:
         """Make sure the folder exists and is ours; True if it holds an earlier run."""
         path = self.path
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise InputError(
+                f"cannot reach --out {path}: {exc.strerror}; choose a directory you can read "
+                "and write"
+            ) from None
         if path.exists() and not path.is_dir():
             raise InputError(f"--out {path} is a file; give a directory for the run")
         if path.is_dir():
