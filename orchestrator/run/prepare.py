@@ -166,9 +166,9 @@ def out_exists(out: Path) -> bool:
     """Whether --out exists; InputError when a folder on its way cannot be searched."""
     try:
         out.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
-    except OSError as exc:
+    except PermissionError as exc:
         raise InputError(
             f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
         ) from None

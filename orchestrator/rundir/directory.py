@@ -202,9 +202,9 @@ class RunDir:
         path = self.path
         try:
             path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
-        except OSError as exc:
+        except PermissionError as exc:
             raise InputError(
                 f"cannot reach --out {path}: {exc.strerror}; choose a directory you can read "
                 "and write"
