@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,10 +71,25 @@ def test_damage_before_the_last_line_is_refused_untouched(run, text, message):
     assert run[RunDir.RECORD_DB].read_text() == text
 
 
+def test_the_heartbeat_writes_while_the_run_works(run):
+    """spend.json is written by the beating thread, not only when the heartbeat stops."""
+    beats, calls = threading.Event(), []
+
+    def snapshot() -> Spend:
+        calls.append(len(calls))
+        if len(calls) == 2:
+            beats.set()
+        return Spend(wall_s=float(len(calls)))
+
+    with Heartbeat(run, snapshot, interval_s=0.01):
+        assert beats.wait(timeout=30.0), "the heartbeat never wrote while the run worked"
+        assert checkpointed_spend(run, Spend()).wall_s >= 1.0
+
+
 def test_the_heartbeat_checkpoint_wins_over_an_older_journal_spend(run):
     spend = Spend(wall_s=42.0, trials=8, rounds=1, phases={"build": 10.0})
-    with Heartbeat(run, lambda: spend, interval_s=0.05):
-        time.sleep(0.2)
+    with Heartbeat(run, lambda: spend, interval_s=3600.0):
+        pass  # its last write, as the session ends
     assert checkpointed_spend(run, Spend(wall_s=30.0)).wall_s == 42.0
     assert checkpointed_spend(run, Spend(wall_s=50.0)).wall_s == 50.0  # the journal is newer
     run["spend.json"].write_text("{not json")
