@@ -1,0 +1,89 @@
+"""A crash at every durable write of a run, and kill -9 at random moments: records lost or
+doubled, resumes refused.
+
+    python benchmarks/crash_points.py [--kills 50] [--seed 7] [--label vm-2core]
+
+Part 1 runs tests/test_crash_points.py with CRASH_POINTS=full: for each of the run's durable
+write points (journal, config, workload, record, spend, waiting, predictor, filter, library,
+model, report) the process ends (os._exit) at its first, middle and last write of a clean
+run, once torn half-way and once right after it; each time the run is resumed twice and must
+keep every record exactly once and exit 0 both times. Part 2 is the kill -9 soak of
+tests/test_durability.py with `--kills` kills. The figures go to
+benchmarks/results/crash_points-<label>-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+from _common import ROOT
+
+
+def pytest(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", "-rA"],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    return done, time.monotonic() - start
+
+
+def crash_cases(stdout: str) -> dict[str, list[str]]:
+    """Each crash case's outcome from pytest's -rA summary: passed and failed case ids."""
+    out: dict[str, list[str]] = {"passed": [], "failed": []}
+    for line in stdout.splitlines():
+        found = re.match(r"(PASSED|FAILED|ERROR) \S+::test_a_crash_at_a_write\S*\[(\S+)\]", line)
+        if found:
+            out["passed" if found.group(1) == "PASSED" else "failed"].append(found.group(2))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--label", default=platform.node() or "host")
+    args = parser.parse_args()
+    env = {**os.environ, "CRASH_POINTS": "full"}
+    points, points_s = pytest(["tests/test_crash_points.py"], env)
+    cases = crash_cases(points.stdout)
+    print(f"crash points: {len(cases['passed'])} cases passed, {len(cases['failed'])} failed "
+          f"({points_s / 60:.0f} min)")  # fmt: skip
+    env = {**os.environ, "KILL_TEST_KILLS": str(args.kills), "KILL_TEST_SEED": str(args.seed)}
+    soak, soak_s = pytest(["tests/test_durability.py", "-k", "kill_9", "-s"], env)
+    figure = next((x for x in soak.stdout.splitlines() if x.startswith("kill harness:")), None)
+    print(figure or soak.stdout[-3000:])
+    result = {
+        "date": str(dt.date.today()),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "crash_points": {**cases, "seconds": points_s, "ok": points.returncode == 0},
+        "kill_soak": {
+            "kills": args.kills,
+            "seed": args.seed,
+            "figure": figure,
+            "seconds": soak_s,
+            "ok": soak.returncode == 0,
+        },
+        "tails": {
+            "crash_points": points.stdout[-4000:] if points.returncode else None,
+            "kill_soak": soak.stdout[-4000:] if soak.returncode else None,
+        },
+    }
+    out = ROOT / "benchmarks" / "results" / f"crash_points-{args.label}-{dt.date.today()}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    ok = points.returncode == 0 and soak.returncode == 0
+    print(f"{'passed' if ok else 'FAILED'}; raw figures: {out.relative_to(ROOT)}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
