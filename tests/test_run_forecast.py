@@ -1,5 +1,6 @@
 """What `orchestrate estimate` says a run would spend and reach at a budget."""
 
+import dataclasses
 import json
 
 import pytest
@@ -20,6 +21,8 @@ from tune_orchestrator.forecast.run import (
     EarlyStop,
     FixedPhases,
     RoundCosts,
+    RunCosts,
+    TuningOutlook,
     default_split,
     forecast_run,
     observed_split,
@@ -40,18 +43,22 @@ SHARES = [0.5, 0.3, 0.2]
 SLOW_PRIOR = TuningPrior(scale=200.0, power=1.0, source="slow")
 
 
-def run(budget: str, **kwargs):
-    args = {
-        "fixed": FIXED,
-        "minimum_s": 70.0,
-        "rounds": ROUNDS,
-        "task_shares": SHARES,
-        "prior": SLOW_PRIOR,
-        "attainable": 0.9,
-        "timing": Timing(),
-        "early_stop": EarlyStop.from_settings(Settings.load(None).stopping),
-    }
-    return forecast_run(parse_budget(budget), **{**args, **kwargs})
+COSTS = ("fixed", "minimum_s", "rounds", "timing", "devices", "usd_per_hour")
+
+
+def run(budget: str, max_rounds: int = 10_000, **kwargs):
+    """The forecast of the test model under `budget`, any RunCosts or TuningOutlook field
+    replaced by a keyword."""
+    costs = RunCosts(fixed=FIXED, minimum_s=70.0, rounds=ROUNDS, timing=Timing())
+    outlook = TuningOutlook(
+        task_shares=SHARES,
+        prior=SLOW_PRIOR,
+        attainable=0.9,
+        early_stop=EarlyStop.from_settings(Settings.load(None).stopping),
+    )
+    costs = dataclasses.replace(costs, **{k: v for k, v in kwargs.items() if k in COSTS})
+    outlook = dataclasses.replace(outlook, **{k: v for k, v in kwargs.items() if k not in COSTS})
+    return forecast_run(parse_budget(budget), costs=costs, outlook=outlook, max_rounds=max_rounds)
 
 
 def test_a_budget_below_the_fixed_phases_is_refused_with_the_minimum_in_its_own_unit():

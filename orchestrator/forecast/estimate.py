@@ -19,7 +19,15 @@ from ..errors import InputError
 from ..run.scheduler import RoundSizes, heavy_floors
 from . import overheads
 from .earlier import Attainable, earlier_runs, prior_and_round_cost
-from .run import EarlyStop, FixedPhases, RoundCosts, default_split, forecast_run
+from .run import (
+    EarlyStop,
+    FixedPhases,
+    RoundCosts,
+    RunCosts,
+    TuningOutlook,
+    default_split,
+    forecast_run,
+)
 
 if TYPE_CHECKING:
     from tune_orchestrator.budget.prices import Price
@@ -344,22 +352,24 @@ def _forecast_run(
 ) -> dict[str, Any]:
     """What a run under `budget` would spend, phase by phase, and reach (run.forecast_run)."""
     settings, cost = inputs.settings, inputs.cost
-    return forecast_run(
-        budget,
+    costs = RunCosts(
         fixed=untuned.fixed,
         minimum_s=minimum_s,
         rounds=rounds.costs,
+        timing=untuned.timing,
+        devices=inputs.resolved.devices,
+        usd_per_hour=cost.usd_per_hour if cost else None,
+    )
+    outlook = TuningOutlook(
         task_shares=shares.shares,
         floors=shares.floors,
         sizes=rounds.sizes.options(),
         coverage=settings.scheduler.coverage_share,
         prior=prior,
         attainable=attainable,
-        timing=untuned.timing,
         early_stop=EarlyStop.from_settings(settings.stopping),
-        devices=inputs.resolved.devices,
-        usd_per_hour=cost.usd_per_hour if cost else None,
     )
+    return forecast_run(budget, costs=costs, outlook=outlook)
 
 
 def _result(

@@ -149,36 +149,49 @@ def budget_seconds(
     return (min(seconds) if seconds else None), (None if trials is None else int(trials))
 
 
-def forecast_run(
-    budget: Budget,
-    *,
-    fixed: FixedPhases,
-    minimum_s: float,
-    rounds: RoundCosts,
-    task_shares: Sequence[float],
-    floors: Sequence[int] = (),
-    sizes: Sequence[int] = (),
-    coverage: float = 0.0,
-    prior: TuningPrior,
-    attainable: float,
-    timing: Timing,
-    early_stop: EarlyStop | None,
-    devices: int = 1,
-    usd_per_hour: float | None = None,
-    max_rounds: int = 10_000,
-) -> dict[str, Any]:
-    """What a run of this model would spend under `budget` and the latency it would reach.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunCosts:
+    """What a run of the model pays: its fixed phases, the fixed spend it forecasts before any
+    work (import included; a budget below it is refused up front), its rounds' costs, how the
+    final timings go, and the devices and price its clock-metered limits count."""
 
-    `minimum_s` is the fixed spend the run forecasts before any work (import included): a
-    budget below it is refused up front. `task_shares` are the tasks' shares of the untuned
-    latency, `floors` their floors of trials (scheduler.heavy_floors: the run may not stop
-    early before they are met); rounds have one of `sizes` (default: `rounds.size`), a first
-    round for each task holding `coverage` of the latency first, as the run's scheduler gives
-    them; `attainable` is the share of each task's latency tuning can remove.
-    """
-    if not 0 <= attainable < 1:
-        raise ValueError(f"attainable must be in [0, 1) but got {attainable}.")
-    seconds, trial_cap = budget_seconds(budget, devices=devices, usd_per_hour=usd_per_hour)
+    fixed: FixedPhases
+    minimum_s: float
+    rounds: RoundCosts
+    timing: Timing
+    devices: int = 1
+    usd_per_hour: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuningOutlook:
+    """How its tuning would go: the tasks' shares of the untuned latency, their floors of
+    trials (scheduler.heavy_floors: no early stop before they are met), the round sizes the
+    scheduler gives (default the rounds' size) with a first round for each task holding
+    `coverage` of the latency first, the tuning curve, the share of each task's latency tuning
+    can remove, and the early-stopping rule."""
+
+    task_shares: Sequence[float]
+    floors: Sequence[int] = ()
+    sizes: Sequence[int] = ()
+    coverage: float = 0.0
+    prior: TuningPrior
+    attainable: float
+    early_stop: EarlyStop | None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.attainable < 1:
+            raise ValueError(f"attainable must be in [0, 1) but got {self.attainable}.")
+
+
+def forecast_run(
+    budget: Budget, *, costs: RunCosts, outlook: TuningOutlook, max_rounds: int = 10_000
+) -> dict[str, Any]:
+    """What a run of this model would spend under `budget`, phase by phase, and the latency
+    it would reach; a refusal with the budget that would do where the fixed spend does not fit."""
+    seconds, trial_cap = budget_seconds(
+        budget, devices=costs.devices, usd_per_hour=costs.usd_per_hour
+    )
     row: dict[str, Any] = {
         "budget": str(budget),
         "seconds": seconds,
@@ -186,28 +199,30 @@ def forecast_run(
         # the GPU's power is known only once a run meters it: energy limits are not forecast
         "not_forecast": [lim.text for lim in budget.limits if lim.kind == ENERGY],
     }
-    minimum = _refused_minimum(budget, minimum_s, devices=devices, usd_per_hour=usd_per_hour)
+    minimum = _refused_minimum(
+        budget, costs.minimum_s, devices=costs.devices, usd_per_hour=costs.usd_per_hour
+    )
     if minimum is not None:
         return {**row, "refused": True, "minimum": minimum}
-
+    fixed, rounds = costs.fixed, costs.rounds
     window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
-    smallest = BudgetLimits(budget, round_size=rounds.size).min_round
-    allocation = Allocation(task_shares, prior, floors, coverage=coverage)
+    allocation = Allocation(
+        outlook.task_shares, outlook.prior, outlook.floors, coverage=outlook.coverage
+    )
     tuning_s, trials, count, stop = _give_rounds(
         allocation,
         rounds,
-        sizes=sizes,
+        sizes=outlook.sizes,
         trial_cap=trial_cap,
         window=window,
-        smallest=smallest,
-        early_stop=early_stop,
+        smallest=BudgetLimits(budget, round_size=rounds.size).min_round,
+        early_stop=outlook.early_stop,
         max_rounds=max_rounds,
     )
     latency = None
     if fixed.latency_s is not None:
-        latency = fixed.latency_s * (1.0 - allocation.reached * attainable)
-    phases = _phases(fixed, tuning_s, rounds.split, fixed.final_s(latency, timing))
-    total = sum(phases.values())
+        latency = fixed.latency_s * (1.0 - allocation.reached * outlook.attainable)
+    phases = _phases(fixed, tuning_s, rounds.split, fixed.final_s(latency, costs.timing))
     return {
         **row,
         "refused": False,
@@ -215,12 +230,18 @@ def forecast_run(
         "rounds": count,
         "trials": trials,
         "gain_reached": allocation.reached,
-        "phases": phases,
-        "total_s": total,
-        "device_h": total * devices / 3600.0,
-        "usd": total * usd_per_hour / 3600.0 if usd_per_hour else None,
+        **_spent(sum(phases.values()), phases, costs),
         "latency_s": latency,
         "speedup": fixed.latency_s / latency if latency else None,
+    }
+
+
+def _spent(total: float, phases: Mapping[str, float], costs: RunCosts) -> dict[str, Any]:
+    return {
+        "phases": dict(phases),
+        "total_s": total,
+        "device_h": total * costs.devices / 3600.0,
+        "usd": total * costs.usd_per_hour / 3600.0 if costs.usd_per_hour else None,
     }
 
 
