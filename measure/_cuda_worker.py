@@ -67,7 +67,6 @@ def measure(
     timed section held the GPU, time.monotonic()); or error; or busy (never got the window).
     `window_path` None: time without the window (overlapping timings)."""
     import cupy
-    import tvm
 
     steps: dict[str, float] = {}
     window = DeviceWindow(window_path) if window_path else None
@@ -76,24 +75,13 @@ def measure(
     try:
         with cupy.cuda.Device(device_index):
             stream = _stream(device_index)
-            with step(steps, "load"):
-                module = tvm.runtime.load_module(artifact)
-                kernel = module[module.entry_name]
-            with stream, _quiet(window, until):
-                with step(steps, "allocate"):
-                    arrays, tensors = _inputs(device_index, args)
-                with step(steps, "warm_up"):
-                    first_s = _first_launch(kernel, tensors, device_index, stream)
-                with step(steps, "check"):
-                    finite = _finite(arrays)
-                if not finite:  # wrong already: not worth a timing
-                    _arguments.pop((device_index, args), None)  # the next one gets fresh inputs
-                    result.update(run_secs=[first_s], finite=False, raced=False, window=None)
-                    return result
-                with step(steps, "warm_up"):
-                    launch, launches, replay, mode = _prepare(
-                        kernel, tensors, device_index, stream, plan
-                    )
+            first_s, ready = _ready(
+                artifact, device_index, args, plan, stream, window, until, steps
+            )
+            if ready is None:  # wrong already: not worth a timing
+                result.update(run_secs=[first_s], finite=False, raced=False, window=None)
+                return result
+            launch, launches, replay, mode = ready
             with stream, _held(window, until, steps) as held:
                 if not plan.flush_l2:
                     launch(1)  # the caches hold this candidate's data, as in every repeat
@@ -114,6 +102,38 @@ def measure(
     finally:
         steps["wait"] = window.waited_s if window else 0.0
     return result
+
+
+def _ready(
+    artifact: str,
+    device_index: int,
+    args: tuple[ArgSpec, ...],
+    plan: TimingPlan,
+    stream: Any,
+    window: DeviceWindow | None,
+    until: float,
+    steps: dict[str, float],
+) -> tuple[float, Any]:
+    """Load the candidate, draw its inputs, launch it once and check its outputs, all out of
+    other workers' timed windows: (the first launch's seconds, what times it), the second None
+    where the outputs are not finite."""
+    import tvm
+
+    with step(steps, "load"):
+        module = tvm.runtime.load_module(artifact)
+        kernel = module[module.entry_name]
+    with stream, _quiet(window, until):
+        with step(steps, "allocate"):
+            arrays, tensors = _inputs(device_index, args)
+        with step(steps, "warm_up"):
+            first_s = _first_launch(kernel, tensors, device_index, stream)
+        with step(steps, "check"):
+            finite = _finite(arrays)
+        if not finite:
+            _arguments.pop((device_index, args), None)  # the next one gets fresh inputs
+            return first_s, None
+        with step(steps, "warm_up"):
+            return first_s, _prepare(kernel, tensors, device_index, stream, plan)
 
 
 def _quiet(window: DeviceWindow | None, until: float) -> Any:

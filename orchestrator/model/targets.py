@@ -108,27 +108,11 @@ def resolve_target(
     spec = (spec or "auto").strip()
     has_gpu = gpu_visible()
     fleet_gpu: Mapping[str, Any] = {}
-    if spec == "auto":
-        target = _cuda_from_device() if has_gpu else _llvm_for_host()
-    elif spec in ("llvm", "cpu"):
-        target = _llvm_for_host()
-    elif spec == "cuda" and remote is not None:
+    if spec == "cuda" and remote is not None:
         fleet_gpu = _remote_gpu(remote)
         target = _cuda_target(fleet_gpu)
-    elif spec == "cuda":
-        if not has_gpu:
-            raise InputError(_no_gpu_message(spec, build_only))
-        target = _cuda_from_device()
-    elif spec.startswith("{"):
-        try:
-            config = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"--target {spec!r} is not valid JSON ({exc.msg}); use {FORMS}"
-            ) from None
-        target = _make(config, spec)
     else:
-        target = _make(spec, spec)
+        target = _target_of(spec, has_gpu=has_gpu, build_only=build_only)
     spec_kind = target.kind.name
     if spec_kind not in _DEVICE_TYPES:
         raise InputError(
@@ -141,11 +125,11 @@ def resolve_target(
             target = tvm.target.Target(target, host={"kind": "llvm"})
         if not has_gpu and not build_only and remote is None:
             raise InputError(_no_gpu_message(spec, build_only))
-    present = has_gpu if device_type == "cuda" else True
     if device_type == "cuda" and remote is not None:
         # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
         return ResolvedTarget(target, spec, device_type, False, name)
+    present = has_gpu if device_type == "cuda" else True
     return ResolvedTarget(
         target=target,
         spec=spec,
@@ -153,6 +137,27 @@ def resolve_target(
         device_present=present,
         device_name=_device_name(device_type, present),
     )
+
+
+def _target_of(spec: str, *, has_gpu: bool, build_only: bool) -> Any:
+    """The TVM target a spec names on this host (not a fleet's `cuda`)."""
+    if spec == "auto":
+        return _cuda_from_device() if has_gpu else _llvm_for_host()
+    if spec in ("llvm", "cpu"):
+        return _llvm_for_host()
+    if spec == "cuda":
+        if not has_gpu:
+            raise InputError(_no_gpu_message(spec, build_only))
+        return _cuda_from_device()
+    if spec.startswith("{"):
+        try:
+            config = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"--target {spec!r} is not valid JSON ({exc.msg}); use {FORMS}"
+            ) from None
+        return _make(config, spec)
+    return _make(spec, spec)
 
 
 def _simulated(spec: str) -> ResolvedTarget:
