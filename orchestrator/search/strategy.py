@@ -152,12 +152,16 @@ class TaskSearch:
         self.proposals = proposals
         self.eps_greedy = s.eps_greedy
         self.elite_share = s.init_measured_ratio
-        self.times = SearchTimes()
-        self.last = SearchTimes()  # the last search alone
         self._model = cost_model
-        self.exhausted = False
         self._sample = tvm_ffi.get_global_func(_SAMPLE)
         self._evolve = tvm_ffi.get_global_func(_EVOLVE)
+        self._start_bookkeeping()
+
+    def _start_bookkeeping(self) -> None:
+        """What the search keeps between rounds, empty before the first."""
+        self.times = SearchTimes()
+        self.last = SearchTimes()  # the last search alone
+        self.exhausted = False
         self._elites: list[tuple[float, Any]] = []  # (seconds, schedule), fastest first
         self._recent: list[Any] = []  # the last round's proposals: next round's parents
         self._seen: set[int] = set()  # structural keys of everything proposed
