@@ -209,7 +209,7 @@ FIXED_PHASE_MODELS = {
     "densenetish": (138, 177, 0.109, 87, 88),
 }
 # What each fixed phase took in 16-trial runs of each model on the 2-core VM (llvm,
-# benchmarks/results/fixed_phases-vm-2core-<run>-2026-11-27.json, with the workers started
+# benchmarks/results/fixed_phases-vm-2core-{f,g,h}-2026-11-27.json, with the workers started
 # before the model's import; the untuned base was refitted on run f, the other constants on
 # three earlier runs whose baselines still started the workers): the seconds of the untuned
 # baseline, the compile phase (two compiles), the check phase (two checks, three timings) and
