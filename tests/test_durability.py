@@ -238,7 +238,7 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
     from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
     from tune_orchestrator.model.targets import resolve_target
     from tune_orchestrator.model.tasks import extract_tasks
-    from tune_orchestrator.run.loop import TuningLoop
+    from tune_orchestrator.run.loop import LoopParts, LoopRules, LoopStart, TuningLoop
     from tune_orchestrator.run.scheduler import GainScheduler, TaskState
 
     target = resolve_target("llvm").target
@@ -251,22 +251,23 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
         LocalEngine(timer=TimerConfig(repeat=1, min_repeat_ms=1)) as engine,
     ):
         loop = TuningLoop(
-            states=[TaskState(conv, baseline_s=1e-3)],
-            target=target,
-            settings=settings,
-            database=database,
-            cost_model=ms.cost_model.RandomModel(),
-            builder=builder,
-            engine=DiesAfter(engine, 3),
-            candidate_filter=NoFilter(),
-            scheduler=GainScheduler(),
-            stopping=BudgetLimits(parse_budget("8trials"), round_size=8),
-            plateau=None,
+            LoopRules(
+                target=target,
+                settings=settings,
+                stopping=BudgetLimits(parse_budget("8trials"), round_size=8),
+            ),
+            LoopParts(
+                database=database,
+                cost_model=ms.cost_model.RandomModel(),
+                candidate_filter=NoFilter(),
+                builder=builder,
+                engine=DiesAfter(engine, 3),
+                scheduler=GainScheduler(),
+            ),
+            LoopStart(states=[TaskState(conv, baseline_s=1e-3)], measured={}, rand_state=0),
             ledger=Ledger(),
             journal=lambda entry: None,
             emit=lambda *a, **k: None,
-            measured={},
-            rand_state=0,
             threads=2,
         )
         with pytest.raises(KeyboardInterrupt):

@@ -17,7 +17,7 @@ from tune_orchestrator.measure import Build, Builder, Engine, Measurement
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
-from tune_orchestrator.run.loop import TuningLoop
+from tune_orchestrator.run.loop import LoopParts, LoopRules, LoopStart, TuningLoop
 from tune_orchestrator.run.scheduler import GainScheduler, TaskState
 from tune_orchestrator.search import TaskSearch
 
@@ -128,28 +128,27 @@ def make_loop(
     states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:tasks_used]]
     engine = HashDevice()
     loop = TuningLoop(
-        states=states,
-        target=target,
-        settings=Settings.load(fast_config, settings),
-        database=ms.database.MemoryDatabase(),
-        cost_model=ms.cost_model.RandomModel(),
-        builder=builder or KeyBuilder(),
-        engine=engine,
-        candidate_filter=flt or NoFilter(),
-        scheduler=GainScheduler(),
-        stopping=AnyOf(
-            [BudgetLimits(parse_budget(budget), round_size=8), *([stops] if stops else [])]
+        LoopRules(
+            target=target,
+            settings=Settings.load(fast_config, settings),
+            stopping=AnyOf(
+                [BudgetLimits(parse_budget(budget), round_size=8), *([stops] if stops else [])]
+            ),
         ),
-        plateau=None,
+        LoopParts(
+            database=ms.database.MemoryDatabase(),
+            cost_model=ms.cost_model.RandomModel(),
+            candidate_filter=flt or NoFilter(),
+            builder=builder or KeyBuilder(),
+            engine=engine,
+            scheduler=GainScheduler(),
+        ),
+        LoopStart(states=states, measured={}, rand_state=0, bests=bests, parked=parked),
         ledger=ledger or Ledger(),
         journal=journal if journal is not None else (lambda entry: None),
         emit=lambda *a, **k: None,
-        measured={},
-        rand_state=0,
         threads=2,
         pipeline=pipeline,
-        bests=bests,
-        parked=parked,
     )
     return loop, engine
 

@@ -113,75 +113,95 @@ def spend_fields(ledger: Ledger) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopRules:
+    """What the run's description gives the loop: the target it tunes for, the settings, the
+    rule that stops the run and the one that retires a task on its plateau."""
+
+    target: Any
+    settings: Settings
+    stopping: StoppingRule
+    plateau: TaskPlateau | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopParts:
+    """What a round works with: the database and cost model the search learns from, the
+    candidate filter, the builder, the measuring engine, the scheduler that picks the task."""
+
+    database: Any
+    cost_model: Any
+    candidate_filter: Filter
+    builder: Builder
+    engine: Engine
+    scheduler: Scheduler
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopStart:
+    """Where the loop starts: the tasks' states; the keys already measured (or being measured)
+    per task index; each task's measured schedules that ran, as (MeasureCandidate, seconds), for
+    its search to start from; the proposals parked by an earlier session; the search's seed."""
+
+    states: Sequence[TaskState]
+    measured: dict[int, set[int]]
+    rand_state: int
+    bests: Mapping[int, list[tuple[Any, float]]] | None = None
+    parked: dict[int, list[Any]] | None = None
+
+
 class TuningLoop:
     """Runs rounds until a stopping rule or the scheduler ends the run."""
 
     def __init__(
         self,
+        rules: LoopRules,
+        parts: LoopParts,
+        start: LoopStart,
         *,
-        states: Sequence[TaskState],
-        target: Any,
-        settings: Settings,
-        database: Any,
-        cost_model: Any,
-        builder: Builder,
-        engine: Engine,
-        candidate_filter: Filter,
-        scheduler: Scheduler,
-        stopping: StoppingRule,
-        plateau: TaskPlateau | None,
         ledger: Ledger,
         journal: Callable[[dict[str, Any]], None],
         emit: Emit,
-        measured: dict[int, set[int]],
-        rand_state: int,
         threads: int,
         pipeline: bool = False,
-        bests: dict[int, list[tuple[Any, float]]] | None = None,
-        parked: dict[int, list[Any]] | None = None,
     ) -> None:
-        self.states = list(states)
-        self.target = target
-        self.settings = settings
-        self.database = database
-        self.cost_model = cost_model
-        self.builder = builder
-        self.engine = engine
-        self.filter = candidate_filter
-        self.scheduler = scheduler
-        self.stopping = stopping
-        self.plateau = plateau
+        self.target, self.settings = rules.target, rules.settings
+        self.stopping, self.plateau = rules.stopping, rules.plateau
+        self.database, self.cost_model = parts.database, parts.cost_model
+        self.builder, self.engine = parts.builder, parts.engine
+        self.filter, self.scheduler = parts.candidate_filter, parts.scheduler
+        self.states = list(start.states)
+        self.measured = start.measured  # task index -> keys in the database or being measured
+        self.rand_state = start.rand_state
+        self._bests = dict(start.bests or {})
         self.ledger = ledger
         self.journal = journal
         self.emit = emit
-        self.measured = measured  # task index -> keys already in the database or being measured
-        self.rand_state = rand_state
         self.threads = threads
-        # Measured in an earlier session (task index -> (MeasureCandidate, seconds)): each
-        # task's search starts from them instead of from random schedules alone.
-        self._bests = dict(bests or {})
-        self.sizes = round_sizes(
-            settings, getattr(builder, "workers", 1), getattr(engine, "lanes", 1)
-        )
-        self._filtered = candidate_filter.name != "none"
-        # The most a round proposes; a first touch proposes for the smallest round.
-        self.proposals = proposals_per_round(settings, self.sizes.largest, self._filtered)
-        self.first_proposals = proposals_per_round(settings, self.sizes.smallest, self._filtered)
         self.pipeline = pipeline
+        self.sizes = round_sizes(
+            self.settings, getattr(self.builder, "workers", 1), getattr(self.engine, "lanes", 1)
+        )
+        self._filtered = self.filter.name != "none"
+        # The most a round proposes; a first touch proposes for the smallest round.
+        self.proposals = proposals_per_round(self.settings, self.sizes.largest, self._filtered)
+        self.first_proposals = proposals_per_round(
+            self.settings, self.sizes.smallest, self._filtered
+        )
         # With pipelining, the next tasks' searches run ahead while the device measures.
-        self.ahead = search_ahead(settings.search.ahead, threads) if pipeline else 0
+        self.ahead = search_ahead(self.settings.search.ahead, threads) if pipeline else 0
         self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
         self.proposer = Proposer(
             make_search=self._new_search,
-            cost_model=cost_model,
-            measured=measured,
+            cost_model=self.cost_model,
+            measured=self.measured,
             set_aside=self._rejected,
             proposals=self.proposals,
             ahead=self.ahead,
             charge=self._charge,
-            parked=parked,
+            parked=start.parked,
         )
-        s = settings.stopping
+        s = self.settings.stopping
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
         self._main = threading.current_thread()
         self._last_round_end = 0.0

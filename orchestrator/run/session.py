@@ -46,7 +46,7 @@ from ..search import make_cost_model
 from ..search.strategy import most_parents
 from ..simulate import WORD, VirtualClock
 from .interrupt import Interrupt
-from .loop import TuningLoop, spend_fields
+from .loop import LoopParts, LoopRules, LoopStart, TuningLoop, spend_fields
 from .measuring import Fleet, RunPools, cpu_caveat, measure_untuned_tasks
 from .reporting import write_report
 from .scheduler import GainScheduler, current_shares, model_latency_s
@@ -493,33 +493,39 @@ class Session:
     ) -> Decision:
         sched = self.settings.scheduler
         loop = TuningLoop(
-            states=restored.states,
-            target=self.target.target,
-            settings=self.settings,
-            database=database,
-            cost_model=cost_model,
-            builder=builder,
-            engine=engine,
-            candidate_filter=self.filter,
-            scheduler=GainScheduler(
-                window=sched.window,
-                first_round_gain=sched.first_round_gain,
-                min_gain=sched.min_gain_per_doubling,
-                coverage_share=sched.coverage_share,
+            LoopRules(
+                target=self.target.target,
+                settings=self.settings,
+                stopping=self.stopping,
+                plateau=self.plateau,
             ),
-            stopping=self.stopping,
-            plateau=self.plateau,
+            LoopParts(
+                database=database,
+                cost_model=cost_model,
+                candidate_filter=self.filter,
+                builder=builder,
+                engine=engine,
+                scheduler=GainScheduler(
+                    window=sched.window,
+                    first_round_gain=sched.first_round_gain,
+                    min_gain=sched.min_gain_per_doubling,
+                    coverage_share=sched.coverage_share,
+                ),
+            ),
+            LoopStart(
+                states=restored.states,
+                measured=restored.measured,
+                bests=restored.bests,
+                parked=load_waiting(self.run, self.tasks),
+                # A resumed session searches with a fresh random state: the same seed would
+                # propose again what the earlier session already measured.
+                rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
+            ),
             ledger=ledger,
             journal=self.run.append,
             emit=self.emit,
-            measured=restored.measured,
-            bests=restored.bests,
-            # A resumed session searches with a fresh random state: the same seed would
-            # propose again what the earlier session already measured.
-            rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
             threads=host_cores(),
             pipeline=self._pipelined(engine),
-            parked=load_waiting(self.run, self.tasks),
         )
         try:
             # Exact reuse first: the library's fastest records of each task it knows.
