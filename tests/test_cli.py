@@ -79,6 +79,20 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
 
 
 @pytest.mark.skipif(GPU, reason="checks the behaviour on a host without a GPU")
+@pytest.mark.parametrize("rtol", ["inf", "nan", "0", "1.5"])
+def test_a_tolerance_from_the_environment_that_passes_anything_or_nothing_is_refused(
+    models, monkeypatch, rtol
+):
+    """ORCHESTRATE_CHECK_RTOL=inf once shipped a model whose output had the wrong shape."""
+    monkeypatch.chdir(models)
+    monkeypatch.setenv("ORCHESTRATE_CHECK_RTOL", rtol)
+    fails_with_one_line(
+        ["--budget", "1min", "--target", "llvm", "tiny.onnx"],
+        f"[check] rtol must be a relative tolerance in (0, 1), e.g. 1e-3, but got {float(rtol)}",
+    )
+    assert not (models / "runs").exists()
+
+
 def test_cuda_without_a_gpu_is_refused(models, monkeypatch):
     monkeypatch.chdir(models)
     fails_with_one_line(["--target", "cuda", "tiny.onnx"], "needs an NVIDIA GPU to measure on")
