@@ -72,8 +72,9 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     if skipped:
         counted = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in skipped.items())
         lines.append(f"Skipped as broken, foreign or unsafe (see the warnings): {counted}.")
-    if s["check_ok"] is False:
-        lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
+    tuned_check = (report.get("tuned") or {}).get("check")
+    if tuned_check and tuned_check.get("ok") is not True:
+        lines.append(f"**WARNING: the tuned model: {describe_check(tuned_check)}.**")
     if "shipped_checked" in s:  # reports written before model.so said whether it was checked
         lines.append(f"model.so: {describe_shipped(s)}.")
     forecast = report.get("forecast")
@@ -178,6 +179,26 @@ def describe_change(change: str | None, speedup: float) -> str:
     if change == "slower":
         return f"{1 / speedup:.2f}x slower"
     return f"{speedup:.2f}x faster"
+
+
+_CHECK_WORDS = {
+    "differs": "OUTPUTS DIFFER FROM ONNXRUNTIME",
+    "failed": "FAILED WHEN RUN",
+    "not checkable": "outputs NOT CHECKABLE",
+    "unchecked": "outputs NOT CHECKED",
+}
+
+
+def describe_check(check: Mapping[str, Any]) -> str:
+    """A build's output check in one phrase: its verdict, with its figure or its reason."""
+    status = check.get("status") or ("matched" if check.get("ok") else "differs")
+    if status == "matched":
+        on = f" on {check['samples']} samples" if check.get("samples") else ""
+        return f"outputs match onnxruntime{on} (max relative error {check['max_rel_error']:.1e})"
+    reason = check.get("reason") or (
+        f"max relative error {check['max_rel_error']:.2e} > rtol {check['rtol']:g}"
+    )
+    return f"{_CHECK_WORDS[status]}: {reason}"
 
 
 def describe_shipped(summary: Mapping[str, Any]) -> str:

@@ -241,6 +241,8 @@ class StoppingSettings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckSettings:
     rtol: float
+    int_min: int
+    int_max: int
     latency_repeat: int
     latency_min_repeat: int
     latency_max_s: float
@@ -248,6 +250,10 @@ class CheckSettings:
 
     def __post_init__(self) -> None:
         _tolerance("check", "rtol", self.rtol)
+        if self.int_min > self.int_max:
+            raise ValueError(
+                f"[check] needs int_min <= int_max but got {self.int_min}, {self.int_max}."
+            )
         _positive("check", "latency_max_s", self.latency_max_s)
         _non_negative("check", "latency_min_repeat_ms", self.latency_min_repeat_ms)
         if not 1 <= self.latency_min_repeat <= self.latency_repeat:

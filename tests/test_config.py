@@ -74,6 +74,15 @@ def test_nan_is_not_a_positive_number():
         Settings.load(env={"ORCHESTRATE_CHECK_LATENCY_MAX_S": "nan"})
 
 
+def test_the_integer_range_of_the_check_comes_from_the_file_or_the_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[check]\nint_min = -3\nint_max = 40\n")
+    check = Settings.load(path, env={"ORCHESTRATE_CHECK_INT_MAX": "5"}).check
+    assert (check.int_min, check.int_max) == (-3, 5)
+    with pytest.raises(InputError, match=r"\[check\] needs int_min <= int_max but got 6, 5"):
+        Settings.load(env={"ORCHESTRATE_CHECK_INT_MIN": "6", "ORCHESTRATE_CHECK_INT_MAX": "5"})
+
+
 def test_config_command_prints_toml_that_loads_back(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[tune]\nbudget = "2h"\n')

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from tune_orchestrator.budget import Ledger
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
-from tune_orchestrator.deploy import builds, devices, library
+from tune_orchestrator.deploy import builds, check, devices, library
 from tune_orchestrator.deploy.builds import ModelBuilds
-from tune_orchestrator.deploy.library import Check
+from tune_orchestrator.deploy.check import DIFFERS, MATCHED, Check
 from tune_orchestrator.deploy.timing import Latency
 from tune_orchestrator.events import schema
 from tune_orchestrator.run.measuring import Fleet
@@ -55,7 +55,9 @@ class FakeChecker:
         self.errors = errors
 
     def check(self, vm: str, dev: str) -> Check:
-        return Check(self.errors[vm], 1e-3, 1)
+        error = self.errors[vm]
+        status = MATCHED if error <= 1e-3 else DIFFERS
+        return Check(status=status, max_rel_error=error, rtol=1e-3, outputs=1, samples=3)
 
 
 @pytest.fixture
@@ -79,7 +81,7 @@ def end(tmp_path, monkeypatch):
         with RunDir.open(tmp_path / "run", fingerprint={}) as run:
             run.write_json(RunDir.CONFIG, {"fingerprint": {}})  # a later call resumes it
             made = ModelBuilds(
-                model=SimpleNamespace(name="m", inputs=[]),
+                model=SimpleNamespace(name="m", inputs=[], outputs=("y",)),
                 relax_mod=None,
                 target=SimpleNamespace(
                     device_type="cpu", device_present=True, target=None, simulated=False
@@ -195,14 +197,16 @@ def test_on_this_host_a_failure_to_run_the_model_is_raised(end):
 
 def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(tmp_path, monkeypatch, tiny_model):
     """A real build-only run whose tuned build (checked first) is made to differ."""
-    real = library.compare
+    real = check.compare
     calls = []
 
-    def tuned_differs(ours, reference, rtol):
+    def tuned_differs(ours, reference, *, rtol, names):
         calls.append(1)
-        return Check(0.5, rtol, len(reference)) if len(calls) == 1 else real(ours, reference, rtol)
+        if len(calls) > 1:
+            return real(ours, reference, rtol=rtol, names=names)
+        return Check(status=DIFFERS, max_rel_error=0.5, rtol=rtol, outputs=1, samples=3)
 
-    monkeypatch.setattr(library, "compare", tuned_differs)
+    monkeypatch.setattr(check, "compare", tuned_differs)
     out = tmp_path / "run"
     args = ["--build-only", "--target", "llvm", "--out", str(out), str(tiny_model)]
     result = CliRunner().invoke(main, args)

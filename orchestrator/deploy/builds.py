@@ -23,6 +23,8 @@ from ..model.targets import ResolvedTarget
 from ..rundir import RunDir
 from . import kernels
 from . import library as deploy
+from . import samples as check_samples
+from .check import Checker
 from .devices import FleetDevice, LocalDevice
 from .timing import SLOWER, Timing, change, claimed_speedup, time_models
 
@@ -82,15 +84,19 @@ class ModelBuilds:
         run: RunDir,
         emit: Callable[..., None],
         device: LocalDevice | FleetDevice | None = None,
+        samples: check_samples.Samples | None = None,
     ) -> None:
-        """`device` checks and times the builds at the end (None: nothing can run them)."""
+        """`device` checks and times the builds at the end (None: nothing can run them) on
+        `samples` (None: random ones, as `settings` say)."""
         self.model = model
         self.relax_mod = relax_mod
         self.target = target
         self.run = run
         self.emit = emit
         self.device = device
-        self.checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
+        if samples is None:
+            samples = check_samples.for_run(model, settings)
+        self.checker = Checker(model, samples=samples, rtol=settings.check.rtol)
         self.timing = Timing.from_settings(settings.check)
 
     def library(self, label: str) -> Path:
