@@ -257,6 +257,7 @@ def run(
             interrupt=interrupt, candidate_filter=candidate_filter, predictor=predictor,
             warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
             build_only=options.build_only, emit=emit, command=command, pools=pools,
+            check_samples=given.samples,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=result.exit_code)

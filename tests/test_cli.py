@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -44,6 +45,12 @@ def models(tmp_path):
     onnx_models.with_operator(tmp_path / "det.onnx", "Det")
     onnx_models.with_operator(tmp_path / "custom.onnx", "MyOp", domain="com.example")
     (tmp_path / "unknown_key.toml").write_text("[tune]\nbudgte = '5min'\n")
+    x = np.zeros((1, 3, 8, 8), "float32")
+    np.savez(tmp_path / "other_name.npz", input=x)
+    np.savez(tmp_path / "extra.npz", x=x, mask=x)
+    np.savez(tmp_path / "wrong_shape.npz", x=np.zeros((1, 3, 9, 9), "float32"))
+    np.savez(tmp_path / "wrong_dtype.npz", x=x.astype("float64"))
+    (tmp_path / "notes.npz").write_text("x = 1\n")
     return tmp_path
 
 
@@ -70,6 +77,29 @@ def models(tmp_path):
         (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),
         (["--frobnicate", "tiny.onnx"], "No such option '--frobnicate'"),
         (["--trials-per-round", "0", "tiny.onnx"], "0 is not in the range x>=1"),
+        (
+            ["--check-inputs", "other_name.npz", "tiny.onnx"],
+            "--check-inputs other_name.npz has no array for input 'x'; name one array after each "
+            "input of the model: x",
+        ),
+        (
+            ["--check-inputs", "extra.npz", "tiny.onnx"],
+            "--check-inputs extra.npz holds 'mask', which the model does not take; its inputs are: x",
+        ),
+        (
+            ["--check-inputs", "wrong_shape.npz", "tiny.onnx"],
+            "'x' has shape (1, 3, 9, 9) but the model's input is (1, 3, 8, 8) (or N samples of "
+            "it, (N, 1, 3, 8, 8))",
+        ),
+        (
+            ["--check-inputs", "wrong_dtype.npz", "tiny.onnx"],
+            "'x' is float64 but the model's input is float32; save it as float32",
+        ),
+        (
+            ["--check-inputs", "notes.npz", "tiny.onnx"],
+            "--check-inputs notes.npz is not an .npz file",
+        ),
+        (["--check-inputs", "none.npz", "tiny.onnx"], "--check-inputs none.npz does not exist"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):

@@ -128,3 +128,58 @@ def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_
     tuned = json.loads((out / "report.json").read_text())["tuned"]["check"]
     assert tuned["status"] == MATCHED and tuned["samples"] == 3
     assert tuned["inputs"] == "3 random samples (seeds 0-2, integers -2..2)"
+
+
+def test_real_samples_from_check_inputs_are_what_the_check_runs(tmp_path, monkeypatch, fast_config):
+    """Two samples given as (2, *shape): onnxruntime and both builds run on exactly those."""
+    seen = []
+    real = check.run_onnxruntime
+
+    def spy(model, inputs):
+        seen.append([np.array(a) for a in inputs])
+        return real(model, inputs)
+
+    monkeypatch.setattr(check, "run_onnxruntime", spy)
+    given = np.random.default_rng(7).uniform(0, 1, (2, 1, 3, 8, 8)).astype("float32")
+    npz = tmp_path / "real.npz"
+    np.savez(npz, x=given)
+    out = tmp_path / "run"
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--check-inputs", str(npz), str(model)])
+    assert result.exit_code == 0, result.output
+    assert [len(s) for s in seen] == [1, 1]
+    assert np.array_equal(seen[0][0], given[0]) and np.array_equal(seen[1][0], given[1])
+    tuned = json.loads((out / "report.json").read_text())["tuned"]["check"]
+    assert tuned["status"] == MATCHED and tuned["inputs"] == f"2 sample(s) from {npz}"
+
+
+def test_one_sample_may_come_without_its_leading_axis(tmp_path):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    ids, flags = np.arange(16).reshape(2, 8), np.ones((2, 8), bool)
+    np.savez(tmp_path / "one.npz", ids=ids, flags=flags)
+    loaded = samples.load_samples(tmp_path / "one.npz", model)
+    ((got_ids, got_flags),) = loaded.arrays  # in the model's input order
+    assert np.array_equal(got_ids, ids) and np.array_equal(got_flags, flags)
+    np.savez(tmp_path / "uneven.npz", ids=np.stack([ids, ids]), flags=flags)
+    with pytest.raises(InputError, match=r"different numbers of samples \('ids' 2, 'flags' 1\)"):
+        samples.load_samples(tmp_path / "uneven.npz", model)
+
+
+@pytest.mark.parametrize(
+    "arrays, says",
+    [
+        ({"ids": np.zeros((2, 8), "int32")}, "'ids' is int32 but the model's input is int64"),
+        (
+            {"ids": np.zeros((8, 2), "int64")},
+            "'ids' has shape (8, 2) but the model's input is (2, 8)",
+        ),
+        ({"idz": np.zeros((2, 8), "int64")}, "has no array for input 'ids'"),
+    ],
+)
+def test_check_inputs_that_do_not_fit_the_model_are_refused(tmp_path, arrays, says):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    np.savez(tmp_path / "bad.npz", flags=np.ones((2, 8), bool), **arrays)
+    with pytest.raises(InputError) as refused:
+        samples.load_samples(tmp_path / "bad.npz", model)
+    assert says in str(refused.value) and "\n" not in str(refused.value)

@@ -154,6 +154,14 @@ def main() -> None:
     help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
 )
 @click.option(
+    "--check-inputs",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE.npz",
+    help="Real samples for the output check instead of three random ones: an .npz file with "
+    "one array per model input, named after it, of its dtype and shape (or N samples of it, "
+    "(N, *shape)). Checked before any work.",
+)
+@click.option(
     "--trials-per-round",
     type=click.IntRange(min=1),
     help="The most candidates one task's round may have; rounds start smaller.  "
@@ -263,6 +271,7 @@ def tune_command(
     out: Path | None,
     fresh: bool,
     input_shapes: tuple[str, ...],
+    check_inputs: Path | None,
     trials_per_round: int | None,
     seed: int | None,
     filter_name: str | None,
@@ -298,6 +307,7 @@ def tune_command(
     printer = None if json_events else Printer(quiet=quiet)
     options = Options(
         input_shapes=input_shapes,
+        check_inputs=check_inputs,
         config=config_file,
         trials_per_round=trials_per_round,
         seed=seed,
