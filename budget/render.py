@@ -202,21 +202,20 @@ def describe_check(check: Mapping[str, Any]) -> str:
 
 
 def describe_shipped(summary: Mapping[str, Any]) -> str:
-    """What model.so is, in one phrase: which build, checked where or why not, and the tuned
-    build kept aside when its outputs differ."""
+    """What model.so is, in one phrase: which build, checked where or why not, and why it is
+    not the tuned build."""
+    why = summary.get("tuned_not_shipped")
     mismatch = summary.get("mismatch_library")
-    aside = (
-        f"; the tuned build's outputs differ, kept aside as {Path(mismatch).name}: do not deploy it"
-        if mismatch
-        else ""
-    )
+    if why is None and mismatch:  # reports written before they said why
+        why = f"its outputs differ, kept aside as {Path(mismatch).name}: do not deploy it"
     if summary["shipped"] == "none":
-        return f"NOT WRITTEN: the untuned build's outputs differ from onnxruntime's too{aside}"
+        return f"NOT WRITTEN: no build passed its output check; the tuned build: {why}"
     if summary["shipped_checked"]:
         checked = f"outputs match onnxruntime (checked on {summary['checked_on']})"
     else:
         checked = f"UNCHECKED, its outputs were never compared with onnxruntime's: {summary['unchecked_reason']}"
-    return f"the {summary['shipped']} build, {checked}{aside}"
+    not_tuned = f"; not the tuned build: {why}" if summary["shipped"] != "tuned" and why else ""
+    return f"the {summary['shipped']} build, {checked}{not_tuned}"
 
 
 def describe_kernels(k: Mapping[str, Any]) -> str:

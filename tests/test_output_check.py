@@ -183,3 +183,18 @@ def test_check_inputs_that_do_not_fit_the_model_are_refused(tmp_path, arrays, sa
     with pytest.raises(InputError) as refused:
         samples.load_samples(tmp_path / "bad.npz", model)
     assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_model_nan_everywhere_is_not_checkable_and_ships_nothing(tmp_path, fast_config):
+    """Log(-|x| - 1) compiles and runs, but no value of it can be compared: exit 5."""
+    model = onnx_models.nan_everywhere(tmp_path / "nan.onnx")
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(model)])
+    assert result.exit_code == 5, result.output
+    assert not (out / "model.so").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["check_status"] == NOT_CHECKABLE
+    assert report["untuned"]["check"]["status"] == NOT_CHECKABLE
+    assert "give --check-inputs with samples on which it is a number" in result.stderr
+    assert report["summary"]["shipped"] == "none"
