@@ -184,8 +184,8 @@ def describe_change(change: str | None, speedup: float) -> str:
 _CHECK_WORDS = {
     "differs": "OUTPUTS DIFFER FROM ONNXRUNTIME",
     "failed": "FAILED WHEN RUN",
-    "not checkable": "outputs NOT CHECKABLE",
-    "unchecked": "outputs NOT CHECKED",
+    "not checkable": "NOT CHECKABLE",
+    "unchecked": "NOT CHECKED",
 }
 
 
