@@ -72,8 +72,9 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     if skipped:
         counted = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in skipped.items())
         lines.append(f"Skipped as broken, foreign or unsafe (see the warnings): {counted}.")
-    if s["check_ok"] is False:
-        lines.append("**WARNING: the tuned model's outputs differ from onnxruntime's.**")
+    tuned_check = (report.get("tuned") or {}).get("check")
+    if tuned_check and tuned_check.get("ok") is not True:
+        lines.append(f"**WARNING: the tuned model: {describe_check(tuned_check)}.**")
     if "shipped_checked" in s:  # reports written before model.so said whether it was checked
         lines.append(f"model.so: {describe_shipped(s)}.")
     forecast = report.get("forecast")
@@ -180,22 +181,41 @@ def describe_change(change: str | None, speedup: float) -> str:
     return f"{speedup:.2f}x faster"
 
 
-def describe_shipped(summary: Mapping[str, Any]) -> str:
-    """What model.so is, in one phrase: which build, checked where or why not, and the tuned
-    build kept aside when its outputs differ."""
-    mismatch = summary.get("mismatch_library")
-    aside = (
-        f"; the tuned build's outputs differ, kept aside as {Path(mismatch).name}: do not deploy it"
-        if mismatch
-        else ""
+_CHECK_WORDS = {
+    "differs": "OUTPUTS DIFFER FROM ONNXRUNTIME",
+    "failed": "FAILED WHEN RUN",
+    "not checkable": "NOT CHECKABLE",
+    "unchecked": "NOT CHECKED",
+}
+
+
+def describe_check(check: Mapping[str, Any]) -> str:
+    """A build's output check in one phrase: its verdict, with its figure or its reason."""
+    status = check.get("status") or ("matched" if check.get("ok") else "differs")
+    if status == "matched":
+        on = f" on {check['samples']} samples" if check.get("samples") else ""
+        return f"outputs match onnxruntime{on} (max relative error {check['max_rel_error']:.1e})"
+    reason = check.get("reason") or (
+        f"max relative error {check['max_rel_error']:.2e} > rtol {check['rtol']:g}"
     )
+    return f"{_CHECK_WORDS[status]}: {reason}"
+
+
+def describe_shipped(summary: Mapping[str, Any]) -> str:
+    """What model.so is, in one phrase: which build, checked where or why not, and why it is
+    not the tuned build."""
+    why = summary.get("tuned_not_shipped")
+    mismatch = summary.get("mismatch_library")
+    if why is None and mismatch:  # reports written before they said why
+        why = f"its outputs differ, kept aside as {Path(mismatch).name}: do not deploy it"
     if summary["shipped"] == "none":
-        return f"NOT WRITTEN: the untuned build's outputs differ from onnxruntime's too{aside}"
+        return f"NOT WRITTEN: no build passed its output check; the tuned build: {why}"
     if summary["shipped_checked"]:
         checked = f"outputs match onnxruntime (checked on {summary['checked_on']})"
     else:
         checked = f"UNCHECKED, its outputs were never compared with onnxruntime's: {summary['unchecked_reason']}"
-    return f"the {summary['shipped']} build, {checked}{aside}"
+    not_tuned = f"; not the tuned build: {why}" if summary["shipped"] != "tuned" and why else ""
+    return f"the {summary['shipped']} build, {checked}{not_tuned}"
 
 
 def describe_kernels(k: Mapping[str, Any]) -> str:

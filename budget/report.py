@@ -208,7 +208,15 @@ def _verdict(comparison: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _shipped(shipment: Mapping[str, Any]) -> dict[str, Any]:
     """Which build model.so is and whether its outputs were checked against onnxruntime."""
-    keys = ("shipped", "shipped_checked", "checked_on", "unchecked_reason", "mismatch_library")
+    keys = (
+        "shipped",
+        "shipped_checked",
+        "checked_on",
+        "unchecked_reason",
+        "mismatch_library",
+        "check_status",
+        "tuned_not_shipped",
+    )
     return {k: shipment.get(k) for k in keys}
 
 

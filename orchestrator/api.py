@@ -42,11 +42,15 @@ class Result:
     (None: not timed). `measured_ratio` is the ratio of the medians as measured, noise
     included: not a claim.
 
-    `shipped` says which build model.so is: "tuned", "untuned", or "none" (no model.so: the
-    outputs of both differ from onnxruntime's). `shipped_checked` is True where model.so's
-    outputs matched onnxruntime's (`checked_on` says where); False with `unchecked_reason`
-    where nothing could run it. A tuned build whose outputs differ (`check_ok` False, exit
-    code 4) is kept aside as `mismatch_library`, never shipped.
+    `shipped` says which build model.so is: "tuned", "untuned", or "none" (no model.so: no
+    build passed its check). `shipped_checked` is True where model.so's outputs matched
+    onnxruntime's (`checked_on` says where); False with `unchecked_reason` where nothing could
+    run it (no device here and no fleet, --simulate). `check_status` is the tuned build's
+    check: "matched", "differs", "failed" (it failed when run), "not checkable" (an output
+    NaN everywhere), "unchecked" (the fleet could not be reached), None (nothing could run
+    it); `tuned_not_shipped` says why model.so is not the tuned build. A tuned build that
+    failed its check (`check_ok` False, exit code 4) or could not be checked (exit code 5)
+    never ships; one whose outputs differ is kept aside as `mismatch_library`.
     """
 
     run_dir: Path
@@ -78,6 +82,8 @@ class Result:
     interrupted: bool
     budget_too_small: bool
     check_ok: bool | None
+    check_status: str | None
+    tuned_not_shipped: str | None
     max_rel_error: float | None
     tasks: tuple[TaskResult, ...]
     paths: Mapping[str, Path]
@@ -118,6 +124,8 @@ class Result:
             interrupted=summary["interrupted"],
             budget_too_small=summary["budget_too_small"],
             check_ok=check.get("ok"),
+            check_status=summary.get("check_status"),
+            tuned_not_shipped=summary.get("tuned_not_shipped"),
             max_rel_error=check.get("max_rel_error"),
             tasks=tuple(
                 TaskResult(
@@ -146,6 +154,8 @@ class Result:
             return exits.BUDGET_TOO_SMALL
         if self.check_ok is False:
             return exits.CHECK_FAILED
+        if self.check_ok is None and self.check_status is not None:  # a device could not tell
+            return exits.UNCHECKED
         return exits.OK
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,6 +267,7 @@ def run(
             interrupt=interrupt, candidate_filter=candidate_filter, predictor=predictor,
             warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
             build_only=options.build_only, emit=emit, command=command, pools=pools,
+            check_samples=given.samples,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=result.exit_code)

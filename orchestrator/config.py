@@ -15,13 +15,21 @@ from .errors import InputError
 
 
 def _positive(section: str, name: str, value: float) -> None:
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise ValueError(f"[{section}] {name} must be positive but got {value}.")
 
 
 def _non_negative(section: str, name: str, value: float) -> None:
-    if value < 0:
+    if not value >= 0:  # NaN too
         raise ValueError(f"[{section}] {name} cannot be negative but got {value}.")
+
+
+def _tolerance(section: str, name: str, value: float) -> None:
+    """A relative tolerance: within (0, 1), so that inf and NaN, which pass anything, cannot."""
+    if not 0 < value < 1:
+        raise ValueError(
+            f"[{section}] {name} must be a relative tolerance in (0, 1), e.g. 1e-3, but got {value}."
+        )
 
 
 def _probability(section: str, name: str, value: float) -> None:
@@ -233,13 +241,19 @@ class StoppingSettings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckSettings:
     rtol: float
+    int_min: int
+    int_max: int
     latency_repeat: int
     latency_min_repeat: int
     latency_max_s: float
     latency_min_repeat_ms: int
 
     def __post_init__(self) -> None:
-        _positive("check", "rtol", self.rtol)
+        _tolerance("check", "rtol", self.rtol)
+        if self.int_min > self.int_max:
+            raise ValueError(
+                f"[check] needs int_min <= int_max but got {self.int_min}, {self.int_max}."
+            )
         _positive("check", "latency_max_s", self.latency_max_s)
         _non_negative("check", "latency_min_repeat_ms", self.latency_min_repeat_ms)
         if not 1 <= self.latency_min_repeat <= self.latency_repeat:

@@ -1,16 +1,22 @@
-"""Exit codes of `orchestrate`, also in --help, the README and the `finished` event."""
+"""Exit codes of `orchestrate`, also in --help, the README, docs/report.md and the `finished`
+event (tests/test_exits.py holds them to agreeing)."""
 
 OK = 0  # tuned (or compiled, with --build-only), checked, report written
 INTERNAL = 1  # a bug or a broken environment: the message and traceback are on stderr
 INPUT = 2  # bad input or configuration: one line on stderr, nothing was changed
 BUDGET_TOO_SMALL = 3  # the budget ran out before a single candidate was measured
-CHECK_FAILED = 4  # the tuned model's outputs differ from onnxruntime's: it is kept aside,
-# model.so is the untuned build (whose outputs match), or absent where those differ too
+CHECK_FAILED = 4  # the tuned build failed its output check (its outputs differ, or it failed
+# when run): it did not ship; model.so is the untuned build where that matched, else absent
+UNCHECKED = 5  # the tuned build could not be checked (the RPC fleet unreachable, or an output
+# onnxruntime gives as NaN everywhere): it did not ship; model.so is the untuned build where
+# that matched, else absent
 INTERRUPTED = 130  # SIGINT / SIGTERM: the round finished, the report is written; resumable
 
 HELP = (
-    "Exit codes: 0 done; 1 internal error; 2 bad input or configuration; "
-    "3 budget too small to tune anything; 4 tuned model's outputs differ from onnxruntime "
-    "(model.so is then the untuned build, or absent if its outputs differ too); "
-    "130 interrupted (SIGINT/SIGTERM; resume with the same --out)."
+    "Exit codes: 0 done; 1 internal error; 2 bad input or configuration; 3 budget too small "
+    "to tune anything; 4 the tuned model failed its output check (its outputs differ from "
+    "onnxruntime's, or it failed when run); 5 the tuned model could not be checked (the RPC "
+    "fleet unreachable, or an output NaN everywhere); after 4 or 5 model.so is the untuned "
+    "build where that passed its check, else absent; 130 interrupted (SIGINT/SIGTERM: the round "
+    "finishes and the report is written; resume with the same --out)."
 )

@@ -14,6 +14,8 @@ class Options:
     ORCHESTRATE_* variables); `orchestrate tune --help` explains each as an option.
 
     - input_shapes: shapes of dynamic inputs, {"x": [1, 3, 224, 224]} or ["x:1,3,224,224"]
+    - check_inputs: an .npz file of real samples for the output check, one array per model
+      input named after it (its shape, or N samples of it); default: three random samples
     - config: a TOML file layered over the defaults
     - trials_per_round, seed, candidate_filter ("xgb" or "none"), min_gain, early_stop
     - warm_start: an earlier run directory, or a saved predictor.json, to train the learned
@@ -31,6 +33,7 @@ class Options:
     """
 
     input_shapes: Mapping[str, Sequence[int]] | Iterable[str] | None = None
+    check_inputs: str | Path | None = None
     config: str | Path | None = None
     trials_per_round: int | None = None
     seed: int | None = None

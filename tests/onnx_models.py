@@ -134,3 +134,30 @@ def wide_conv(path: Path, *, channels: int = 64, size: int = 32) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
     return _save(_model(nodes, [x], [y], [numpy_helper.from_array(w, "w")]), path)
+
+
+def nan_everywhere(path: Path) -> Path:
+    """x[2,4] -> y = Log(-|x| - 1): NaN on every input, in onnxruntime as in TVM."""
+    one = numpy_helper.from_array(np.ones((1,), dtype="float32"), "one")
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Neg", ["a"], ["n"]),
+        helper.make_node("Sub", ["n", "one"], ["m"]),
+        helper.make_node("Log", ["m"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    return _save(_model(nodes, [x], [y], [one]), path)
+
+
+def ids_and_flags(path: Path) -> Path:
+    """ids int64[2,8], flags bool[2,8] -> y = where(flags, ids, -ids) as float32."""
+    nodes = [
+        helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Neg", ["f"], ["g"]),
+        helper.make_node("Where", ["flags", "f", "g"], ["y"]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 8])
+    flags = helper.make_tensor_value_info("flags", TensorProto.BOOL, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    return _save(_model(nodes, [ids, flags], [y], []), path)

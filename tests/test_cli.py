@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -48,6 +49,12 @@ def models(tmp_path):
     onnx_models.with_operator(tmp_path / "det.onnx", "Det")
     onnx_models.with_operator(tmp_path / "custom.onnx", "MyOp", domain="com.example")
     (tmp_path / "unknown_key.toml").write_text("[tune]\nbudgte = '5min'\n")
+    x = np.zeros((1, 3, 8, 8), "float32")
+    np.savez(tmp_path / "other_name.npz", input=x)
+    np.savez(tmp_path / "extra.npz", x=x, mask=x)
+    np.savez(tmp_path / "wrong_shape.npz", x=np.zeros((1, 3, 9, 9), "float32"))
+    np.savez(tmp_path / "wrong_dtype.npz", x=x.astype("float64"))
+    (tmp_path / "notes.npz").write_text("x = 1\n")
     return tmp_path
 
 
@@ -74,6 +81,29 @@ def models(tmp_path):
         (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),
         (["--frobnicate", "tiny.onnx"], "No such option '--frobnicate'"),
         (["--trials-per-round", "0", "tiny.onnx"], "0 is not in the range x>=1"),
+        (
+            ["--check-inputs", "other_name.npz", "tiny.onnx"],
+            "--check-inputs other_name.npz has no array for input 'x'; name one array after each "
+            "input of the model: x",
+        ),
+        (
+            ["--check-inputs", "extra.npz", "tiny.onnx"],
+            "--check-inputs extra.npz holds 'mask', which the model does not take; its inputs are: x",
+        ),
+        (
+            ["--check-inputs", "wrong_shape.npz", "tiny.onnx"],
+            "'x' has shape (1, 3, 9, 9) but the model's input is (1, 3, 8, 8) (or N samples of "
+            "it, (N, 1, 3, 8, 8))",
+        ),
+        (
+            ["--check-inputs", "wrong_dtype.npz", "tiny.onnx"],
+            "'x' is float64 but the model's input is float32; save it as float32",
+        ),
+        (
+            ["--check-inputs", "notes.npz", "tiny.onnx"],
+            "--check-inputs notes.npz is not an .npz file",
+        ),
+        (["--check-inputs", "none.npz", "tiny.onnx"], "--check-inputs none.npz does not exist"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
@@ -83,6 +113,20 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
 
 
 @pytest.mark.skipif(GPU, reason="checks the behaviour on a host without a GPU")
+@pytest.mark.parametrize("rtol", ["inf", "nan", "0", "1.5"])
+def test_a_tolerance_from_the_environment_that_passes_anything_or_nothing_is_refused(
+    models, monkeypatch, rtol
+):
+    """ORCHESTRATE_CHECK_RTOL=inf once shipped a model whose output had the wrong shape."""
+    monkeypatch.chdir(models)
+    monkeypatch.setenv("ORCHESTRATE_CHECK_RTOL", rtol)
+    fails_with_one_line(
+        ["--budget", "1min", "--target", "llvm", "tiny.onnx"],
+        f"[check] rtol must be a relative tolerance in (0, 1), e.g. 1e-3, but got {float(rtol)}",
+    )
+    assert not (models / "runs").exists()
+
+
 def test_cuda_without_a_gpu_is_refused(models, monkeypatch):
     monkeypatch.chdir(models)
     fails_with_one_line(["--target", "cuda", "tiny.onnx"], "needs an NVIDIA GPU to measure on")

@@ -54,7 +54,33 @@ def test_missing_config_file_is_an_input_error(tmp_path):
 
 
 def test_floats_accept_integers():
-    assert Settings.load(overrides={"check.rtol": 1}).check.rtol == 1
+    assert Settings.load(overrides={"check.latency_max_s": 30}).check.latency_max_s == 30
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "1.5", "-1e-3"])
+def test_an_output_tolerance_outside_0_1_is_refused_from_a_file_or_the_environment(tmp_path, value):
+    """inf and NaN would pass any output, a shape mismatch included; 0 none, 1.5 nearly any."""
+    path = tmp_path / "c.toml"
+    path.write_text(f"[check]\nrtol = {value}\n")
+    refused = r"\[check\] rtol must be a relative tolerance in \(0, 1\)"
+    with pytest.raises(InputError, match=refused):
+        Settings.load(path)
+    with pytest.raises(InputError, match=refused):
+        Settings.load(env={"ORCHESTRATE_CHECK_RTOL": value})
+
+
+def test_nan_is_not_a_positive_number():
+    with pytest.raises(InputError, match="latency_max_s must be positive but got nan"):
+        Settings.load(env={"ORCHESTRATE_CHECK_LATENCY_MAX_S": "nan"})
+
+
+def test_the_integer_range_of_the_check_comes_from_the_file_or_the_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[check]\nint_min = -3\nint_max = 40\n")
+    check = Settings.load(path, env={"ORCHESTRATE_CHECK_INT_MAX": "5"}).check
+    assert (check.int_min, check.int_max) == (-3, 5)
+    with pytest.raises(InputError, match=r"\[check\] needs int_min <= int_max but got 6, 5"):
+        Settings.load(env={"ORCHESTRATE_CHECK_INT_MIN": "6", "ORCHESTRATE_CHECK_INT_MAX": "5"})
 
 
 def test_config_command_prints_toml_that_loads_back(tmp_path):

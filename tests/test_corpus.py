@@ -69,7 +69,7 @@ def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
     monkeypatch.chdir(tmp_path)
     before = {"corpus": snapshot(CORPUS), "run": snapshot(run), "tmp": snapshot(tmp_path)}
 
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, args, env=case.get("env"))
 
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -122,7 +122,16 @@ def synthetic_report(
     compiled = {
         "compile_s": 12.0,
         "check_s": 3.0,
-        "check": {"max_rel_error": 1e-6, "rtol": 1e-3, "outputs": 1, "ok": True},
+        "check": {
+            "status": "matched",
+            "max_rel_error": 1e-6,
+            "rtol": 1e-3,
+            "outputs": 1,
+            "samples": 3,
+            "inputs": "3 random samples (seeds 0-2, integers 0..9)",
+            "reason": None,
+            "ok": True,
+        },
         "latency": {
             "median_s": tuned_s,
             "min_s": tuned_s - 1e-4,
@@ -153,6 +162,8 @@ def synthetic_report(
         "checked_on": "this host",
         "unchecked_reason": None,
         "mismatch_library": None,
+        "check_status": "matched",
+        "tuned_not_shipped": None,
         **(shipment or {}),
     }
     paths = {
@@ -433,10 +444,27 @@ def test_a_change_within_the_spread_is_speedup_1_in_report_result_event_and_text
         assert "no change: the timings overlap" in text and "0.99x" not in text
 
 
+DIFFERS_CHECK = {
+    "status": "differs",
+    "max_rel_error": 0.5,
+    "rtol": 1e-3,
+    "outputs": 1,
+    "samples": 3,
+    "inputs": "3 random samples (seeds 0-2, integers 0..9)",
+    "reason": "max relative error 5.00e-01 > rtol 0.001 (output 'y', sample 0)",
+    "ok": False,
+}
+
+
 def test_a_tuned_build_whose_outputs_differ_says_what_shipped_everywhere(tmp_path, capsys):
     aside = str(tmp_path / "run" / "model.tuned-MISMATCH.so")
-    report = synthetic_report(tmp_path, shipment={"shipped": "untuned", "mismatch_library": aside})
-    report["tuned"]["check"] = {"max_rel_error": 0.5, "rtol": 1e-3, "outputs": 1, "ok": False}
+    why = (
+        "its outputs differ from onnxruntime's (max relative error 5.00e-01 > rtol 0.001 "
+        f"(output 'y', sample 0)); kept aside as {aside}, not to deploy"
+    )
+    shipment = {"shipped": "untuned", "mismatch_library": aside, "check_status": "differs"}
+    report = synthetic_report(tmp_path, shipment={**shipment, "tuned_not_shipped": why})
+    report["tuned"]["check"] = DIFFERS_CHECK
     report["summary"]["check_ok"] = False
     jsonschema.validate(report, schema())
     result = Result.from_report(report)
@@ -444,13 +472,12 @@ def test_a_tuned_build_whose_outputs_differ_says_what_shipped_everywhere(tmp_pat
     assert result.mismatch_library == Path(aside)
     jsonschema.validate(finished_event(result), events_schema())
     assert check_failed_message(result).startswith(
-        "the tuned model's outputs differ from onnxruntime's (max relative error 5.00e-01); it "
-        f"is kept aside as {aside}, not to deploy; model.so is the untuned build, whose outputs "
-        "match; see "
+        f"the tuned model failed its output check and was not shipped: {why}; model.so is the "
+        "untuned build, whose outputs match; see "
     )
     said = (
-        "the untuned build, outputs match onnxruntime (checked on this host); the tuned "
-        "build's outputs differ, kept aside as model.tuned-MISMATCH.so: do not deploy it"
+        "the untuned build, outputs match onnxruntime (checked on this host); not the tuned "
+        f"build: {why}"
     )
     assert f"model.so: {said}." in markdown(report, {}, tmp_path)
     Printer(quiet=True, tty=False).summary(result)
@@ -458,22 +485,46 @@ def test_a_tuned_build_whose_outputs_differ_says_what_shipped_everywhere(tmp_pat
 
 
 def test_when_no_build_matches_exit_4_says_no_model_so_was_written(tmp_path, capsys):
+    why = "its outputs differ from onnxruntime's (...); kept aside as model.tuned-MISMATCH.so"
     report = synthetic_report(
         tmp_path,
         shipment={"shipped": "none", "shipped_checked": False, "checked_on": None,
-                  "mismatch_library": str(tmp_path / "model.tuned-MISMATCH.so")},
+                  "mismatch_library": str(tmp_path / "model.tuned-MISMATCH.so"),
+                  "check_status": "differs", "tuned_not_shipped": why},
     )  # fmt: skip
-    report["tuned"]["check"]["ok"] = report["summary"]["check_ok"] = False
+    report["tuned"]["check"] = DIFFERS_CHECK
+    report["summary"]["check_ok"] = False
     jsonschema.validate(report, schema())
     result = Result.from_report(report)
     assert result.exit_code == 4
-    assert "; no model.so was written: the untuned build's outputs differ too;" in (
+    assert "; no model.so was written: no build passed its output check;" in (
         check_failed_message(result)
     )
     Printer(quiet=True, tty=False).summary(result)
     out = capsys.readouterr().out
-    assert "  model.so            NOT WRITTEN: the untuned build's outputs differ" in out
+    assert (
+        f"  model.so            NOT WRITTEN: no build passed its output check; the tuned build: {why}"
+        in out
+    )
     assert str(result.paths["library"]) not in out
+
+
+def test_a_tuned_build_that_could_not_be_checked_exits_5_whatever_shipped(tmp_path):
+    """A fleet unreachable at the end: the untuned build, checked before, ships; not exit 0."""
+    why = "its outputs could not be checked: the RPC fleet is unreachable (...)"
+    report = synthetic_report(
+        tmp_path,
+        shipment={"shipped": "untuned", "check_status": "unchecked", "tuned_not_shipped": why},
+    )
+    report["tuned"]["check"] = {**DIFFERS_CHECK, "status": "unchecked", "ok": None}
+    report["summary"]["check_ok"] = None
+    jsonschema.validate(report, schema())
+    result = Result.from_report(report)
+    assert result.exit_code == 5 and result.tuned_not_shipped == why
+    jsonschema.validate(finished_event(result), events_schema())
+    assert "once the fleet answers, --build-only with the same --rpc" in check_failed_message(
+        result
+    )
 
 
 def test_an_unchecked_model_so_says_so_and_why(tmp_path, capsys):

@@ -5,6 +5,7 @@ test_rpc.py runs the fleet's branch on real servers."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,9 +16,10 @@ from click.testing import CliRunner
 from tune_orchestrator.budget import Ledger
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
-from tune_orchestrator.deploy import builds, devices, library
+from tune_orchestrator.deploy import builds, check, devices, library
 from tune_orchestrator.deploy.builds import ModelBuilds
-from tune_orchestrator.deploy.library import Check
+from tune_orchestrator.deploy.check import DIFFERS, FAILED, MATCHED, UNCHECKED, Check, Checker
+from tune_orchestrator.deploy.samples import Samples
 from tune_orchestrator.deploy.timing import Latency
 from tune_orchestrator.events import schema
 from tune_orchestrator.run.measuring import Fleet
@@ -30,32 +32,59 @@ HERE = "this host's device"
 
 
 class FakeDevice:
-    """Runs a library by its name: load() gives ("tuned" | "untuned", device)."""
+    """Runs a library by its name: load() gives ("tuned" | "untuned", device). `crashes` names
+    a build whose loading fails as one that takes its server down does; `unreachable`: no
+    session can be had (from the start, or `after` the build that crashed was run)."""
 
-    def __init__(self, *, remote: bool = False, fails: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        remote: bool = False,
+        crashes: str | None = None,
+        unreachable: bool = False,
+        after: bool = False,
+    ) -> None:
         self.remote = remote
         self.where = "a server of the RPC fleet" if remote else "this host"
-        self.fails = fails  # a label whose loading fails, as a fleet that went away does
+        self.crashes, self.unreachable, self.after = crashes, unreachable and not after, after
+        self.loads: list[str] = []
+        self.resets = 0
         self.closed = False
 
     def load(self, path: Path) -> tuple[str, str]:
+        if self.unreachable:
+            raise devices.Unreachable(
+                "head:9190: the tracker lent no server under key 'k' within 60 s"
+            )
         label = path.read_text()
-        if label == self.fails:
+        self.loads.append(label)
+        if label == self.crashes:
+            self.unreachable = self.after
             raise ConnectionError("connection reset by peer")
         return label, "dev"
+
+    def reset(self) -> None:
+        self.resets += 1
 
     def close(self) -> None:
         self.closed = True
 
 
-class FakeChecker:
-    inputs: list = []
+class FakeChecker(Checker):
+    """Runs nothing: a build's outputs are its label, its error the one given for it."""
 
     def __init__(self, errors: dict[str, float]) -> None:
+        model = SimpleNamespace(outputs=("y",))
+        super().__init__(model, samples=Samples(arrays=((),), source="fake"), rtol=1e-3)
         self.errors = errors
 
-    def check(self, vm: str, dev: str) -> Check:
-        return Check(self.errors[vm], 1e-3, 1)
+    def outputs(self, vm: str, dev: str) -> str:
+        return vm
+
+    def compare(self, outputs: str) -> Check:
+        error = self.errors[outputs]
+        status = MATCHED if error <= 1e-3 else DIFFERS
+        return Check(status=status, max_rel_error=error, rtol=1e-3, outputs=1, samples=3)
 
 
 @pytest.fixture
@@ -72,14 +101,18 @@ def end(tmp_path, monkeypatch):
 
     def run_end(untuned_error, tuned_error, untuned_s=SLOW, tuned_s=FAST, device=HERE):
         timings = {"untuned": untuned_s, "tuned": tuned_s}
-        monkeypatch.setattr(
-            builds, "time_models", lambda models, inputs, timing: [timings[m] for m, _ in models]
-        )
+
+        def time_models(models, inputs, timing):
+            if any(timings[m] is None for m, _ in models):
+                raise ConnectionError("the server went away while timing")
+            return [timings[m] for m, _ in models]
+
+        monkeypatch.setattr(builds, "time_models", time_models)
         events = []
         with RunDir.open(tmp_path / "run", fingerprint={}) as run:
             run.write_json(RunDir.CONFIG, {"fingerprint": {}})  # a later call resumes it
             made = ModelBuilds(
-                model=SimpleNamespace(name="m", inputs=[]),
+                model=SimpleNamespace(name="m", inputs=[], outputs=("y",)),
                 relax_mod=None,
                 target=SimpleNamespace(
                     device_type="cpu", device_present=True, target=None, simulated=False
@@ -172,44 +205,103 @@ def test_with_no_device_the_tuned_build_ships_marked_unchecked_and_why(end, monk
     assert events[-1]["shipped_checked"] is False
 
 
-def test_a_fleet_that_fails_before_the_check_ships_the_tuned_build_unchecked(end):
-    shipment, _, run = end(1e-6, 1e-6, device=FakeDevice(remote=True, fails="tuned"))
-    assert shipment.shipped == "tuned" and library_of(run) == "tuned"
-    assert shipment.unchecked_reason == (
-        "the RPC fleet could not run it (ConnectionError: connection reset by peer)"
+def test_an_unreachable_fleet_ships_nothing_unchecked_and_says_why(end):
+    """Once a fleet run shipped its tuned build unchecked with exit 0: now nothing ships."""
+    end(1e-6, 1e-6)  # an earlier session's model.so, checked then
+    device = FakeDevice(remote=True, unreachable=True)
+    shipment, events, run = end(1e-6, 1e-6, device=device)
+    assert shipment.shipped == "none" and library_of(run) is None
+    assert (run / "logs" / "tuned.so").read_text() == "tuned"  # kept, not deployed
+    assert shipment.tuned["check"]["status"] == shipment.untuned["check"]["status"] == UNCHECKED
+    assert shipment.tuned_not_shipped == (
+        "its outputs could not be checked: the RPC fleet is unreachable (head:9190: the tracker "
+        f"lent no server under key 'k' within 60 s); it stays in {run / 'logs' / 'tuned.so'}, "
+        "unchecked"
+    )
+    shipped = events[-1]
+    assert shipped["check_status"] == UNCHECKED and shipped["shipped_checked"] is False
+    assert shipped["unchecked_reason"] is None  # model.so does not ship unchecked: it is absent
+    jsonschema.validate(
+        {"schema": "tune-orchestrator/event", "version": 1, "time": 0.0, **shipped}, schema()
     )
 
 
-def test_a_fleet_that_fails_after_the_check_ships_what_it_checked_and_warns(end):
-    device = FakeDevice(remote=True, fails="untuned")
+def test_a_tuned_build_that_crashes_the_fleets_server_fails_and_the_untuned_one_ships(end):
+    device = FakeDevice(remote=True, crashes="tuned")
     shipment, events, run = end(1e-6, 1e-6, device=device)
+    assert device.loads == ["untuned", "tuned", "tuned"]  # tried again on a new session
+    assert shipment.tuned["check"]["status"] == FAILED and shipment.tuned["check"]["ok"] is False
+    assert shipment.shipped == "untuned" and library_of(run) == "untuned"
+    assert shipment.checked_on == "a server of the RPC fleet" and shipment.comparison is None
+    assert shipment.tuned_not_shipped.startswith(
+        "it failed when run: the tuned build failed on the RPC fleet twice, the second time on "
+        "a new session: it crashed its server or raised there (ConnectionError: connection "
+        "reset by peer)"
+    )
+    assert events[-1]["check_status"] == FAILED
+
+
+def test_a_fleet_lost_after_the_tuned_build_ran_leaves_it_unchecked_not_blamed(end):
+    """The untuned build, checked first, ships; the tuned one is not called broken."""
+    device = FakeDevice(remote=True, crashes="tuned", unreachable=True, after=True)
+    shipment, _, run = end(1e-6, 1e-6, device=device)
+    assert shipment.shipped == "untuned" and library_of(run) == "untuned"
+    assert shipment.untuned["check"]["status"] == MATCHED
+    assert shipment.tuned["check"]["status"] == UNCHECKED
+    assert shipment.tuned["check"]["reason"] == (
+        "the RPC fleet became unreachable after the tuned build failed on its server "
+        "(ConnectionError: connection reset by peer), so the build may have crashed it; then: "
+        "head:9190: the tracker lent no server under key 'k' within 60 s"
+    )
+
+
+def test_a_fleet_that_fails_while_timing_ships_what_it_checked_and_warns(end):
+    device = FakeDevice(remote=True)
+    shipment, events, run = end(1e-6, 1e-6, tuned_s=None, device=device)
     assert shipment.shipped == "tuned" and shipment.checked_on == "a server of the RPC fleet"
     assert shipment.comparison is None and device.closed
-    assert any(e["event"] == "warning" and "connection reset" in e["message"] for e in events)
+    assert any(e["event"] == "warning" and "went away while timing" in e["message"] for e in events)
 
 
-def test_on_this_host_a_failure_to_run_the_model_is_raised(end):
+def test_on_this_host_a_build_that_fails_when_run_fails_its_check_too(end):
+    """The same rule as on a fleet, tried once: the untuned build ships, the report says why."""
+    device = FakeDevice(crashes="tuned")
+    shipment, _, run = end(1e-6, 1e-6, device=device)
+    assert device.loads.count("tuned") == 1
+    assert shipment.tuned["check"]["status"] == FAILED
+    assert shipment.shipped == "untuned" and library_of(run) == "untuned"
+    assert shipment.tuned_not_shipped.startswith(
+        "it failed when run: the tuned build failed when run on this host (ConnectionError"
+    )
+
+
+def test_on_this_host_a_failure_to_time_the_model_is_raised(end):
     with pytest.raises(ConnectionError):
-        end(1e-6, 1e-6, device=FakeDevice(fails="untuned"))
+        end(1e-6, 1e-6, tuned_s=None)
 
 
 def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(tmp_path, monkeypatch, tiny_model):
     """A real build-only run whose tuned build (checked first) is made to differ."""
-    real = library.compare
+    real = check.compare
     calls = []
 
-    def tuned_differs(ours, reference, rtol):
+    def tuned_differs(ours, reference, *, rtol, names):
         calls.append(1)
-        return Check(0.5, rtol, len(reference)) if len(calls) == 1 else real(ours, reference, rtol)
+        if len(calls) > 1:
+            return real(ours, reference, rtol=rtol, names=names)
+        why = "max relative error 5.00e-01 > rtol 0.001 (output 'y', sample 1)"
+        return Check(status=DIFFERS, max_rel_error=0.5, rtol=rtol, outputs=1, samples=3, reason=why)
 
-    monkeypatch.setattr(library, "compare", tuned_differs)
+    monkeypatch.setattr(check, "compare", tuned_differs)
     out = tmp_path / "run"
     args = ["--build-only", "--target", "llvm", "--out", str(out), str(tiny_model)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 4, result.output
     assert (
-        f"it is kept aside as {out / 'model.tuned-MISMATCH.so'}, not to deploy; model.so is the "
-        "untuned build, whose outputs match" in result.stderr
+        "the tuned model failed its output check and was not shipped: its outputs differ from "
+        "onnxruntime's (max relative error 5.00e-01 > rtol 0.001 (output 'y', sample 1)); kept "
+        f"aside as {out / 'model.tuned-MISMATCH.so'}, not to deploy; model.so is the untuned "
+        "build, whose outputs match" in result.stderr
     )
     assert (out / "model.so").read_bytes() == (out / "logs" / "untuned.so").read_bytes()
     summary = json.loads((out / "report.json").read_text())["summary"]
@@ -228,3 +320,83 @@ def test_the_end_of_a_run_checks_here_else_on_the_fleet_else_nowhere():
     assert on_fleet.where == "a server of the RPC fleet (key 'h100' at head:9190)"
     assert devices.for_run(target(False), alone, timeout_s=60) is None  # --build-only
     assert devices.for_run(target(False, simulated=True), alone, timeout_s=60) is None
+
+
+class PosingFleet(devices.LocalDevice):
+    """This host's CPU posing as a fleet's server: `lost` (nothing can be reached), or
+    `crashes` (the build whose run takes the server down)."""
+
+    remote = True
+
+    def __init__(self, *, lost: bool = False, crashes: str | None = None) -> None:
+        super().__init__("cpu")
+        self.where = "a server of the RPC fleet"
+        self.lost, self.crashes = lost, crashes
+
+    def load(self, library: Path) -> tuple:
+        if self.lost:
+            raise devices.Unreachable("127.0.0.1:9190: ConnectionRefusedError: [Errno 111]")
+        if library.stem == self.crashes:
+            raise ConnectionError("connection reset by peer")
+        return super().load(library)
+
+
+def run_on(fleet, tmp_path, monkeypatch, model):
+    """A real build-only run whose end checks on `fleet`; (CLI result, events, run dir)."""
+    monkeypatch.setattr(devices, "for_run", lambda target, given, timeout_s: fleet)
+    out = tmp_path / "run"
+    args = ["--json", "--build-only", "--target", "llvm", "--out", str(out), str(model)]
+    result = CliRunner().invoke(main, args)
+    return result, [json.loads(line) for line in result.stdout.splitlines()], out
+
+
+def test_an_unreachable_fleet_ends_the_run_with_exit_5_and_no_model_so(
+    tmp_path, monkeypatch, tiny_model
+):
+    result, events, out = run_on(PosingFleet(lost=True), tmp_path, monkeypatch, tiny_model)
+    assert result.exit_code == 5, result.output
+    assert not (out / "model.so").exists() and (out / "logs" / "tuned.so").is_file()
+    finished = events[-1]
+    jsonschema.validate(finished, schema())
+    assert finished["exit_code"] == 5 and finished["result"]["check_status"] == UNCHECKED
+    assert result.stderr.splitlines()[-1].startswith(
+        "the tuned model could not be checked and was not shipped: its outputs could not be "
+        "checked: the RPC fleet is unreachable (127.0.0.1:9190: ConnectionRefusedError"
+    )
+    assert "no model.so was written: no build passed its output check" in result.stderr
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["shipped"] == "none" and summary["tuned_not_shipped"].startswith(
+        "its outputs could not be checked: the RPC fleet is unreachable"
+    )
+
+
+def test_a_tuned_build_that_crashes_the_server_exits_4_with_the_untuned_build_shipped(
+    tmp_path, monkeypatch, tiny_model
+):
+    result, events, out = run_on(PosingFleet(crashes="tuned"), tmp_path, monkeypatch, tiny_model)
+    assert result.exit_code == 4, result.output
+    assert (out / "model.so").read_bytes() == (out / "logs" / "untuned.so").read_bytes()
+    assert events[-1]["exit_code"] == 4 and events[-1]["result"]["check_status"] == FAILED
+    assert (
+        "the tuned model failed its output check and was not shipped: it failed when run: the "
+        "tuned build failed on the RPC fleet twice" in result.stderr
+    )
+
+
+def test_a_real_fleet_address_nobody_answers_is_unreachable_not_a_failed_build(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    fleet = devices.FleetDevice(
+        tracker=f"127.0.0.1:{port}", key="k", device_type="cpu", timeout_s=60, request_s=0.2
+    )
+    library = tmp_path / "tuned.so"
+    library.write_text("never uploaded")
+    checker = FakeChecker({})
+    found = devices.check_on(fleet, library, checker, "tuned")
+    assert found.status == UNCHECKED and found.reason == (
+        f"the RPC fleet is unreachable (127.0.0.1:{port}: the tracker lent no server under key "
+        "'k' within 0.2 s)"
+    )
+    with pytest.raises(devices.Unreachable):  # asked once: the end of the run does not wait again
+        fleet.load(library)

@@ -92,35 +92,38 @@ class DefaultGroup(click.Group):
         return code
 
 
-@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]})
+MAIN_HELP = f"""Tune an ONNX model with TVM MetaSchedule within a budget, then compile and check it.
+
+\b
+  orchestrate --budget 5min model.onnx      tune (the default command)
+  orchestrate estimate model.onnx           tasks, untuned latency, spend forecast
+  orchestrate report runs/<run>             render the cost report again
+  orchestrate config                        print the resolved configuration
+
+\b
+Tuning's essential options (orchestrate tune --help lists them all):
+  --budget BUDGET   limits, first reached wins: 5min, 2gpu-h, $5, 500trials
+  --target TARGET   auto (CUDA when a GPU is visible), llvm, cuda, a TVM tag
+  --out DIR         the run directory; an existing one is resumed (--fresh: start over)
+  --json            one JSON event per line on stdout, for pipelines
+  --simulate        no GPU here: CUDA search and builds, timings from a simulated GPU
+
+Settings: the packaged defaults (orchestrate config prints them), then --config FILE (or
+$ORCHESTRATE_CONFIG), then ORCHESTRATE_<SECTION>_<KEY> variables (e.g.
+ORCHESTRATE_TUNE_BUDGET=5min), then options.
+
+{exits.HELP}
+"""
+
+
+@click.group(
+    cls=DefaultGroup, help=MAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(
     package_name="tune-orchestrator", prog_name="orchestrate", message="%(prog)s %(version)s"
 )
 def main() -> None:
-    """Tune an ONNX model with TVM MetaSchedule within a budget, then compile and check it.
-
-    \b
-      orchestrate --budget 5min model.onnx      tune (the default command)
-      orchestrate estimate model.onnx           tasks, untuned latency, spend forecast
-      orchestrate report runs/<run>             render the cost report again
-      orchestrate config                        print the resolved configuration
-
-    \b
-    Tuning's essential options (orchestrate tune --help lists them all):
-      --budget BUDGET   limits, first reached wins: 5min, 2gpu-h, $5, 500trials
-      --target TARGET   auto (CUDA when a GPU is visible), llvm, cuda, a TVM tag
-      --out DIR         the run directory; an existing one is resumed (--fresh: start over)
-      --json            one JSON event per line on stdout, for pipelines
-      --simulate        no GPU here: CUDA search and builds, timings from a simulated GPU
-
-    Settings: the packaged defaults (orchestrate config prints them), then --config FILE (or
-    $ORCHESTRATE_CONFIG), then ORCHESTRATE_<SECTION>_<KEY> variables (e.g.
-    ORCHESTRATE_TUNE_BUDGET=5min), then options.
-
-    Exit codes: 0 done; 1 internal error; 2 bad input or configuration; 3 budget too small to
-    tune anything; 4 tuned model's outputs differ from onnxruntime; 130 interrupted
-    (SIGINT/SIGTERM: the round finishes and the report is written; resume with the same --out).
-    """
+    """The `orchestrate` group (its help is MAIN_HELP)."""
 
 
 @main.command("tune", cls=GroupedCommand)
@@ -152,6 +155,14 @@ def main() -> None:
     multiple=True,
     metavar="NAME:DIMS",
     help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
+)
+@click.option(
+    "--check-inputs",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE.npz",
+    help="Real samples for the output check instead of three random ones: an .npz file with "
+    "one array per model input, named after it, of its dtype and shape (or N samples of it, "
+    "(N, *shape)). Checked before any work.",
 )
 @click.option(
     "--trials-per-round",
@@ -263,6 +274,7 @@ def tune_command(
     out: Path | None,
     fresh: bool,
     input_shapes: tuple[str, ...],
+    check_inputs: Path | None,
     trials_per_round: int | None,
     seed: int | None,
     filter_name: str | None,
@@ -298,6 +310,7 @@ def tune_command(
     printer = None if json_events else Printer(quiet=quiet)
     options = Options(
         input_shapes=input_shapes,
+        check_inputs=check_inputs,
         config=config_file,
         trials_per_round=trials_per_round,
         seed=seed,
@@ -349,21 +362,27 @@ def _explain_exit(code: int, result: Result) -> None:
             f"and the same --out {result.run_dir} to go on",
             err=True,
         )
-    elif code == exits.CHECK_FAILED:
+    elif code in (exits.CHECK_FAILED, exits.UNCHECKED):
         click.echo(check_failed_message(result), err=True)
 
 
 def check_failed_message(result: Result) -> str:
-    """Exit code 4 in words: what differs, where the tuned build went, what model.so is."""
+    """Exit code 4 or 5 in words: why the tuned build did not ship, and what model.so is."""
     shipped = (
         "model.so is the untuned build, whose outputs match"
         if result.shipped == "untuned"
-        else "no model.so was written: the untuned build's outputs differ too"
+        else "no model.so was written: no build passed its output check"
+    )
+    failed = "failed its output check" if result.check_ok is False else "could not be checked"
+    again = (
+        "; once the fleet answers, --build-only with the same --rpc, --rpc-key and --out "
+        f"{result.run_dir} checks and ships it"
+        if result.check_status == "unchecked"
+        else ""
     )
     return (
-        f"the tuned model's outputs differ from onnxruntime's (max relative error "
-        f"{result.max_rel_error:.2e}); it is kept aside as {result.mismatch_library}, not to "
-        f"deploy; {shipped}; see {result.paths['report_md']}"
+        f"the tuned model {failed} and was not shipped: {result.tuned_not_shipped}; {shipped}"
+        f"{again}; see {result.paths['report_md']}"
     )
 
 

@@ -10,6 +10,7 @@ import click
 
 from tune_orchestrator.budget.render import (
     describe_change,
+    describe_check,
     describe_coverage,
     describe_filter,
     describe_kernels,
@@ -106,18 +107,12 @@ class Printer:
         if check is None:
             self._say(f"{label} model compiled (no device here to run it)")
             return
-        verdict = (
-            f"outputs match onnxruntime (max relative error {check['max_rel_error']:.1e})"
-            if check["ok"]
-            else "OUTPUTS DIFFER FROM ONNXRUNTIME"
-        )
         latency = f"{fmt_latency(e['latency']['median_s'])} per inference, " if e["latency"] else ""
-        self._say(f"{label} model: {latency}{verdict}")
-        if not check["ok"]:
+        self._say(f"{label} model: {latency}{describe_check(check)}")
+        if check["ok"] is not True:
             click.echo(
-                f"WARNING: the {label} model's outputs differ from onnxruntime's: max relative "
-                f"error {check['max_rel_error']:.2e} > {check['rtol']:.0e}; do not deploy it "
-                "without finding out why",
+                f"WARNING: the {label} model: {describe_check(check)}; do not deploy it without "
+                "finding out why",
                 err=True,
             )
 
@@ -196,12 +191,9 @@ class Printer:
         simulated = describe_simulated(result.report.get("simulated"))
         if simulated:
             lines.append(f"  {simulated}")
-        if result.check_ok is not None:
-            state = "match" if result.check_ok else "DIFFER FROM"
-            lines.append(
-                f"  outputs             {state} onnxruntime (max relative error "
-                f"{result.max_rel_error:.1e})"
-            )
+        tuned_check = (result.report.get("tuned") or {}).get("check")
+        if tuned_check:
+            lines.append(f"  outputs             {describe_check(tuned_check)}")
         phases = ", ".join(
             f"{name} {fmt_duration(secs)}"
             for name, secs in sorted(result.phases.items(), key=lambda kv: -kv[1])
@@ -286,13 +278,9 @@ def print_estimate(estimate: dict[str, Any]) -> None:
         )
     untuned = estimate["untuned"]
     if untuned:
-        verdict = (
-            "outputs match onnxruntime"
-            if untuned["check"]["ok"]
-            else "OUTPUTS DIFFER FROM ONNXRUNTIME"
-        )
         click.echo(
-            f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference ({verdict})"
+            f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference "
+            f"({describe_check(untuned['check'])})"
         )
     else:
         click.echo("untuned model: not measured (no device here to run it)")

@@ -1,13 +1,13 @@
 """A session's builds of the model: the untuned one at the start (the baseline of progress
 estimates), the tuned one at the end. With the workers gone, both are checked against
-onnxruntime and timed in turn, on this host's device or a server of the run's fleet. model.so
-is only ever a build whose outputs matched (the untuned one where the tuned one's differ or
-it is faster); only where nothing can run the model does the tuned build ship unchecked, and
-the report says so."""
+onnxruntime and timed in turn, on this host's device or a server of the run's fleet, by one
+rule (devices.check_on): a build that fails when run fails its check, one the fleet could not
+run stays unchecked. model.so is only ever a build whose outputs matched (shipment.choose);
+only where nothing can run the model does the tuned build ship unchecked, and the report says
+so."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
@@ -24,50 +24,15 @@ from ..rundir import RunDir
 from ..rundir.atomic import install
 from . import kernels
 from . import library as deploy
-from .devices import FleetDevice, LocalDevice
-from .timing import SLOWER, Timing, change, claimed_speedup, time_models
+from . import samples as check_samples
+from .check import DIFFERS, MATCHED, NOT_CHECKABLE, Checker, one_line
+from .devices import FleetDevice, LocalDevice, check_on
+from .shipment import NONE, TUNED, UNTUNED, Shipment, check_ok, choose, why_not_tuned
+from .timing import Timing, change, claimed_speedup, time_models
 
-UNTUNED, TUNED, NONE = "untuned", "tuned", "none"
+RAN = (MATCHED, DIFFERS, NOT_CHECKABLE)  # checks of a build that ran: it can be timed
 
-
-@dataclasses.dataclass
-class Shipment:
-    """What the end of a session found, and which build became model.so (filled in step by
-    step by ModelBuilds.finish)."""
-
-    tuned: dict[str, Any]
-    untuned: dict[str, Any] | None
-    comparison: dict[str, Any] | None = None  # both timed in turn (None: not timed)
-    shipped: str = NONE  # TUNED, UNTUNED, or NONE: no model.so
-    checked_on: str | None = None  # where model.so's outputs matched onnxruntime's
-    unchecked_reason: str | None = None  # why model.so ships unchecked (None: it was checked)
-    mismatch_library: str | None = None  # the tuned build, kept aside: its outputs differ
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "shipped": self.shipped,
-            "shipped_checked": self.checked_on is not None,
-            "checked_on": self.checked_on,
-            "unchecked_reason": self.unchecked_reason,
-            "mismatch_library": self.mismatch_library,
-            "tuned_check": self.tuned.get("check"),
-            "untuned_check": (self.untuned or {}).get("check"),
-        }
-
-
-def choose(found: Shipment) -> str:
-    """The build that ships: never one whose outputs differ; the untuned one where the tuned
-    one's differ, or where both match and the tuned one is slower beyond the spread."""
-    tuned_ok, untuned_ok = _check_ok(found.tuned), _check_ok(found.untuned)
-    if tuned_ok is False:
-        return UNTUNED if untuned_ok else NONE
-    slower = found.comparison is not None and found.comparison["change"] == SLOWER
-    return UNTUNED if tuned_ok and untuned_ok and slower else TUNED
-
-
-def _check_ok(result: dict[str, Any] | None) -> bool | None:
-    """Whether the build's outputs matched onnxruntime's (None: not checked)."""
-    return ((result or {}).get("check") or {}).get("ok")
+__all__ = ["NONE", "TUNED", "UNTUNED", "ModelBuilds", "Shipment", "choose"]
 
 
 class ModelBuilds:
@@ -83,16 +48,21 @@ class ModelBuilds:
         run: RunDir,
         emit: Callable[..., None],
         device: LocalDevice | FleetDevice | None = None,
+        samples: check_samples.Samples | None = None,
     ) -> None:
-        """`device` checks and times the builds at the end (None: nothing can run them)."""
+        """`device` checks and times the builds at the end (None: nothing can run them) on
+        `samples` (None: random ones, as `settings` say)."""
         self.model = model
         self.relax_mod = relax_mod
         self.target = target
         self.run = run
         self.emit = emit
         self.device = device
-        self.checker = deploy.Checker(model, seed=settings.tune.seed, rtol=settings.check.rtol)
+        if samples is None:
+            samples = check_samples.for_run(model, settings)
+        self.checker = Checker(model, samples=samples, rtol=settings.check.rtol)
         self.timing = Timing.from_settings(settings.check)
+        self._checked: set[str] = set()  # builds this session's checker compared
 
     def library(self, label: str) -> Path:
         return self.run[RunDir.LOGS] / f"{label}.so"
@@ -112,14 +82,15 @@ class ModelBuilds:
         with ledger.phase("compile"):
             deploy.export_library(executable, library)
         result["compile_s"] = time.monotonic() - start
+        self._checked.discard(label)  # a new build: checked anew
         if self.device is not None and not self.device.remote:
             start = time.monotonic()
-            with ledger.phase("check"):
-                vm, dev = self.device.load(library)
-                result["check"] = self.checker.check(vm, dev).to_dict()
-                if timed:
-                    (latency,) = time_models([(vm, dev)], self.checker.inputs, self.timing)
-                    result["latency"] = latency.to_dict()
+            self._check(result, label, ledger)
+            if timed and result["check"]["status"] in RAN:
+                with ledger.phase("check"):
+                    loaded = self.device.load(library)
+                    (latency,) = time_models([loaded], self.checker.inputs, self.timing)
+                result["latency"] = latency.to_dict()
             result["check_s"] = time.monotonic() - start
         self.emit(
             "compiled",
@@ -133,14 +104,11 @@ class ModelBuilds:
 
     def finish(self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None) -> Shipment:
         """Build the tuned model, check both builds against onnxruntime and time them in turn
-        on `device`, and ship model.so: a build whose outputs matched, the untuned one only
-        where it is faster beyond the spread of the timings or the tuned one's outputs differ.
-        With no device, the tuned build ships marked unchecked."""
+        on `device`, and ship model.so: a build whose outputs matched, the untuned one where
+        it is faster beyond the spread of the timings or the tuned one did not match. With no
+        device, the tuned build ships marked unchecked."""
         found = Shipment(tuned=self.build(database, ledger, TUNED, timed=False), untuned=untuned)
-        if self.device is None:
-            failure: str | None = self._nothing_runs_it()
-        else:
-            failure = self._on_device(found, ledger)
+        failure = None if self.device is None else self._on_device(found, ledger)
         self._ship(found, failure)
         if found.comparison is not None:
             found.comparison["shipped"] = found.shipped
@@ -149,8 +117,9 @@ class ModelBuilds:
         return found
 
     def _on_device(self, found: Shipment, ledger: Ledger) -> str | None:
-        """Check and time on the device; a fleet that fails is the reason nothing more was
-        checked (on this host, a failure is a bug and raised)."""
+        """Check both builds (the untuned one first: it is what ships when the tuned one does
+        not), then time them where both ran and the tuned one matched. Returns why the timing
+        was cut short by a fleet (on this host, a failure to time is a bug and raised)."""
         from tvm.s_tir import meta_schedule as ms
 
         assert self.device is not None
@@ -158,26 +127,30 @@ class ModelBuilds:
             again = self.build(ms.database.MemoryDatabase(), ledger, UNTUNED, timed=False)
             found.untuned = {**(found.untuned or {}), **again}
         try:
-            self._check(found.tuned, TUNED, ledger)
             self._check(found.untuned, UNTUNED, ledger)
-            if found.tuned["check"]["ok"]:  # a wrong model's speed is no result
-                found.comparison = self._compare(found, ledger)
-        except Exception as exc:
-            if not self.device.remote:
-                raise
-            return f"the RPC fleet could not run it ({type(exc).__name__}: {exc})"
+            self._check(found.tuned, TUNED, ledger)
+            # A wrong model's speed is no result; a build that did not run has none.
+            if check_ok(found.tuned) and found.untuned["check"]["status"] in RAN:
+                try:
+                    found.comparison = self._compare(found, ledger)
+                except Exception as exc:
+                    if not self.device.remote:
+                        raise
+                    return f"the RPC fleet failed while timing the builds ({one_line(exc)})"
         finally:
             self.device.close()
         return None
 
     def _check(self, result: dict[str, Any], label: str, ledger: Ledger) -> None:
-        """Compare the outputs with onnxruntime's, unless done when it was built."""
+        """Compare the outputs with onnxruntime's on this session's samples, unless done in
+        this session already (a check restored from an earlier one is done again)."""
         assert self.device is not None
-        if "check" in result:
+        if label in self._checked:
             return
         with ledger.phase("check"):
-            vm, dev = self.device.load(self.library(label))
-            result["check"] = self.checker.check(vm, dev).to_dict()
+            check = check_on(self.device, self.library(label), self.checker, label)
+        result["check"] = check.to_dict()
+        self._checked.add(label)
 
     def _compare(self, found: Shipment, ledger: Ledger) -> dict[str, Any]:
         """Time both builds in turn; the verdict and the speedup claimed from it."""
@@ -204,13 +177,15 @@ class ModelBuilds:
         }
 
     def _ship(self, found: Shipment, failure: str | None) -> None:
-        """model.so becomes the build chosen, checked or with the reason it is not; `failure`
-        is why the device checked less than it should have (None: it checked all)."""
+        """model.so becomes the build chosen, checked or with the reason it is not; the report
+        says why the tuned build did not ship; `failure` is why the fleet timed less than it
+        should have (None: it timed all)."""
         found.shipped = choose(found)
         self._place(found)
+        found.tuned_not_shipped = why_not_tuned(found, kept=str(self.library(TUNED)))
         shipped = {TUNED: found.tuned, UNTUNED: found.untuned}.get(found.shipped)
-        if shipped is not None and _check_ok(shipped) is None:
-            found.unchecked_reason = failure
+        if shipped is not None and check_ok(shipped) is None:  # nothing here could run it
+            found.unchecked_reason = self._nothing_runs_it()
             return
         if shipped is not None and self.device is not None:
             found.checked_on = self.device.where
@@ -222,7 +197,7 @@ class ModelBuilds:
         deploys; model.so is the shipped build, or absent where none ships."""
         aside = self.run[RunDir.MISMATCH]
         aside.unlink(missing_ok=True)  # set aside by an earlier session: stale now
-        if _check_ok(found.tuned) is False:
+        if (found.tuned.get("check") or {}).get("status") == DIFFERS:
             os.replace(self.library(TUNED), aside)
             found.mismatch_library = str(aside)
         if found.shipped == NONE:

@@ -233,7 +233,9 @@ def _measure_fixed_phases(inputs: _Inputs, timing: Timing, guess: overheads.Fixe
         compile_s = time.monotonic() - clock
         vm, dev = deploy.load_vm(library, resolved.device_type)
         checker = deploy.Checker(
-            inputs.onnx_model, seed=settings.tune.seed, rtol=settings.check.rtol
+            inputs.onnx_model,
+            samples=deploy.samples.for_run(inputs.onnx_model, settings),
+            rtol=settings.check.rtol,
         )
         clock = time.monotonic()
         check = checker.check(vm, dev)

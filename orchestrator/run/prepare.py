@@ -27,6 +27,7 @@ class Inputs:
     energy: Any  # an energy meter of the local GPUs, or None
     warm_start: Path | None
     library: Any  # library.RunLibrary
+    samples: Any  # deploy.Samples: the output check's inputs
 
 
 def check_inputs(
@@ -36,6 +37,7 @@ def check_inputs(
     from tune_orchestrator.budget.prices import run_price
     from tune_orchestrator.measure.telemetry import energy_meter
 
+    from ..deploy import samples
     from ..library import RunLibrary
     from ..model.importer import load_model
     from ..model.targets import host_cores
@@ -46,6 +48,7 @@ def check_inputs(
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
+    check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
     resolved, fleet = target_and_fleet(
         settings.tune.target,
         build_only=options.build_only,
@@ -72,7 +75,10 @@ def check_inputs(
     local = resolved.device_present and not fleet.rpc
     energy = energy_meter(resolved.device_type, fleet.gpus) if local else None
     _check_applicable(budget_obj, devices, price is not None, energy is not None)
-    return Inputs(settings, budget_obj, onnx_model, resolved, fleet, price, energy, warm, library)
+    return Inputs(
+        settings=settings, budget=budget_obj, model=onnx_model, target=resolved, fleet=fleet,
+        price=price, energy=energy, warm_start=warm, library=library, samples=check_samples,
+    )  # fmt: skip
 
 
 def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any]:

@@ -24,6 +24,7 @@ from tune_orchestrator.predictor import warm_start
 from ..config import Settings
 from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
+from ..deploy.samples import Samples
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
 from ..library import RunLibrary
@@ -81,6 +82,7 @@ class Session:
         emit: Emit,
         command: Sequence[str] | None = None,
         pools: RunPools | None = None,
+        check_samples: Samples | None = None,
     ) -> None:
         self.model = model
         self.relax_mod = relax_mod
@@ -121,6 +123,7 @@ class Session:
             emit=emit,
             # A fleet's server is held for every check and timing at the end: minutes.
             device=devices.for_run(target, fleet, timeout_s=max(600.0, settings.measure.timeout_s)),
+            samples=check_samples,
         )
         self.warnings: list[str] = []
         self.skipped = Skipped(self._warn)

@@ -1,0 +1,203 @@
+"""The output check: a build's outputs against onnxruntime's on the same samples. NaN must be
+NaN, +Inf +Inf and -Inf -Inf at the same places, the rest within a relative error; an output
+that onnxruntime gives as NaN everywhere proves nothing, so it makes the check "not checkable"
+rather than passed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..model.importer import OnnxModel
+from .library import run_onnxruntime, run_vm
+from .samples import Samples
+
+MATCHED = "matched"  # every output within rtol, NaN and Inf where onnxruntime's are
+DIFFERS = "differs"  # an output differs: a shape, a NaN or Inf place, or beyond rtol
+FAILED = "failed"  # the build failed when run (raised, or took the server down with it)
+NOT_CHECKABLE = "not checkable"  # no difference found, but an output is NaN everywhere
+UNCHECKED = "unchecked"  # nothing ran it: the RPC fleet could not be reached
+STATUSES = (MATCHED, DIFFERS, FAILED, NOT_CHECKABLE, UNCHECKED)
+_OK = {MATCHED: True, DIFFERS: False, FAILED: False}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Check:
+    """One build's output check: its status, the largest relative error over every output and
+    sample (None where nothing was compared), and the reason where it did not match."""
+
+    status: str
+    rtol: float
+    max_rel_error: float | None = None
+    outputs: int = 0
+    samples: int = 0
+    inputs: str | None = None  # where the samples came from
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(
+                f"status must be one of {', '.join(STATUSES)} but got {self.status!r}."
+            )
+
+    @property
+    def ok(self) -> bool | None:
+        """True: matched; False: differs or failed to run; None: not known either way."""
+        return _OK.get(self.status)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+def status_of(check: Mapping[str, Any] | None) -> str | None:
+    """The status of a check as the journal holds it (None: no check; earlier sessions wrote
+    `ok` alone)."""
+    if not check:
+        return None
+    if "status" in check:
+        return check["status"]
+    return MATCHED if check.get("ok") else DIFFERS
+
+
+def compare(
+    ours: Sequence[Sequence[np.ndarray]],
+    reference: Sequence[Sequence[np.ndarray]],
+    *,
+    rtol: float,
+    names: Sequence[str] = (),
+) -> Check:
+    """Each sample's outputs against onnxruntime's: max |ours - ref| / max |ref| over the finite
+    places of each output, after the shapes and the NaN and Inf places were found equal."""
+    worst, where = 0.0, ""
+    nan_only = [True] * len(reference[0] if reference else ())
+    for k, (mine, theirs) in enumerate(zip(ours, reference, strict=True)):
+        if len(mine) != len(theirs):
+            why = f"{len(mine)} outputs where onnxruntime gives {len(theirs)}"
+            return _differs(why, rtol=rtol, reference=reference)
+        for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            name = names[i] if i < len(names) else f"#{i}"
+            why = _unlike(np.asarray(a), np.asarray(b))
+            if why is not None:
+                return _differs(
+                    f"output {name!r}, sample {k}: {why}", rtol=rtol, reference=reference
+                )
+            error = _rel_error(a, b)
+            if error > worst:
+                worst, where = error, f"output {name!r}, sample {k}"
+            nan_only[i] = nan_only[i] and b.size > 0 and bool(np.isnan(b.astype(np.float64)).all())
+    counts = {"rtol": rtol, "outputs": len(nan_only), "samples": len(reference)}
+    if worst > rtol:
+        why = f"max relative error {worst:.2e} > rtol {rtol:g} ({where})"
+        return Check(status=DIFFERS, max_rel_error=worst, reason=why, **counts)
+    if any(nan_only):
+        blank = [names[i] if i < len(names) else f"#{i}" for i, b in enumerate(nan_only) if b]
+        why = (
+            f"onnxruntime gives output {', '.join(map(repr, blank))} as NaN everywhere on every "
+            "sample, so no value can be compared; give --check-inputs with samples on which it "
+            "is a number"
+        )
+        return Check(status=NOT_CHECKABLE, max_rel_error=worst, reason=why, **counts)
+    return Check(status=MATCHED, max_rel_error=worst, **counts)
+
+
+def _differs(why: str, *, rtol: float, reference: Sequence[Sequence[np.ndarray]]) -> Check:
+    outputs = len(reference[0]) if reference else 0
+    return Check(
+        status=DIFFERS,
+        max_rel_error=float("inf"),
+        rtol=rtol,
+        outputs=outputs,
+        samples=len(reference),
+        reason=why,
+    )
+
+
+def _unlike(a: np.ndarray, b: np.ndarray) -> str | None:
+    """How `a` differs from `b` in kind: its shape, or where NaN, +Inf or -Inf are."""
+    if a.shape != b.shape:
+        return f"shape {a.shape} where onnxruntime's is {b.shape}"
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    for word, where in (
+        ("NaN", np.isnan),
+        ("+Inf", np.isposinf),
+        ("-Inf", np.isneginf),
+    ):
+        differ = int(np.count_nonzero(where(a64) != where(b64)))
+        if differ:
+            return f"{word} at {differ} place(s) where onnxruntime's is not, or the other way"
+    return None
+
+
+def _rel_error(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| / max |b| over the places where `b` is finite (0 where it is nowhere)."""
+    a64, b64 = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
+    finite = np.isfinite(b64)
+    if not finite.any():
+        return 0.0
+    scale = max(float(np.max(np.abs(b64[finite]))), 1e-12)
+    return float(np.max(np.abs(a64[finite] - b64[finite]))) / scale
+
+
+class Checker:
+    """The check's samples, onnxruntime's outputs for them (computed once), and the comparison
+    of a build's outputs against those."""
+
+    def __init__(self, model: OnnxModel, *, samples: Samples, rtol: float) -> None:
+        self.model = model
+        self.samples = samples
+        self.rtol = rtol
+        self._reference: list[list[np.ndarray]] | None = None
+        self._no_reference: str | None = None
+
+    @property
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        """The first sample: what the model is timed on."""
+        return self.samples.arrays[0]
+
+    def outputs(self, vm: Any, dev: Any) -> list[list[np.ndarray]]:
+        """The build's outputs on every sample (its own failures raised)."""
+        return [run_vm(vm, dev, sample) for sample in self.samples.arrays]
+
+    def compare(self, outputs: Sequence[Sequence[np.ndarray]]) -> Check:
+        reference = self._references()
+        if reference is None:
+            return self.verdict(NOT_CHECKABLE, self._no_reference)
+        check = compare(outputs, reference, rtol=self.rtol, names=self.model.outputs)
+        return dataclasses.replace(check, inputs=self.samples.source)
+
+    def check(self, vm: Any, dev: Any) -> Check:
+        return self.compare(self.outputs(vm, dev))
+
+    def verdict(self, status: str, reason: str | None) -> Check:
+        """A check that compared nothing: FAILED, NOT_CHECKABLE or UNCHECKED, and why."""
+        return Check(
+            status=status,
+            rtol=self.rtol,
+            samples=len(self.samples.arrays),
+            inputs=self.samples.source,
+            reason=reason,
+        )
+
+    def _references(self) -> list[list[np.ndarray]] | None:
+        """onnxruntime's outputs on every sample; None (and why) where it cannot run them."""
+        if self._reference is None and self._no_reference is None:
+            try:
+                self._reference = [
+                    run_onnxruntime(self.model, sample) for sample in self.samples.arrays
+                ]
+            except Exception as exc:  # onnxruntime refuses these inputs: nothing to compare with
+                self._no_reference = (
+                    f"onnxruntime cannot run the model on the check's inputs ({one_line(exc)}); "
+                    "set [check] int_min and int_max to the values it takes, or give "
+                    "--check-inputs"
+                )
+        return self._reference
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

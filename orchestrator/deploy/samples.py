@@ -1,0 +1,135 @@
+"""The inputs of the output check: three random samples, or the user's own from an .npz file
+(--check-inputs), read and checked against the model's inputs before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..model.importer import OnnxModel
+
+SEEDS = 3  # random samples: seeds [tune] seed, seed + 1, seed + 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Samples:
+    """One tuple of arrays per sample, in the model's input order, and where they came from."""
+
+    arrays: tuple[tuple[np.ndarray, ...], ...]
+    source: str
+
+
+def for_run(model: OnnxModel, settings: Any, given: str | Path | None = None) -> Samples:
+    """The user's samples from `given` (an .npz file), else random ones by `settings`."""
+    if given is not None:
+        return load_samples(Path(given), model)
+    low, high = settings.check.int_min, settings.check.int_max
+    return random_samples(model, seed=settings.tune.seed, int_range=(low, high))
+
+
+def random_samples(model: OnnxModel, *, seed: int, int_range: tuple[int, int]) -> Samples:
+    """SEEDS samples: floats standard normal, booleans fair coins, integers uniform over
+    `int_range` (both ends included; InputError where it does not fit an input's type)."""
+    low, high = int_range
+    for item in model.inputs:
+        if np.issubdtype(np.dtype(item.dtype), np.integer):
+            bounds = np.iinfo(item.dtype)
+            if low < bounds.min or high > bounds.max:
+                raise InputError(
+                    f"[check] int_min..int_max ({low}..{high}) does not fit input {item.name!r} "
+                    f"({item.dtype}: {bounds.min}..{bounds.max}); set them within it"
+                )
+    arrays = tuple(
+        _random_sample(model, np.random.default_rng(seed + k), low, high) for k in range(SEEDS)
+    )
+    seeds = f"seeds {seed}-{seed + SEEDS - 1}"
+    return Samples(
+        arrays=arrays, source=f"{SEEDS} random samples ({seeds}, integers {low}..{high})"
+    )
+
+
+def _random_sample(
+    model: OnnxModel, rng: np.random.Generator, low: int, high: int
+) -> tuple[np.ndarray, ...]:
+    arrays = []
+    for item in model.inputs:
+        if item.dtype.startswith("float"):
+            arrays.append(rng.standard_normal(item.shape).astype(item.dtype))
+        elif item.dtype == "bool":
+            arrays.append(rng.integers(0, 2, size=item.shape).astype(bool))
+        else:
+            arrays.append(rng.integers(low, high, size=item.shape, dtype=item.dtype, endpoint=True))
+    return tuple(arrays)
+
+
+def load_samples(path: Path, model: OnnxModel) -> Samples:
+    """--check-inputs: one array per model input, named after it, of its dtype and its shape
+    (one sample) or with a leading axis of samples; InputError, in one line, otherwise."""
+    arrays = _read_npz(path)
+    names = [item.name for item in model.inputs]
+    listed = ", ".join(names) or "none"
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise InputError(
+            f"--check-inputs {path} has no array for input {', '.join(map(repr, missing))}; "
+            f"name one array after each input of the model: {listed}"
+        )
+    extra = sorted(set(arrays) - set(names))
+    if extra:
+        raise InputError(
+            f"--check-inputs {path} holds {', '.join(map(repr, extra))}, which the model does "
+            f"not take; its inputs are: {listed}"
+        )
+    counts = {item.name: _count(path, item, arrays[item.name]) for item in model.inputs}
+    if len(set(counts.values())) > 1:
+        told = ", ".join(f"{n!r} {c}" for n, c in counts.items())
+        raise InputError(
+            f"--check-inputs {path}: its arrays hold different numbers of samples ({told})"
+        )
+    count = next(iter(counts.values()), 1)
+    stacked = [
+        arrays[item.name].reshape((count, *item.shape)) for item in model.inputs
+    ]  # one sample given bare gets its leading axis
+    samples = tuple(tuple(a[k] for a in stacked) for k in range(count))
+    return Samples(arrays=samples, source=f"{count} sample(s) from {path}")
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file by name, without unpickling anything."""
+    hint = "save one with numpy.savez(FILE, **{input_name: array})"
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"--check-inputs {path} does not exist; check the path") from None
+    except (OSError, ValueError, EOFError):
+        raise InputError(f"--check-inputs {path} is not an .npz file; {hint}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputError(f"--check-inputs {path} holds one array without a name; {hint}")
+    try:
+        with data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"--check-inputs {path} cannot be read ({exc}); {hint}") from None
+
+
+def _count(path: Path, item: Any, array: np.ndarray) -> int:
+    """How many samples `array` holds for `item`: 1 at its shape, N at (N, *its shape)."""
+    if array.dtype != np.dtype(item.dtype):
+        raise InputError(
+            f"--check-inputs {path}: {item.name!r} is {array.dtype} but the model's input is "
+            f"{item.dtype}; save it as {item.dtype}"
+        )
+    shape = tuple(item.shape)
+    if array.shape == shape:
+        return 1
+    if array.shape[1:] == shape and array.shape[0] > 0:
+        return array.shape[0]
+    raise InputError(
+        f"--check-inputs {path}: {item.name!r} has shape {array.shape} but the model's input "
+        f"is {shape} (or N samples of it, ({', '.join(['N', *map(str, shape)])}))"
+    )

@@ -1,0 +1,200 @@
+"""The output check: NaN and Inf matched by place, an all-NaN output not checkable rather than
+passed, several samples, integers and booleans drawn as [check] says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import onnx_models
+from tune_orchestrator.cli.commands import main
+from tune_orchestrator.config import Settings
+from tune_orchestrator.deploy import check, samples
+from tune_orchestrator.deploy.check import DIFFERS, MATCHED, NOT_CHECKABLE, Checker, compare
+from tune_orchestrator.errors import InputError
+from tune_orchestrator.model.importer import load_model
+
+NAN, INF = float("nan"), float("inf")
+
+
+def verdict(ours, reference, rtol=1e-3):
+    """compare() on one sample of one output."""
+    a, b = np.array(ours, dtype="float32"), np.array(reference, dtype="float32")
+    return compare([[a]], [[b]], rtol=rtol, names=["y"])
+
+
+def test_nan_matches_only_nan_at_the_same_place():
+    assert verdict([1.0, NAN, 3.0], [1.0, NAN, 3.0]).status == MATCHED
+    assert verdict([1.0, 2.0, NAN], [1.0, NAN, 3.0]).status == DIFFERS  # moved
+    assert verdict([1.0, NAN, 3.0], [1.0, 2.0, 3.0]).status == DIFFERS  # ours only
+    assert verdict([1.0, 2.0, 3.0], [1.0, NAN, 3.0]).status == DIFFERS  # theirs only
+    assert "NaN at 2 place(s)" in verdict([1.0, 2.0, NAN], [1.0, NAN, 3.0]).reason
+
+
+def test_inf_matches_only_inf_of_the_same_sign_at_the_same_place():
+    assert verdict([INF, -INF, 1.0], [INF, -INF, 1.0]).status == MATCHED
+    assert verdict([-INF, 1.0], [INF, 1.0]).status == DIFFERS
+    assert verdict([NAN, 1.0], [INF, 1.0]).status == DIFFERS
+    assert verdict([5.0, 1.0], [INF, 1.0]).status == DIFFERS
+
+
+def test_a_shape_mismatch_differs_whatever_the_tolerance():
+    result = compare(
+        [[np.zeros((2, 3), "float32")]], [[np.zeros((3, 2), "float32")]], rtol=0.999, names=["y"]
+    )
+    assert result.status == DIFFERS and result.ok is False
+    assert result.reason == "output 'y', sample 0: shape (2, 3) where onnxruntime's is (3, 2)"
+
+
+def test_the_relative_error_decides_the_finite_places():
+    assert verdict([1.0, NAN, 2.001], [1.0, NAN, 2.0]).status == MATCHED
+    far = verdict([1.0, NAN, 2.1], [1.0, NAN, 2.0])
+    assert far.status == DIFFERS and far.max_rel_error == pytest.approx(0.05, rel=1e-3)
+
+
+def test_an_output_nan_everywhere_on_every_sample_is_not_checkable_not_passed():
+    blank = np.full(3, NAN, "float32")
+    result = compare([[blank], [blank]], [[blank], [blank]], rtol=1e-3, names=["y"])
+    assert result.status == NOT_CHECKABLE and result.ok is None
+    assert "output 'y' as NaN everywhere on every sample" in result.reason
+    # ... unless the build gives numbers there: then it differs.
+    numbers = np.ones(3, "float32")
+    assert compare([[numbers]], [[blank]], rtol=1e-3).status == DIFFERS
+    # NaN everywhere on one sample only: the others compare it.
+    some = np.array([1.0, 2.0, 3.0], "float32")
+    assert compare([[blank], [some]], [[blank], [some]], rtol=1e-3).status == MATCHED
+
+
+def test_every_sample_is_compared(tmp_path, monkeypatch):
+    """A build right on the first two samples and wrong on the third differs."""
+    model = load_model(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    given = samples.random_samples(model, seed=0, int_range=(0, 9))
+    checker = Checker(model, samples=given, rtol=1e-3)
+    runs = iter(range(3))
+
+    def build(vm, dev, sample):
+        (y,) = check.run_onnxruntime(model, sample)
+        return [y + (1.0 if next(runs) == 2 else 0.0)]
+
+    monkeypatch.setattr(check, "run_vm", build)
+    result = checker.check(None, None)
+    assert result.status == DIFFERS and result.samples == 3
+    assert result.reason.endswith("> rtol 0.001 (output 'y', sample 2)")
+
+
+def test_three_random_samples_with_integers_in_the_range_and_booleans_both_ways(tmp_path):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    settings = Settings.load(
+        env={"ORCHESTRATE_CHECK_INT_MIN": "3", "ORCHESTRATE_CHECK_INT_MAX": "5"}
+    )
+    drawn = samples.for_run(model, settings)
+    assert len(drawn.arrays) == 3
+    ids = np.stack([ids for ids, _ in drawn.arrays])
+    flags = np.stack([flags for _, flags in drawn.arrays])
+    assert ids.dtype == np.int64 and set(np.unique(ids)) == {3, 4, 5}
+    assert flags.dtype == np.bool_ and set(np.unique(flags)) == {False, True}
+    assert not np.array_equal(drawn.arrays[0][0], drawn.arrays[1][0])  # three seeds
+    assert drawn.source == "3 random samples (seeds 0-2, integers 3..5)"
+
+
+def test_an_integer_range_that_does_not_fit_an_input_is_refused(tmp_path):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    too_wide = (0, 2**63)
+    with pytest.raises(InputError, match=r"does not fit input 'ids' \(int64"):
+        samples.random_samples(model, seed=0, int_range=too_wide)
+
+
+def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_config):
+    """ORCHESTRATE_CHECK_INT_MIN/MAX: what onnxruntime and both builds are given."""
+    seen = []
+    real = check.run_onnxruntime
+
+    def spy(model, inputs):
+        seen.append([np.array(a) for a in inputs])
+        return real(model, inputs)
+
+    monkeypatch.setattr(check, "run_onnxruntime", spy)
+    model = onnx_models.ids_and_flags(tmp_path / "ids.onnx")
+    out = tmp_path / "run"
+    env = {"ORCHESTRATE_CHECK_INT_MIN": "-2", "ORCHESTRATE_CHECK_INT_MAX": "2"}
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(model)], env=env)
+    assert result.exit_code == 0, result.output
+    assert len(seen) == 3  # the reference: once per sample, for both builds
+    assert set(np.unique(np.stack([ids for ids, _ in seen]))) == {-2, -1, 0, 1, 2}
+    tuned = json.loads((out / "report.json").read_text())["tuned"]["check"]
+    assert tuned["status"] == MATCHED and tuned["samples"] == 3
+    assert tuned["inputs"] == "3 random samples (seeds 0-2, integers -2..2)"
+
+
+def test_real_samples_from_check_inputs_are_what_the_check_runs(tmp_path, monkeypatch, fast_config):
+    """Two samples given as (2, *shape): onnxruntime and both builds run on exactly those."""
+    seen = []
+    real = check.run_onnxruntime
+
+    def spy(model, inputs):
+        seen.append([np.array(a) for a in inputs])
+        return real(model, inputs)
+
+    monkeypatch.setattr(check, "run_onnxruntime", spy)
+    given = np.random.default_rng(7).uniform(0, 1, (2, 1, 3, 8, 8)).astype("float32")
+    npz = tmp_path / "real.npz"
+    np.savez(npz, x=given)
+    out = tmp_path / "run"
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--check-inputs", str(npz), str(model)])
+    assert result.exit_code == 0, result.output
+    assert [len(s) for s in seen] == [1, 1]
+    assert np.array_equal(seen[0][0], given[0]) and np.array_equal(seen[1][0], given[1])
+    tuned = json.loads((out / "report.json").read_text())["tuned"]["check"]
+    assert tuned["status"] == MATCHED and tuned["inputs"] == f"2 sample(s) from {npz}"
+
+
+def test_one_sample_may_come_without_its_leading_axis(tmp_path):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    ids, flags = np.arange(16).reshape(2, 8), np.ones((2, 8), bool)
+    np.savez(tmp_path / "one.npz", ids=ids, flags=flags)
+    loaded = samples.load_samples(tmp_path / "one.npz", model)
+    ((got_ids, got_flags),) = loaded.arrays  # in the model's input order
+    assert np.array_equal(got_ids, ids) and np.array_equal(got_flags, flags)
+    np.savez(tmp_path / "uneven.npz", ids=np.stack([ids, ids]), flags=flags)
+    with pytest.raises(InputError, match=r"different numbers of samples \('ids' 2, 'flags' 1\)"):
+        samples.load_samples(tmp_path / "uneven.npz", model)
+
+
+@pytest.mark.parametrize(
+    "arrays, says",
+    [
+        ({"ids": np.zeros((2, 8), "int32")}, "'ids' is int32 but the model's input is int64"),
+        (
+            {"ids": np.zeros((8, 2), "int64")},
+            "'ids' has shape (8, 2) but the model's input is (2, 8)",
+        ),
+        ({"idz": np.zeros((2, 8), "int64")}, "has no array for input 'ids'"),
+    ],
+)
+def test_check_inputs_that_do_not_fit_the_model_are_refused(tmp_path, arrays, says):
+    model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
+    np.savez(tmp_path / "bad.npz", flags=np.ones((2, 8), bool), **arrays)
+    with pytest.raises(InputError) as refused:
+        samples.load_samples(tmp_path / "bad.npz", model)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_model_nan_everywhere_is_not_checkable_and_ships_nothing(tmp_path, fast_config):
+    """Log(-|x| - 1) compiles and runs, but no value of it can be compared: exit 5."""
+    model = onnx_models.nan_everywhere(tmp_path / "nan.onnx")
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(model)])
+    assert result.exit_code == 5, result.output
+    assert not (out / "model.so").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["check_status"] == NOT_CHECKABLE
+    assert report["untuned"]["check"]["status"] == NOT_CHECKABLE
+    assert "give --check-inputs with samples on which it is a number" in result.stderr
+    assert report["summary"]["shipped"] == "none"
