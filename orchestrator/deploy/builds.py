@@ -198,7 +198,7 @@ class ModelBuilds:
         aside = self.run[RunDir.MISMATCH]
         aside.unlink(missing_ok=True)  # set aside by an earlier session: stale now
         if (found.tuned.get("check") or {}).get("status") == DIFFERS:
-            os.replace(self.library(TUNED), aside)
+            install(self.library(TUNED), aside)
             found.mismatch_library = str(aside)
         if found.shipped == NONE:
             self.run[RunDir.LIBRARY].unlink(missing_ok=True)
