@@ -183,7 +183,7 @@ class Session:
         # warm start fits it next, on both.
         clock = clock_seconds(self.budget, ledger)
         with ledger.phase("library"):
-            self.library.read()
+            self.library.read(target=self.target.target, skipped=self.skipped)
             self.library.train(
                 self.predictors,
                 self.target.target,
@@ -202,7 +202,9 @@ class Session:
                 parents=most_parents(self.settings),
             )
             if self.warm_start is not None and self.predictors:
-                used = warm_start(self.predictors, self.warm_start, self.target.target)
+                used = warm_start(
+                    self.predictors, self.warm_start, self.target.target, skipped=self.skipped
+                )
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )
