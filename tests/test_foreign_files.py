@@ -25,6 +25,8 @@ from tune_orchestrator.model.tasks import Task, task_key
 from tune_orchestrator.predictor import Predictor, learn_records, saved_problem, warm_start
 from tune_orchestrator.run.scheduler import TaskState
 from tune_orchestrator.run.skipped import Skipped
+from tune_orchestrator.rundir import RunDir
+from tune_orchestrator.rundir.waiting import FILE, load_waiting
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 EVIL = "pragma_import_llvm"
@@ -241,3 +243,19 @@ def waiting_line(task: Task, factor: int, **changes) -> str:
     return json.dumps(
         {"task": task.index, "task_key": task.key, "record": record_json(rec), **changes}
     )
+
+
+def test_parked_candidates_that_cannot_be_used_are_counted_and_searched_anew(tmp_path):
+    task = Task(0, "t64", 1, 64.0, workload(64), task_key(workload(64)))
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        lines = [
+            waiting_line(task, 2),
+            waiting_line(task, 4, task_key="0" * 16),  # another task list's
+            waiting_line(task, 8, hostile=True),
+            waiting_line(task, 16)[:40],  # torn
+        ]
+        (run.path / FILE).write_text("\n".join(lines) + "\n")
+        skipped = Skipped()
+        parked = load_waiting(run, [task], target=TARGET, skipped=skipped)
+    assert len(parked[0]) == 1 and not hostile_in(parked[0])
+    assert skipped.to_dict() == {"unsafe_traces": 1, "waiting": 2}

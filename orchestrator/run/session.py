@@ -504,7 +504,9 @@ class Session:
             rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
             threads=host_cores(),
             pipeline=self._pipelined(engine),
-            parked=load_waiting(self.run, self.tasks),
+            parked=load_waiting(
+                self.run, self.tasks, target=self.target.target, skipped=self.skipped
+            ),
         )
         try:
             # Exact reuse first: the library's fastest records of each task it knows.
