@@ -221,6 +221,7 @@ def run(
     from .run.interrupt import Interrupt, on_signals
     from .run.measuring import RunPools
     from .run.session import Session, fingerprint
+    from .run.skipped import Skipped
     from .rundir import RunDir
 
     given = prepare.check_inputs(model, budget, target, options, os.environ if env is None else env)
@@ -247,8 +248,9 @@ def run(
         target_mod = given.target.target
         tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
         import_s = time.monotonic() - called
+        skipped = Skipped()  # what the run passes over in files it reads, from the filter's on
         candidate_filter, predictor = prepare.candidate_filter(
-            given.settings, given.target, run_dir.path
+            given.settings, given.target, run_dir.path, skipped=skipped
         )
         report = Session(
             model=given.model, relax_mod=relax_mod, tasks=tasks, import_s=import_s,
@@ -257,6 +259,7 @@ def run(
             interrupt=interrupt, candidate_filter=candidate_filter, predictor=predictor,
             warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
             build_only=options.build_only, emit=emit, command=command, pools=pools,
+            skipped=skipped,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=result.exit_code)

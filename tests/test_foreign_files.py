@@ -18,6 +18,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
 from tune_orchestrator.config import Settings
+from tune_orchestrator.filters import TrimmerFilter
 from tune_orchestrator.library import Library, LibraryView, RunLibrary
 from tune_orchestrator.library.files import RECORDS, WORKLOADS, record_json
 from tune_orchestrator.measure import Measurement
@@ -259,3 +260,46 @@ def test_parked_candidates_that_cannot_be_used_are_counted_and_searched_anew(tmp
         parked = load_waiting(run, [task], target=TARGET, skipped=skipped)
     assert len(parked[0]) == 1 and not hostile_in(parked[0])
     assert skipped.to_dict() == {"unsafe_traces": 1, "waiting": 2}
+
+
+def test_a_corrupt_filter_state_is_counted_and_the_filter_starts_afresh(tmp_path):
+    (tmp_path / "filter.json").write_text('{"warm": true, "best": {"t": "fast"}')
+    skipped = Skipped()
+    flt = TrimmerFilter(target=TARGET, state_dir=tmp_path, skipped=skipped)
+    assert skipped.count("filter_state") == 1 and not flt.predictor.warm and not flt.audits
+    (tmp_path / "filter.json").write_text('{"best": {"t": "fast"}}')  # JSON, wrong values
+    TrimmerFilter(target=TARGET, state_dir=tmp_path, skipped=skipped)
+    assert skipped.count("filter_state") == 2
+
+
+def test_filter_state_is_replaced_whole_so_a_failed_write_leaves_the_last_one(
+    tmp_path, monkeypatch
+):
+    task = Task(0, "t64", 1, 64.0, workload(64), task_key(workload(64)))
+    flt = TrimmerFilter(target=TARGET, state_dir=tmp_path)
+    flt._best[task.key] = 1e-6
+    flt._save_state(tmp_path)
+    before = (tmp_path / "filter.json").read_text()
+
+    def power_cut(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("os.fsync", power_cut)
+    flt._best[task.key] = 5e-7
+    with pytest.raises(OSError):
+        flt._save_state(tmp_path)
+    assert (tmp_path / "filter.json").read_text() == before
+    assert [p.name for p in tmp_path.iterdir() if "filter" in p.name] == ["filter.json"]
+
+
+def test_reasons_counted_before_the_session_listens_are_told_when_it_does():
+    skipped, told = Skipped(), []
+    skipped.add("filter_state", "filter.json: not JSON")
+    skipped.add("filter_state", "again")
+    skipped.listen(told.append)
+    skipped.add("waiting", "line 3: torn")
+    assert told == [
+        "skipped saved filter state (filter.json) that could not be read: filter.json: not JSON",
+        "skipped parked proposals (waiting.jsonl) that could not be read or replayed: line 3: torn",
+    ]
+    assert skipped.to_dict() == {"filter_state": 2, "waiting": 1}

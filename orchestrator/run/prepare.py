@@ -99,9 +99,12 @@ def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any
     return AnyOf(rules), TaskPlateau(patience=s.task_patience, min_gain=s.task_min_gain)
 
 
-def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, Any]:
+def candidate_filter(
+    settings: Any, target: Any, state_dir: Path, *, skipped: Any = None
+) -> tuple[Any, Any]:
     """(the candidate filter, the learned model the search and the filter share, or None
-    when the search keeps TVM's own)."""
+    when the search keeps TVM's own). `skipped`: the run's tally (Skipped), counting saved
+    filter state in `state_dir` that cannot be read."""
     from tune_orchestrator.filters import Predictor, TrimmerConfig, make_filter
 
     from ..model.targets import host_cores
@@ -130,6 +133,7 @@ def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, 
         config=config,
         state_dir=state_dir,
         predictor=predictor,
+        skipped=skipped,
     )
     return made, predictor
 

@@ -75,6 +75,7 @@ class Session:
         emit: Emit,
         command: Sequence[str] | None = None,
         pools: RunPools | None = None,
+        skipped: Skipped | None = None,
     ) -> None:
         self.model = model
         self.relax_mod = relax_mod
@@ -117,7 +118,9 @@ class Session:
             device=devices.for_run(target, fleet, timeout_s=max(600.0, settings.measure.timeout_s)),
         )
         self.warnings: list[str] = []
-        self.skipped = Skipped(self._warn)
+        # What the run passes over in files it reads; the filter's saved state is read first.
+        self.skipped = skipped if skipped is not None else Skipped()
+        self.skipped.listen(self._warn)
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""

@@ -30,6 +30,14 @@ class Skipped:
     def __init__(self, warn: Callable[[str], None] | None = None) -> None:
         self._warn = warn
         self._counts: dict[str, int] = {}
+        self._first: dict[str, str] = {}  # kind -> its first reason
+
+    def listen(self, warn: Callable[[str], None]) -> None:
+        """Send warnings to `warn` from now on, the first reason of each kind counted before
+        at once: what was read before the session (a filter's saved state) is told too."""
+        self._warn = warn
+        for kind, why in self._first.items():
+            warn(_message(kind, why))
 
     def add(self, kind: str, why: str, count: int = 1) -> None:
         if kind not in KINDS:
@@ -40,6 +48,7 @@ class Skipped:
             self._counts[kind] += count
             return
         self._counts[kind] = count
+        self._first[kind] = why
         if self._warn is not None:
             self._warn(_message(kind, why))
 
