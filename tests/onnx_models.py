@@ -134,3 +134,17 @@ def wide_conv(path: Path, *, channels: int = 64, size: int = 32) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
     return _save(_model(nodes, [x], [y], [numpy_helper.from_array(w, "w")]), path)
+
+
+def data_dependent(path: Path) -> Path:
+    """x[4,4] -> NonZero -> Transpose -> GatherND(x) -> Relu: operators after NonZero have
+    shapes computed from the input's values (tests/corpus/data_dependent.onnx)."""
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Transpose", ["nz"], ["at"]),
+        helper.make_node("GatherND", ["x", "at"], ["picked"]),
+        helper.make_node("Relu", ["picked"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    return _save(_model(nodes, [x], [y], []), path)

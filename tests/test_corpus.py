@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from tune_orchestrator.cli.commands import main
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CASES = tomllib.loads((CORPUS / "manifest.toml").read_text())["case"]
+NOBODY = 65534  # the unprivileged user and group of most Linux systems
 
 # Every case runs against a copy of a finished run (the module's `finished_run` tune, ~20 s).
 pytestmark = pytest.mark.slow
@@ -48,6 +54,7 @@ def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     for name, text in case.get("files", {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     if "damage" in case:
         damage = case["damage"]
@@ -77,3 +84,49 @@ def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
     assert case["says"] in lines[0], lines[0]
     assert "Traceback" not in result.output and result.stdout == ""
     assert {"corpus": snapshot(CORPUS), "run": snapshot(run), "tmp": snapshot(tmp_path)} == before
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A scratch folder every user may enter (pytest's own is its owner's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="orchestrate-corpus-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_out_folder_this_user_may_not_enter_gets_one_line_and_exit_2(shared_tmp):
+    """click lets a readable --out through; without search permission (mode 600) the run
+    directory used to end in a traceback. Root may enter anything: as root, the run is made
+    by the user nobody (setpriv)."""
+    model = onnx_models.tiny_cnn(shared_tmp / "good.onnx")
+    out = shared_tmp / "out"
+    out.mkdir()
+    args = ["--budget", "1min", "--target", "llvm", "--out", str(out), str(model)]
+    if os.geteuid() != 0:
+        out.chmod(0o600)
+        try:
+            result = CliRunner().invoke(main, args)
+        finally:
+            out.chmod(0o755)
+        code, stderr = result.exit_code, result.stderr
+    else:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("as root, this needs setpriv (util-linux) to run as another user")
+        os.chown(out, NOBODY, NOBODY)
+        out.chmod(0o600)
+        as_nobody = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        env = {**os.environ, "HOME": str(shared_tmp), "XDG_CACHE_HOME": str(shared_tmp)}
+        done = subprocess.run(
+            [*as_nobody, sys.executable, "-m", "tune_orchestrator", *args],
+            env={**env, "MPLCONFIGDIR": str(shared_tmp)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        code, stderr = done.returncode, done.stderr
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1 and "is not readable, writable and searchable by you" in lines[0]
+    assert list(out.iterdir()) == []
