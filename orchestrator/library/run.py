@@ -38,6 +38,7 @@ class RunLibrary:
         *,
         off: str | None = None,
         warn: Callable[[str], None] = lambda message: None,
+        unreadable: str | None = None,
     ) -> None:
         self.library = library
         self.settings = settings
@@ -45,6 +46,7 @@ class RunLibrary:
         self.off = off
         self.warn = warn
         self.skipped = Skipped()  # the run's tally, from `read`
+        self.unreadable = unreadable  # why the library's folder cannot be used at all
         self.view: LibraryView | None = None
         self.reused_records = self.reused_tasks = self.plateau_tasks = 0
         self.trained_records = self.trained_workloads = 0
@@ -65,9 +67,13 @@ class RunLibrary:
             return cls(None, settings, off="a simulated run neither reads nor adds records")
         if build_only:
             return cls(None, settings, off="a build-only run measures nothing")
-        root = default_root() if given is None or given is True else Path(given)
+        named = given is not None and given is not True
+        root = Path(given) if named else default_root()  # type: ignore[arg-type]
         if root.exists() and not root.is_dir():
-            raise InputError(f"--library {root} is a file; give a directory for the library")
+            if named:
+                raise InputError(f"--library {root} is a file; give a directory for the library")
+            # The default root: a file the user did not name, so counted (read), not fatal.
+            return cls(None, settings, off=f"{root} is a file", unreadable=f"{root} is a file")
         return cls(Library.for_target(target, root), settings)
 
     @property
@@ -79,6 +85,8 @@ class RunLibrary:
         cannot be used (a file, a line, a record) is counted in `skipped`."""
         if skipped is not None:
             self.skipped = skipped
+        if self.unreadable is not None:
+            self.skipped.add("library_files", f"{self.unreadable}; tuning without the library")
         if self.library is None:
             return
         try:
