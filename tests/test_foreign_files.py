@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workloa
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import TrimmerFilter
 from tune_orchestrator.library import Library, LibraryView, RunLibrary
-from tune_orchestrator.library.files import RECORDS, WORKLOADS, record_json
+from tune_orchestrator.library.files import RECORDS, WORKLOADS, Contents, record_json
 from tune_orchestrator.measure import Measurement
 from tune_orchestrator.model.tasks import Task, task_key
 from tune_orchestrator.predictor import Predictor, learn_records, saved_problem, warm_start
@@ -179,6 +179,12 @@ def test_records_no_run_can_use_are_left_out_and_each_counted_once(tmp_path):
     assert len(view.others(workload(128), per_workload=4)) == 2
     assert len(view.parse(everything)) == 2  # asked again: counted once
     assert skipped.to_dict() == {"library_records": unusable}
+
+
+def test_a_line_nested_too_deep_to_parse_is_a_broken_line_not_a_crash():
+    deep = b"[0, " + b"[" * 100_000 + b"]" * 100_000 + b"]\n"
+    contents = Contents.parse(b'["1", "x"]\n', deep)
+    assert contents.records == [] and contents.broken == 1
 
 
 def test_library_records_without_run_times_teach_nothing_and_end_nothing():
