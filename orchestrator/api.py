@@ -224,8 +224,7 @@ def run(
     from .run.skipped import Skipped
     from .rundir import RunDir
 
-    if out is not None:
-        prepare.check_out(Path(out))
+    prepare.check_out(out)
     given = prepare.check_inputs(model, budget, target, options, os.environ if env is None else env)
     interrupt = Interrupt()
     stopping, plateau = prepare.stopping_rules(given.settings, given.budget, interrupt)

@@ -158,9 +158,12 @@ def mlflow_logger(options: Options, inputs: Inputs) -> Any:
     )
 
 
-def check_out(out: Path) -> None:
+def check_out(given: str | Path | None) -> None:
     """An --out that exists must be a folder this user may list, enter and write; InputError
     otherwise, before any work (the run directory would meet it with a traceback)."""
+    if given is None:  # the default, runs/<model>-<time>, is new
+        return
+    out = Path(given)
     try:
         usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
     except OSError as exc:  # a folder above it that this user may not enter
