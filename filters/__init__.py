@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_orchestrator.predictor import Predictor
+from tune_orchestrator.run.skipped import Skipped
 
 from .base import Filter, Selection
 from .none import NoFilter
@@ -21,13 +22,21 @@ def make_filter(
     config: TrimmerConfig | None = None,
     state_dir: Path | None = None,
     predictor: Predictor | None = None,
+    skipped: Skipped | None = None,
 ) -> Filter:
     """A filter by its short name; ValueError listing the known names otherwise. `predictor`:
-    the search's model, for the xgb filter to rank with instead of training its own."""
+    the search's model, for the xgb filter to rank with instead of training its own;
+    `skipped`: the run's tally, counting saved state in `state_dir` it cannot read."""
     if name == NoFilter.name:
         return NoFilter()
     if name == TrimmerFilter.name:
-        return TrimmerFilter(target=target, config=config, state_dir=state_dir, predictor=predictor)
+        return TrimmerFilter(
+            target=target,
+            config=config,
+            state_dir=state_dir,
+            predictor=predictor,
+            skipped=skipped,
+        )
     raise ValueError(f"unknown filter {name!r}; choose one of: {', '.join(NAMES)}")
 
 

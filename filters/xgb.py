@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tune_orchestrator.predictor import Predictor, store_features, warm_start
+from tune_orchestrator.predictor import Predictor, feature_width, store_features, warm_start
+from tune_orchestrator.run.skipped import Skipped, reason
 from tune_orchestrator.rundir.atomic import write_atomic
 
 from ._calibration import Calibration, Sample, stratified_sample, top_weights
@@ -145,6 +146,10 @@ class Audit:
         return missed
 
 
+# What reading a saved state that is torn, truncated or someone else's can raise.
+_BROKEN = (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError)
+
+
 def positions(predicted: np.ndarray) -> np.ndarray:
     """Each candidate's place in the predicted ranking (lowest predicted first) as a share of
     the round: 1/n for the predicted best, 1.0 for the predicted worst; ties keep their order."""
@@ -183,22 +188,21 @@ class TrimmerFilter(Filter):
         config: TrimmerConfig | None = None,
         state_dir: Path | None = None,
         predictor: Predictor | None = None,
+        skipped: Skipped | None = None,
     ) -> None:
         """`predictor`: the model the search's cost model trains (one fit per round serves
-        both); without one the filter trains a predictor of its own on what it is told."""
+        both); without one the filter trains a predictor of its own on what it is told.
+        `skipped`: the run's tally, which counts saved state in `state_dir` that cannot be
+        read (the filter then starts afresh)."""
         self.target = target
         self.config = c = config or TrimmerConfig()
         self.state_dir = state_dir
+        self.skipped = skipped if skipped is not None else Skipped()
         self.trains = predictor is None
         self.predictor = predictor or Predictor(
             seed=c.seed, min_samples=c.min_samples, threads=c.threads
         )
-        self.calibration = Calibration(
-            target=c.recall_target,
-            share=c.top_share,
-            rounds=c.evidence_rounds,
-            step=c.recall_step,
-        )
+        self.calibration = self._calibration()
         self.audits: dict[str, Audit] = {}
         self.seconds = 0.0  # the filter's own time: prediction, sampling, bookkeeping
         self._rng = np.random.default_rng(c.seed)
@@ -393,6 +397,12 @@ class TrimmerFilter(Filter):
             # A round that rejected nothing kept all of its top.
             self.calibration.add(samples, round_.recall if pending.audited else 1.0)
 
+    def _calibration(self) -> Calibration:
+        c = self.config
+        return Calibration(
+            target=c.recall_target, share=c.top_share, rounds=c.evidence_rounds, step=c.recall_step
+        )
+
     def _save_state(self, folder: Path) -> None:
         self.predictor.save(folder / "predictor.json")  # its own or the search's: for --warm-start
         state = {
@@ -404,11 +414,32 @@ class TrimmerFilter(Filter):
         write_atomic(folder / "filter.json", json.dumps(state, indent=2).encode(), point="filter")
 
     def _load_state(self, folder: Path) -> None:
-        if self.trains and (folder / "predictor.json").is_file():  # the search's: refitted
-            self.predictor.load(folder / "predictor.json")
-        if (folder / "filter.json").is_file():
-            state = json.loads((folder / "filter.json").read_text())
-            self.predictor.warm = bool(state.get("warm"))
-            self._best = {k: float(v) for k, v in state.get("best", {}).items()}
-            self.audits = {k: Audit.from_dict(v) for k, v in state.get("audits", {}).items()}
-            self.calibration.restore(state.get("calibration", {}))
+        """The state an earlier session saved; what cannot be read is counted and left."""
+        saved = folder / "predictor.json"
+        if self.trains and saved.is_file():  # the search's: refitted
+            try:
+                self.predictor.load(saved, width=feature_width())
+            except (OSError, ValueError) as error:  # xgboost's XGBoostError is a ValueError
+                self.skipped.add("filter_state", f"{saved}: {reason(error)}")
+        path = folder / "filter.json"
+        if not path.is_file():
+            return
+        try:
+            warm, best, audits, calibration = self._read_state(path)
+        except _BROKEN as error:
+            self.skipped.add("filter_state", f"{path}: {reason(error)}; starting afresh")
+            return
+        self.predictor.warm, self._best, self.audits = warm, best, audits
+        self.calibration = calibration
+
+    def _read_state(self, path: Path) -> tuple[bool, dict[str, float], dict[str, Audit], Any]:
+        """(warm, best latency and audit by task, calibration) from filter.json; one of
+        _BROKEN where it is not what _save_state wrote."""
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict):
+            raise TypeError(f"a JSON {type(state).__name__}, not an object")
+        best = {str(k): float(v) for k, v in dict(state.get("best", {})).items()}
+        audits = {str(k): Audit.from_dict(v) for k, v in dict(state.get("audits", {})).items()}
+        calibration = self._calibration()
+        calibration.restore(dict(state.get("calibration", {})))
+        return bool(state.get("warm")), best, audits, calibration

@@ -231,8 +231,10 @@ def run(
     from .run.interrupt import Interrupt, on_signals
     from .run.measuring import RunPools
     from .run.session import Session, fingerprint
+    from .run.skipped import Skipped
     from .rundir import RunDir
 
+    prepare.check_out(out)
     given = prepare.check_inputs(model, budget, target, options, os.environ if env is None else env)
     interrupt = Interrupt()
     stopping, plateau = prepare.stopping_rules(given.settings, given.budget, interrupt)
@@ -242,7 +244,7 @@ def run(
         aside = prepare.move_aside(out_dir)
         if aside is not None:
             emit("warning", message=f"started over: the earlier run in {out_dir} is now {aside}")
-    fresh = not prepare.out_exists(out_dir)
+    fresh = not out_dir.exists()  # check_out made sure it can be reached
     prints = fingerprint(given.model, given.target)
     with (
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,
@@ -257,8 +259,9 @@ def run(
         target_mod = given.target.target
         tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
         import_s = time.monotonic() - called
+        skipped = Skipped()  # what the run passes over in files it reads, from the filter's on
         candidate_filter, predictor = prepare.candidate_filter(
-            given.settings, given.target, run_dir.path
+            given.settings, given.target, run_dir.path, skipped=skipped
         )
         report = Session(
             model=given.model, relax_mod=relax_mod, tasks=tasks, import_s=import_s,
@@ -268,6 +271,7 @@ def run(
             warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
             build_only=options.build_only, emit=emit, command=command, pools=pools,
             check_samples=given.samples,
+            skipped=skipped,
         ).execute()  # fmt: skip
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=result.exit_code)

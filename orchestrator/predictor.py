@@ -29,13 +29,14 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .model.tasks import task_key
+from .run.skipped import Skipped, reason
 from .rundir.atomic import install
 
 # The log ratio of a candidate that failed to build or run: log(20), "far slower than the
@@ -265,7 +266,10 @@ class Predictor:
         booster.save_model(str(tmp))
         install(tmp, path, point="predictor")
 
-    def load(self, path: Path) -> None:
+    def load(self, path: Path, *, width: int | None = None) -> None:
+        """Load a saved predictor; ValueError (xgboost's XGBoostError is one) where `path` is
+        not an XGBoost model, or, given the `width` of a store's features (feature_width() for
+        a file from disk), one that ranks candidates of another width."""
         import xgboost as xgb
 
         booster = xgb.Booster()
@@ -275,6 +279,12 @@ class Predictor:
         if learned not in OBJECTIVES:
             name = json.loads(booster.save_config())["learner"]["objective"]["name"]
             learned = "rank" if name.startswith("rank:") else "regression"
+        wanted = None if width is None else width if learned == "packsum" else 3 * width + 1
+        if wanted is not None and booster.num_features() != wanted:
+            raise ValueError(
+                f"a model of {booster.num_features()} features, where this TVM's candidates "
+                f"have {wanted} (saved by another TVM version?)"
+            )
         self.fitted = Fitted(
             booster=booster, objective=learned, samples=self.samples, warm=self.warm
         )
@@ -313,11 +323,15 @@ def _fit_packsum(
 
 
 def record_features(
-    records: Sequence[Any], target: Any | None = None
+    records: Sequence[Any],
+    target: Any | None = None,
+    *,
+    unreplayed: Callable[[int], None] = lambda index: None,
 ) -> tuple[list[str], list[np.ndarray], np.ndarray]:
-    """Workload key, store features and mean latency (inf: failed) of each tuning record,
-    in the order given; features are extracted a workload at a time, for `target` (each
-    record's own when None)."""
+    """Workload key, store features and mean latency of each tuning record, in the order
+    given: inf for a failure, NaN for a record without run times (TVM accepts [] and null);
+    features are extracted a workload at a time, for `target` (each record's own when None),
+    NaN for a record whose trace does not replay (`unreplayed` hears its index)."""
     from tvm.s_tir.meta_schedule import TuneContext
 
     from tune_orchestrator import _tvm
@@ -326,9 +340,8 @@ def record_features(
     keys, latencies, by_workload = [], [], {}
     for i, record in enumerate(records):
         key = task_key(record.workload.mod)
-        secs = [float(s) for s in record.run_secs]
         keys.append(key)
-        latencies.append(sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf)
+        latencies.append(mean_latency(record.run_secs))
         by_workload.setdefault(key, []).append(i)
     features: list[np.ndarray] = [np.full((1, 1), np.nan, dtype=np.float32)] * len(keys)
     for key, members in by_workload.items():
@@ -336,14 +349,25 @@ def record_features(
         context = TuneContext(
             mod=first.workload.mod, target=target or first.target, task_name=f"records-{key}"
         )
-        replayed = _replayed(records, members)
+        replayed = _replayed(records, members, unreplayed)
         found = store_features(context, [mc for _, mc in replayed])
         for (i, _), stores in zip(replayed, found, strict=True):
             features[i] = stores
     return keys, features, np.asarray(latencies)
 
 
-def _replayed(records: Sequence[Any], members: Sequence[int]) -> list[tuple[int, Any]]:
+def mean_latency(run_secs: Sequence[Any] | None) -> float:
+    """A record's mean run time: inf where it failed (MetaSchedule's 1e10), NaN where it has
+    no run times."""
+    secs = [float(s) for s in run_secs or ()]
+    if not secs:
+        return math.nan
+    return sum(secs) / len(secs) if all(s < 1e9 for s in secs) else math.inf
+
+
+def _replayed(
+    records: Sequence[Any], members: Sequence[int], unreplayed: Callable[[int], None]
+) -> list[tuple[int, Any]]:
     """(index, MeasureCandidate) of the records whose trace replays on their workload; one
     that does not (a library record of another TVM version, say) has no features."""
     out = []
@@ -351,20 +375,34 @@ def _replayed(records: Sequence[Any], members: Sequence[int]) -> list[tuple[int,
         try:
             out.append((i, records[i].as_measure_candidate()))
         except Exception:  # TVM raises its own errors for a bad trace
-            continue
+            unreplayed(i)
     return out
 
 
 def learn_records(
-    predictors: Sequence[Predictor], records: Sequence[Any], target: Any, *, source: str
+    predictors: Sequence[Predictor],
+    records: Sequence[Any],
+    target: Any,
+    *,
+    source: str,
+    skipped: Skipped | None = None,
+    kind: str = "library_records",
 ) -> set[str]:
     """Give each of `predictors` tuning records of any workloads (the target is relative to
     each workload's best; features are extracted once for all of them), under groups named
-    `source:<workload>`, without fitting; returns the keys of the workloads they hold."""
-    keys, features, latencies = record_features(records, target)
+    `source:<workload>`, without fitting; returns the keys of the workloads they hold. A
+    record without run times, or whose trace does not replay, teaches nothing: it is counted
+    in `skipped` (the run's run.skipped.Skipped) under `kind`."""
+    dropped: set[int] = set()
+    keys, features, latencies = record_features(records, target, unreplayed=dropped.add)
+    dropped |= {i for i, latency in enumerate(latencies) if math.isnan(latency)}
+    if skipped is not None and dropped:
+        why = "records without run times, or whose trace does not replay on their workload"
+        skipped.add(kind, why, len(dropped))
     workloads: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
-        workloads.setdefault(key, []).append(i)
+        if i not in dropped:
+            workloads.setdefault(key, []).append(i)
     for predictor in predictors:
         for key, mine in workloads.items():
             predictor.add(f"{source}:{key}", [features[i] for i in mine], latencies[mine])
@@ -379,18 +417,65 @@ def fit_warm(predictors: Sequence[Predictor]) -> None:
         predictor.warm = predictor.booster is not None
 
 
-def warm_start(predictors: Sequence[Predictor], source: Path, target: Any) -> str:
+def warm_start(
+    predictors: Sequence[Predictor], source: Path, target: Any, *, skipped: Skipped | None = None
+) -> str:
     """Train each of `predictors` on an earlier run directory's records (any model), with
     whatever they hold already (the tuning library's records), or load a saved predictor
-    into each; returns what was used."""
+    into each; returns what was used. What cannot be used is counted in `skipped`; with
+    nothing usable they are fitted on what they hold, as without a warm start."""
+    skipped = skipped if skipped is not None else Skipped()
     if source.is_file():
-        for predictor in predictors:
-            predictor.load(source)
-            predictor.warm = True
+        try:
+            for predictor in predictors:
+                predictor.load(source, width=feature_width())
+                predictor.warm = True
+        except (OSError, ValueError) as error:  # xgboost's XGBoostError is a ValueError
+            skipped.add("warm_start", f"{source}: {reason(error)}")
+            fit_warm(predictors)
+            return f"nothing: {source} could not be loaded"
         return f"predictor {source}"
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
-
-    records = JSONDatabase(work_dir=str(source)).get_all_tuning_records()
-    workloads = learn_records(predictors, records, target, source="warm")
+    records = _run_records(source, target, skipped)
+    if not records:
+        skipped.add("warm_start", f"{source} holds no record this run can use")
+        fit_warm(predictors)
+        return f"nothing: no usable record in {source}"
+    workloads = learn_records(
+        predictors, records, target, source="warm", skipped=skipped, kind="warm_start_records"
+    )
     fit_warm(predictors)
     return f"{len(records)} records of {len(workloads)} workloads in {source}"
+
+
+def _run_records(source: Path, target: Any, skipped: Skipped) -> list[Any]:
+    """The TuningRecords of a run directory's database that this run can use: read, for its
+    kind of target, and trusted (library.LibraryView, which counts the rest)."""
+    from .library.files import RECORDS, WORKLOADS, Contents
+    from .library.records import LibraryView
+
+    try:
+        contents = Contents.parse(
+            (source / WORKLOADS).read_bytes(), (source / RECORDS).read_bytes()
+        )
+    except OSError as error:
+        skipped.add("warm_start", f"{source} cannot be read ({error.strerror or error})")
+        return []
+    view = LibraryView(contents, target=target, skipped=skipped, kind="warm_start_records")
+    return view.parse(range(view.records))
+
+
+def saved_problem(path: Path) -> str | None:
+    """Why `path` is not a predictor this TVM's candidates can be ranked with (not an XGBoost
+    model, or one of another feature width); None when it is."""
+    try:
+        Predictor().load(path, width=feature_width())
+    except (OSError, ValueError) as error:
+        return reason(error)
+    return None
+
+
+def feature_width() -> int:
+    """The width of a store's features (MetaSchedule's PerStoreFeature) in this TVM."""
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    return int(PerStoreFeature().feature_vector_length)

@@ -161,3 +161,17 @@ def ids_and_flags(path: Path) -> Path:
     flags = helper.make_tensor_value_info("flags", TensorProto.BOOL, [2, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
     return _save(_model(nodes, [ids, flags], [y], []), path)
+
+
+def data_dependent(path: Path) -> Path:
+    """x[4,4] -> NonZero -> Transpose -> GatherND(x) -> Relu: operators after NonZero have
+    shapes computed from the input's values (tests/corpus/data_dependent.onnx)."""
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Transpose", ["nz"], ["at"]),
+        helper.make_node("GatherND", ["x", "at"], ["picked"]),
+        helper.make_node("Relu", ["picked"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    return _save(_model(nodes, [x], [y], []), path)

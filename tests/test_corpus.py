@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from click.testing import CliRunner
 
 import onnx_models
 from cli_args import tune_args
+from other_users import ALICE, as_user, can_switch_users
 from tune_orchestrator.cli.commands import main
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -48,6 +52,7 @@ def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     for name, text in case.get("files", {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     if "damage" in case:
         damage = case["damage"]
@@ -77,3 +82,54 @@ def test_every_corpus_entry_gets_one_clear_line_and_exit_2(
     assert case["says"] in lines[0], lines[0]
     assert "Traceback" not in result.output and result.stdout == ""
     assert {"corpus": snapshot(CORPUS), "run": snapshot(run), "tmp": snapshot(tmp_path)} == before
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A scratch folder every user may enter (pytest's own is its owner's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="orchestrate-corpus-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _orchestrate(args: list[str], home: Path) -> tuple[int, str]:
+    os.environ.update(HOME=str(home), XDG_CACHE_HOME=str(home), MPLCONFIGDIR=str(home))
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.stderr
+
+
+@pytest.mark.parametrize(
+    "where, needle",
+    [
+        ("out", "is not readable, writable and searchable by you"),  # mode 600: not enterable
+        ("out/inner", "cannot reach --out"),  # behind a folder it may not search
+    ],
+)
+def test_an_out_folder_this_user_may_not_enter_gets_one_line_and_exit_2(shared_tmp, where, needle):
+    """click lets such an --out through; the run directory used to end in a traceback. Root
+    may enter anything: as root, the run is made by another user (tests/other_users.py)."""
+    model = onnx_models.tiny_cnn(shared_tmp / "good.onnx")
+    out = shared_tmp / "out"
+    out.mkdir()
+    out.chmod(0o600)
+    args = ["--budget", "1min", "--target", "llvm", "--out", str(shared_tmp / where), str(model)]
+    try:
+        if os.geteuid() != 0:
+            code, stderr = _orchestrate(args, shared_tmp)
+        elif can_switch_users():
+            os.chown(out, ALICE, ALICE)  # its own folder, which it may read but not enter
+            # What api.run imports before it checks --out: the other user may not be able to
+            # read this Python's own files (under /root), so they are imported here first.
+            import tune_orchestrator.api  # noqa: F401
+            import tune_orchestrator.run.session  # noqa: F401
+
+            code, stderr = as_user(ALICE, _orchestrate, args, shared_tmp)
+        else:
+            pytest.skip("root may enter any folder and cannot act as another user here")
+    finally:
+        out.chmod(0o755)
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1 and needle in lines[0], stderr
+    assert list(out.iterdir()) == []

@@ -102,7 +102,7 @@ def test_two_writers_at_once_keep_both_sets_and_stock_tvm_reads_the_result(tmp_p
     assert len(contents.records) == 15 + 12 - 5
     assert len(contents.workloads) == 4 and contents.broken == 0
     assert stock_records(library.path) == 22
-    view = LibraryView(contents)
+    view = LibraryView(contents, target=TARGET)
     assert sorted(len(p) for p in view.by_workload.values()) == [5, 5, 6, 6]
 
 
@@ -193,7 +193,7 @@ def test_a_match_gives_the_fastest_records_that_ran_and_the_library_s_trial_coun
     run = make_database(tmp_path / "run", [64, 128], list(secs), lambda n, f: secs[f])
     library = Library(tmp_path / "library")
     library.add_files(*files(run))
-    view = LibraryView(library.read())
+    view = LibraryView(library.read(), target=TARGET)
     # In measured order: failed, 4, 3, 2, 2, 2 us: no gain in the last third, some in the half.
     match = view.match(workload(64), top=3, min_trials=6, share=0.3, min_gain=0.01)
     assert match.trials == 6 and match.best_s == 2e-6 and match.plateau
@@ -230,7 +230,7 @@ def test_training_on_the_library_stops_at_its_share_of_the_budget(tmp_path):
         one = RunLibrary(library, settings)
         one.TRAIN_CHUNK = 8
         one.clock = clock or one.clock
-        one.read()
+        one.read(target=TARGET)
         predictor = SimpleNamespace(
             added=[], add=lambda group, f, lat: predictor.added.append(len(f))
         )
@@ -504,7 +504,7 @@ def test_e2e_a_second_run_starts_where_the_first_ended(twice):
     progress = [x for x in second.stdout.splitlines() if x.startswith("library    ")]
     assert len(progress) == len(tuned)  # one progress line each
     # It measured the first run's best schedule of each task again: the best it reached.
-    view = LibraryView(twice.after_first)
+    view = LibraryView(twice.after_first, target=TARGET)
     best_keys = set()
     for task in extract(twice.model):
         match = view.match(task.workload, top=1, min_trials=1, share=0.5, min_gain=0.0)

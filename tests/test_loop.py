@@ -428,7 +428,7 @@ def test_candidates_left_waiting_are_measured_first_after_a_resume(tasks, fast_c
     assert len(keys) == 8  # set aside by the filter in two rounds that measured 4 each
     with RunDir.open(tmp_path / "run", fingerprint={}) as run:
         assert save_waiting(run, left, tasks[0]) == 8
-        parked = load_waiting(run, tasks[1])
+        parked = load_waiting(run, tasks[1], target=tasks[0])
     assert {structural_key(mc.sch.mod) for mc in parked[0]} == keys
     resumed, engine = make_loop(tasks, fast_config, budget="8trials", tasks_used=1, parked=parked)
     resumed.run()

@@ -1,12 +1,8 @@
 import json
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from other_users import ALICE, as_user, can_switch_users
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.rundir import RunDir
 
@@ -115,36 +111,3 @@ def test_another_tvm_is_refused_with_the_fix_and_older_folders_resume(tmp_path):
         RunDir.open(tmp_path / "run", fingerprint={**made, "tvm": "0.27.0"})
     RunDir.open(tmp_path / "old", fingerprint={"model_name": "m"}).close()  # no version kept
     RunDir.open(tmp_path / "old", fingerprint={"model_name": "m", "tvm": "0.27.0"}).close()
-
-
-def _open_unreadable(folder: Path) -> str:
-    try:
-        RunDir.open(folder, fingerprint={})
-    except InputError as exc:
-        return str(exc)
-    return "opened"
-
-
-@pytest.mark.parametrize(
-    "mode, needle",
-    [(0o333, "cannot read --out {out}: Permission denied"), (0o000, "cannot reach --out {out}")],
-)
-def test_an_out_folder_one_cannot_read_or_reach_is_one_line(mode, needle):
-    parent = Path(tempfile.mkdtemp(prefix="unreadable-"))  # in /tmp: other users can reach it
-    parent.chmod(0o755)
-    folder, out = parent / "run", parent / "run"
-    if mode == 0o000:
-        out = folder / "inner"  # behind a folder nobody can search
-    folder.mkdir()
-    folder.chmod(mode)
-    try:
-        if os.geteuid() != 0:
-            message = _open_unreadable(out)
-        elif can_switch_users():  # root reads any folder: open it as another user
-            message = as_user(ALICE, _open_unreadable, out)
-        else:
-            pytest.skip("root reads any folder and cannot act as another user here")
-    finally:
-        folder.chmod(0o700)
-        shutil.rmtree(parent)
-    assert message.startswith(needle.format(out=out)), message

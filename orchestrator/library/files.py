@@ -66,7 +66,7 @@ def json_lines(data: bytes) -> list[tuple[Any, bytes]]:
     for line in lines:
         try:
             values.append((json.loads(line), line))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             values.append((None, line))
     return values
 

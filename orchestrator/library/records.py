@@ -3,18 +3,24 @@ how many trials the library holds of it, whether they reached a plateau), record
 cost model on, and the best records of other workloads (what transfer-tuning replays).
 
 Only what a question needs is turned into TVM objects: a workload's module and a record's
-trace are parsed when first asked for, so a large library costs a run little.
+trace are parsed when first asked for, so a large library costs a run little. A record that
+cannot be used (no run times, another target's, one TVM cannot read, a trace no schedule rule
+makes: search/trusted.py) is left out when first met and counted in the run's Skipped tally.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..model.tasks import database_key
+from ..run.skipped import Skipped
+from ..search.transfer import one_line
+from ..search.trusted import untrusted
 from .files import Contents
 
 # MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
@@ -54,10 +60,28 @@ class Match:
 
 
 class LibraryView:
-    """Questions about one read of a library (files.Contents)."""
+    """Questions about one read of a library (files.Contents) for a run on `target`; what
+    cannot be used is counted in `skipped` under `kind` (a library's records, or a
+    --warm-start run directory's), traces that must not be replayed under unsafe_traces."""
 
-    def __init__(self, contents: Contents) -> None:
+    def __init__(
+        self,
+        contents: Contents,
+        *,
+        target: Any,
+        skipped: Skipped | None = None,
+        kind: str = "library_records",
+    ) -> None:
         self.contents = contents
+        self.target = target
+        self.skipped = skipped if skipped is not None else Skipped()
+        self.kind = kind
+        self._left_out: set[int] = set()  # positions of records counted as skipped
+        if contents.broken:
+            self.skipped.add(
+                kind, f"{contents.broken} lines that are not JSON records (a torn write?)",
+                contents.broken,
+            )  # fmt: skip
         # workload key -> positions of its records in `contents.records`, in measured order
         self.by_workload: dict[str, list[int]] = {}
         for position, (line, _) in enumerate(contents.records):
@@ -146,8 +170,10 @@ class LibraryView:
 
             try:
                 self._parsed[key] = Workload.from_json(self.contents.workloads[self._lines[key]])
-            except Exception:  # written by another TVM version, say
+            except Exception as error:  # written by another TVM version, say
                 self._parsed[key] = None
+                why = f"workload {key}: this TVM cannot read it ({one_line(error)})"
+                self._leave_out(self.by_workload.get(key, []), why)
         return self._parsed[key]
 
     def _same(self, key: str, mod: Any) -> bool:
@@ -158,21 +184,60 @@ class LibraryView:
         return workload is not None and bool(tvm_ffi.structural_equal(workload.mod, mod))
 
     def _parse(self, positions: Sequence[int], most: int) -> list[Any]:
-        """TuningRecords of the records at `positions`, at most `most`; a record TVM cannot
-        read (written by another version, say) is left out."""
-        from tvm.s_tir.meta_schedule.database import TuningRecord
-
+        """TuningRecords of the records at `positions`, at most `most`; one that cannot be
+        used is left out (and counted once)."""
         out = []
         for position in positions:
             if len(out) >= most:
                 break
-            line, record = self.contents.records[position]
-            workload = self.workload(self.contents.workloads[line][0])
-            try:
-                out.append(TuningRecord.from_json(record, workload))
-            except Exception:  # an unreadable record is skipped, not fatal
-                continue
+            if position not in self._left_out:
+                record = self._record(position)
+                if record is not None:
+                    out.append(record)
         return out
+
+    def _record(self, position: int) -> Any | None:
+        """The TuningRecord at `position`, or None (counted) where it has no run times, was
+        tuned for another kind of target, cannot be read or must not be replayed."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        line, record = self.contents.records[position]
+        workload = self.workload(self.contents.workloads[line][0])
+        if workload is None:  # counted with its workload
+            return None
+        why = _unusable(record, str(self.target.kind.name))
+        if why is None:
+            try:
+                parsed = TuningRecord.from_json(record, workload)
+            except Exception as error:  # written by another TVM version, say
+                why = f"this TVM cannot read it ({one_line(error)})"
+        if why is not None:
+            self._leave_out([position], f"a record of workload {line}: {why}")
+            return None
+        unsafe = untrusted(parsed.trace, self.target)
+        if unsafe is not None:
+            self._leave_out([position], f"a record of workload {line} holds {unsafe}", unsafe=True)
+            return None
+        return parsed
+
+    def _leave_out(self, positions: Sequence[int], why: str, *, unsafe: bool = False) -> None:
+        new = [p for p in positions if p not in self._left_out]
+        self._left_out.update(new)
+        self.skipped.add("unsafe_traces" if unsafe else self.kind, why, len(new))
+
+
+def _unusable(record: Any, kind: str) -> str | None:
+    """Why a record (JSON) is of no use to a run on a `kind` target before TVM reads it: no
+    run times (TVM accepts [] and null), or another kind of target."""
+    secs = record[1] if isinstance(record, list) and len(record) > 1 else None
+    if not isinstance(secs, list) or not secs:
+        return f"no run times ({json.dumps(secs)})"
+    if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in secs):
+        return "run times that are not numbers"
+    theirs = record[2] if len(record) > 2 else None
+    if isinstance(theirs, dict) and theirs.get("kind") not in (None, kind):
+        return f"tuned for a {theirs.get('kind')} target, not {kind}"
+    return None
 
 
 def coarse_to_fine(items: Sequence[Any]) -> list[Any]:

@@ -15,6 +15,8 @@ from tune_orchestrator.predictor import fit_warm, learn_records
 from ..errors import InputError
 from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
+from ..run.skipped import Skipped
+from ..search.transfer import one_line
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
@@ -36,12 +38,15 @@ class RunLibrary:
         *,
         off: str | None = None,
         warn: Callable[[str], None] = lambda message: None,
+        unreadable: str | None = None,
     ) -> None:
         self.library = library
         self.settings = settings
         self.clock = time.monotonic  # what training on the library looks at
         self.off = off
         self.warn = warn
+        self.skipped = Skipped()  # the run's tally, from `read`
+        self.unreadable = unreadable  # why the library's folder cannot be used at all
         self.view: LibraryView | None = None
         self.reused_records = self.reused_tasks = self.plateau_tasks = 0
         self.trained_records = self.trained_workloads = 0
@@ -62,25 +67,36 @@ class RunLibrary:
             return cls(None, settings, off="a simulated run neither reads nor adds records")
         if build_only:
             return cls(None, settings, off="a build-only run measures nothing")
-        root = default_root() if given is None or given is True else Path(given)
+        named = given is not None and given is not True
+        root = Path(given) if named else default_root()  # type: ignore[arg-type]
         if root.exists() and not root.is_dir():
-            raise InputError(f"--library {root} is a file; give a directory for the library")
+            if named:
+                raise InputError(f"--library {root} is a file; give a directory for the library")
+            # The default root: a file the user did not name, so counted (read), not fatal.
+            return cls(None, settings, off=f"{root} is a file", unreadable=f"{root} is a file")
         return cls(Library.for_target(target, root), settings)
 
     @property
     def path(self) -> Path | None:
         return self.library.path if self.library is not None else None
 
-    def read(self) -> None:
-        """Read the library once, before the run's first round."""
+    def read(self, *, target: Any, skipped: Skipped | None = None) -> None:
+        """Read the library once, before the run's first round, for a run on `target`; what
+        cannot be used (a file, a line, a record) is counted in `skipped`."""
+        if skipped is not None:
+            self.skipped = skipped
+        if self.unreadable is not None:
+            self.skipped.add("library_files", f"{self.unreadable}; tuning without the library")
         if self.library is None:
             return
         try:
-            self.view = LibraryView(self.library.read())
+            contents = self.library.read()
         except OSError as exc:
-            self.warn(
-                f"the tuning library {self.library.path} cannot be read ({exc}); tuning without it"
+            self.skipped.add(
+                "library_files", f"{self.library.path} cannot be read ({exc}); tuning without it"
             )
+            return
+        self.view = LibraryView(contents, target=target, skipped=self.skipped)
 
     def train(
         self,
@@ -104,7 +120,9 @@ class RunLibrary:
             if self.clock() >= deadline:
                 break
             records = self.view.parse(positions[start : start + self.TRAIN_CHUNK])
-            workloads |= learn_records(predictors, records, target, source="library")
+            workloads |= learn_records(
+                predictors, records, target, source="library", skipped=self.skipped
+            )
             self.trained_records += len(records)
         self.trained_workloads = len(workloads)
         if fit and self.trained_records:
@@ -126,7 +144,7 @@ class RunLibrary:
         curve then starts at the library's trials of it (scheduler.TaskState)."""
         with ledger.phase("library"):
             matches = self._matches(states, done)
-            given = {index: _schedules(m.records) for index, m in matches.items()}
+            given = {index: self._schedules(m.records) for index, m in matches.items()}
         if not any(given.values()):
             return
         start = ledger.clock()
@@ -296,13 +314,14 @@ class RunLibrary:
             "transferred": {name: t.to_dict() for name, t in self.transferred.items()},
         }
 
-
-def _schedules(records: Sequence[Any]) -> list[Any]:
-    """MeasureCandidates of records whose trace replays on their workload."""
-    out = []
-    for record in records:
-        try:
-            out.append(record.as_measure_candidate())
-        except Exception:  # a trace of another TVM version, say
-            continue
-    return out
+    def _schedules(self, records: Sequence[Any]) -> list[Any]:
+        """MeasureCandidates of records (read and trusted: LibraryView) whose trace replays
+        on their workload; one that does not is counted."""
+        out = []
+        for record in records:
+            try:
+                out.append(record.as_measure_candidate())
+            except Exception as error:  # a trace of another TVM version, say
+                why = f"a record does not replay on its workload ({one_line(error)})"
+                self.skipped.add("library_records", why)
+        return out

@@ -7,6 +7,8 @@ from typing import Any
 
 from tune_orchestrator.measure.base import ArgSpec
 
+from ..errors import InputError
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Task:
@@ -83,12 +85,32 @@ def arg_specs(args_info: Any) -> tuple[ArgSpec, ...]:
     return tuple(specs)
 
 
+def _static(workload: Any) -> bool:
+    """Whether every argument of the workload has a fixed shape, as measuring it needs."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    try:
+        ArgInfo.from_prim_func(workload["main"])
+    except TypeError:  # TVM's: a shape holds a variable where it wants integers
+        return False
+    return True
+
+
 def extract_tasks(fused_mod: Any, target: Any) -> list[Task]:
-    """One Task per distinct PrimFunc of the fused module, heaviest (weight x FLOPs) first."""
+    """One Task per distinct PrimFunc of the fused module, heaviest (weight x FLOPs) first;
+    InputError where one has shapes that depend on the input's values (MetaSchedule measures
+    only static shapes, and every input's shape is fixed by then)."""
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
     extracted = ms.relax_integration.extract_tasks(fused_mod, target)
+    dynamic = [item.task_name for item in extracted if not _static(item.dispatched[0])]
+    if dynamic:
+        raise InputError(
+            f"the model's operators {', '.join(dynamic[:3])} have shapes computed from the "
+            "input's values (after an operator such as NonZero), which MetaSchedule cannot "
+            "tune; export the model with those operators removed or their output sizes fixed"
+        )
     rows = []
     for item in extracted:
         workload = item.dispatched[0]

@@ -5,6 +5,8 @@ and its MLflow logger."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -105,9 +107,12 @@ def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any
     return AnyOf(rules), TaskPlateau(patience=s.task_patience, min_gain=s.task_min_gain)
 
 
-def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, Any]:
+def candidate_filter(
+    settings: Any, target: Any, state_dir: Path, *, skipped: Any = None
+) -> tuple[Any, Any]:
     """(the candidate filter, the learned model the search and the filter share, or None
-    when the search keeps TVM's own)."""
+    when the search keeps TVM's own). `skipped`: the run's tally (Skipped), counting saved
+    filter state in `state_dir` that cannot be read."""
     from tune_orchestrator.filters import Predictor, TrimmerConfig, make_filter
 
     from ..model.targets import host_cores
@@ -136,6 +141,7 @@ def candidate_filter(settings: Any, target: Any, state_dir: Path) -> tuple[Any, 
         config=config,
         state_dir=state_dir,
         predictor=predictor,
+        skipped=skipped,
     )
     return made, predictor
 
@@ -158,6 +164,25 @@ def mlflow_logger(options: Options, inputs: Inputs) -> Any:
     )
 
 
+def check_out(given: str | Path | None) -> None:
+    """An --out that exists must be a folder this user may list, enter and write; InputError
+    otherwise, before any work (the run directory would meet it with a traceback)."""
+    if given is None:  # the default, runs/<model>-<time>, is new
+        return
+    out = Path(given)
+    try:
+        usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
+    except OSError as exc:  # a folder above it that this user may not enter
+        raise InputError(
+            f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
+        ) from None
+    if not usable:
+        raise InputError(
+            f"--out {out} is not readable, writable and searchable by you (mode "
+            f"{stat.S_IMODE(out.stat().st_mode):o}); choose another directory or chmod u+rwx it"
+        )
+
+
 def default_out(model_name: str) -> Path:
     """runs/<model>-<timestamp>, made unique if that folder exists already."""
     base = Path("runs") / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -166,19 +191,6 @@ def default_out(model_name: str) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def out_exists(out: Path) -> bool:
-    """Whether --out exists; InputError when a folder on its way cannot be searched."""
-    try:
-        out.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except PermissionError as exc:
-        raise InputError(
-            f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
-        ) from None
-    return True
 
 
 def move_aside(out: Path) -> Path | None:
@@ -253,7 +265,9 @@ def _check_applicable(budget: Any, devices: int, price_known: bool, energy_known
 
 
 def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None:
-    """Check --warm-start: a run directory with a database, or a predictor .json file."""
+    """Check --warm-start: a run directory whose database holds tuning records, or a saved
+    predictor (an XGBoost model of this TVM's features). Records that turn out unusable
+    later are skipped and counted; a source with nothing to use is refused here."""
     if given is None:
         return None
     path = Path(given)
@@ -262,14 +276,49 @@ def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None
             '--warm-start trains the learned model, which [search] cost_model = "tvm-xgb" '
             "leaves to the xgb filter; use --filter xgb or the shared cost model"
         )
-    if path.is_dir() and (path / "database_tuning_record.json").is_file():
-        return path
-    if path.is_file() and path.suffix == ".json":
-        return path
+    try:
+        if path.is_dir() and (path / "database_tuning_record.json").is_file():
+            return _warm_start_run(path)
+        if path.is_file() and path.suffix == ".json":
+            return _warm_start_predictor(path)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read --warm-start {path}: {exc.strerror or exc}; check its permissions"
+        ) from None
     raise InputError(
         f"--warm-start {path} is neither a run directory (with database_tuning_record.json) "
         "nor a saved predictor (predictor.json)"
     )
+
+
+def _warm_start_run(path: Path) -> Path:
+    """A run directory whose database has at least one record line (OSError if unreadable)."""
+    from ..library.files import RECORDS, WORKLOADS, Contents
+
+    workloads = path / WORKLOADS
+    if not workloads.is_file():
+        raise InputError(
+            f"--warm-start {path} has {RECORDS} but no {WORKLOADS}; give a whole run directory"
+        )
+    if not Contents.parse(workloads.read_bytes(), (path / RECORDS).read_bytes()).records:
+        raise InputError(
+            f"--warm-start {path} holds no readable tuning record (its database is empty or "
+            "corrupt); give a run directory that measured candidates"
+        )
+    return path
+
+
+def _warm_start_predictor(path: Path) -> Path:
+    """A predictor.json this TVM's candidates can be ranked with."""
+    from tune_orchestrator.predictor import saved_problem
+
+    problem = saved_problem(path)
+    if problem is not None:
+        raise InputError(
+            f"--warm-start {path} is not a saved predictor this run can use ({problem}); "
+            "give the predictor.json of a run made with this version, or its run directory"
+        )
+    return path
 
 
 def _flat(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -83,6 +83,7 @@ class Session:
         command: Sequence[str] | None = None,
         pools: RunPools | None = None,
         check_samples: Samples | None = None,
+        skipped: Skipped | None = None,
     ) -> None:
         self.model = model
         self.relax_mod = relax_mod
@@ -126,7 +127,9 @@ class Session:
             samples=check_samples,
         )
         self.warnings: list[str] = []
-        self.skipped = Skipped(self._warn)
+        # What the run passes over in files it reads; the filter's saved state is read first.
+        self.skipped = skipped if skipped is not None else Skipped()
+        self.skipped.listen(self._warn)
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
@@ -192,7 +195,7 @@ class Session:
         # warm start fits it next, on both.
         clock = clock_seconds(self.budget, ledger)
         with ledger.phase("library"):
-            self.library.read()
+            self.library.read(target=self.target.target, skipped=self.skipped)
             self.library.train(
                 self.predictors,
                 self.target.target,
@@ -212,7 +215,9 @@ class Session:
                 skipped=self.skipped,
             )
             if self.warm_start is not None and self.predictors:
-                used = warm_start(self.predictors, self.warm_start, self.target.target)
+                used = warm_start(
+                    self.predictors, self.warm_start, self.target.target, skipped=self.skipped
+                )
                 self.run.append(
                     {"type": "warm_start", "source": str(self.warm_start), "used": used}
                 )
@@ -519,7 +524,9 @@ class Session:
                 states=restored.states,
                 measured=restored.measured,
                 bests=restored.bests,
-                parked=load_waiting(self.run, self.tasks),
+                parked=load_waiting(
+                    self.run, self.tasks, target=self.target.target, skipped=self.skipped
+                ),
                 # A resumed session searches with a fresh random state: the same seed would
                 # propose again what the earlier session already measured.
                 rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,

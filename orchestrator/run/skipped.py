@@ -17,6 +17,8 @@ KINDS = {
     "run_records": "records of earlier sessions that no longer replay",
     "waiting": "parked proposals (waiting.jsonl) that could not be read or replayed",
     "warm_start": "--warm-start sources that could not be used",
+    "warm_start_records": "records of a --warm-start run directory that could not be read, "
+    "replayed or trusted",
     "filter_state": "saved filter state (filter.json) that could not be read",
     "unsafe_traces": "replayed schedules with instructions or annotations no schedule rule emits",
     "lock_files": "lock files shared with other users' runs (device claims, GPU timed windows) "
@@ -30,19 +32,41 @@ class Skipped:
     def __init__(self, warn: Callable[[str], None] | None = None) -> None:
         self._warn = warn
         self._counts: dict[str, int] = {}
+        self._first: dict[str, str] = {}  # kind -> its first reason
+
+    def listen(self, warn: Callable[[str], None]) -> None:
+        """Send warnings to `warn` from now on, the first reason of each kind counted before
+        at once: what was read before the session (a filter's saved state) is told too."""
+        self._warn = warn
+        for kind, why in self._first.items():
+            warn(_message(kind, why))
 
     def add(self, kind: str, why: str, count: int = 1) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)} but got {kind!r}.")
         if count <= 0:
             return
-        first = kind not in self._counts
-        self._counts[kind] = self._counts.get(kind, 0) + count
-        if first and self._warn is not None:
-            self._warn(f"skipped {KINDS[kind]}: {why}")
+        if kind in self._counts:
+            self._counts[kind] += count
+            return
+        self._counts[kind] = count
+        self._first[kind] = why
+        if self._warn is not None:
+            self._warn(_message(kind, why))
 
     def count(self, kind: str) -> int:
         return self._counts.get(kind, 0)
 
     def to_dict(self) -> dict[str, int]:
         return dict(sorted(self._counts.items()))
+
+
+def _message(kind: str, why: str) -> str:
+    return f"skipped {KINDS[kind]}: {why}"
+
+
+def reason(error: BaseException) -> str:
+    """An error as the reason a file was skipped: its first non-empty line (xgboost's and
+    json's put what went wrong there; TVM's last, see search.transfer.one_line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

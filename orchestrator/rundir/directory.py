@@ -200,25 +200,10 @@ class RunDir:
     def _prepare_folder(self) -> bool:
         """Make sure the folder exists and is ours; True if it holds an earlier run."""
         path = self.path
-        try:
-            path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except PermissionError as exc:
-            raise InputError(
-                f"cannot reach --out {path}: {exc.strerror}; choose a directory you can read "
-                "and write"
-            ) from None
         if path.exists() and not path.is_dir():
             raise InputError(f"--out {path} is a file; give a directory for the run")
         if path.is_dir():
-            try:
-                names = [p.name for p in path.iterdir()]
-            except OSError as exc:
-                raise InputError(
-                    f"cannot read --out {path}: {exc.strerror}; choose a directory you can read "
-                    "and write"
-                ) from None
+            names = [p.name for p in path.iterdir()]
             if self.CONFIG in names:
                 return True
             foreign = [n for n in names if n not in self._OWN_EARLY and not self._own_temp(n)]

@@ -3,8 +3,10 @@
 TVM's search never proposes a schedule twice in a session, and a new session's search does not
 know what the last one proposed: without this file, what waited in the proposal pool at the
 stop (set aside by the filter, cut by the budget, prepared ahead) would be searched for again
-or lost. One line per candidate: its task's index and its MetaSchedule tuning record (the
-schedule's trace, no run time), rewritten whole at each stop.
+or lost. One line per candidate: its task's index and key and its MetaSchedule tuning record
+(the schedule's trace, no run time), rewritten whole at each stop. Read back, it is input like
+any file: a line that is torn, for another task list, unreadable or untrusted
+(search/trusted.py) is skipped and counted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from typing import Any
 
 from ..library.files import record_json
 from ..model.tasks import Candidate, Task
+from ..run.skipped import Skipped
+from ..search.transfer import one_line
+from ..search.trusted import untrusted
 from .directory import RunDir
 
 FILE = "waiting.jsonl"
@@ -31,27 +36,69 @@ def save_waiting(run: RunDir, waiting: Mapping[int, Sequence[Candidate]], target
             record = TuningRecord(
                 mc.sch.trace, Workload(c.task.workload), None, target, mc.args_info
             )
-            lines.append(json.dumps({"task": index, "record": record_json(record)}))
+            entry = {"task": index, "task_key": c.task.key, "record": record_json(record)}
+            lines.append(json.dumps(entry))
     run.write_text(FILE, "".join(line + "\n" for line in lines))
     return len(lines)
 
 
-def load_waiting(run: RunDir, tasks: Sequence[Task]) -> dict[int, list[Any]]:
+def load_waiting(
+    run: RunDir, tasks: Sequence[Task], *, target: Any, skipped: Skipped | None = None
+) -> dict[int, list[Any]]:
     """The candidates an earlier session left waiting, as MeasureCandidates per task index; a
-    line that no longer applies (another task list, a torn write) is skipped."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
+    line that cannot be used is counted in `skipped` (its candidate is searched anew)."""
     path = run.path / FILE
     if not path.is_file():
         return {}
+    skipped = skipped if skipped is not None else Skipped()
     by_index = {t.index: t for t in tasks}
     out: dict[int, list[Any]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-            task = by_index[entry["task"]]
-            record = TuningRecord.from_json(entry["record"], Workload(task.workload))
-            out.setdefault(task.index, []).append(record.as_measure_candidate())
-        except Exception:  # noqa: BLE001 - a candidate that cannot be rebuilt is searched anew
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as error:
+        skipped.add("waiting", f"{path} cannot be read ({error.strerror or error})")
+        return {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
             continue
+        try:
+            task, candidate = _parked(line, by_index, target)
+        except _Unusable as unusable:
+            skipped.add(unusable.kind, f"{path} line {number}: {unusable}")
+            continue
+        out.setdefault(task.index, []).append(candidate)
     return out
+
+
+class _Unusable(Exception):
+    """Why a line cannot be used, and the Skipped kind it counts as."""
+
+    def __init__(self, why: str, kind: str = "waiting") -> None:
+        super().__init__(why)
+        self.kind = kind
+
+
+def _parked(line: bytes, tasks: dict[int, Task], target: Any) -> tuple[Task, Any]:
+    """The task and MeasureCandidate of one line; _Unusable where there are none."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        raise _Unusable("not JSON (a torn write?)") from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("task"), int):
+        raise _Unusable("not a parked candidate")
+    task = tasks.get(entry["task"])
+    if task is None or entry.get("task_key", task.key) != task.key:
+        raise _Unusable("for another task list")
+    try:
+        record = TuningRecord.from_json(entry.get("record"), Workload(task.workload))
+    except Exception as error:  # noqa: BLE001 - another TVM version's, say
+        raise _Unusable(f"this TVM cannot read it ({one_line(error)})") from None
+    unsafe = untrusted(record.trace, target)
+    if unsafe is not None:
+        raise _Unusable(f"holds {unsafe}", "unsafe_traces")
+    try:
+        return task, record.as_measure_candidate()
+    except Exception as error:  # noqa: BLE001 - a trace that no longer fits the workload
+        raise _Unusable(f"does not replay on its task ({one_line(error)})") from None
