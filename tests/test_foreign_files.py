@@ -156,7 +156,7 @@ def broken_library(tmp_path: Path) -> tuple[Library, int]:
     lines = [json.dumps(row) for row in rows]
     for secs in ([], None):
         lines.append(json.dumps([rows[0][0], [rows[0][1][0], secs, *rows[0][1][2:]]]))
-    cuda = dict(rows[0][1][2], kind="cuda", keys=["cuda", "gpu"])
+    cuda = {"kind": "cuda", "keys": ["cuda", "gpu"], "arch": "sm_80", "thread_warp_size": 32}
     lines.append(json.dumps([rows[0][0], [rows[0][1][0], [1e-6], cuda, rows[0][1][3]]]))
     lines.append(json.dumps([rows[2][0], [rows[2][1][0], [3e-6], *rows[2][1][2:]]]))
     lines.append(lines[0][: len(lines[0]) // 2])  # torn by a crash
