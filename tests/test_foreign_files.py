@@ -18,6 +18,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
 from tune_orchestrator.config import Settings
+from tune_orchestrator.errors import InputError
 from tune_orchestrator.filters import TrimmerFilter
 from tune_orchestrator.library import Library, LibraryView, RunLibrary
 from tune_orchestrator.library.files import RECORDS, WORKLOADS, Contents, record_json
@@ -309,3 +310,41 @@ def test_reasons_counted_before_the_session_listens_are_told_when_it_does():
         "skipped parked proposals (waiting.jsonl) that could not be read or replayed: line 3: torn",
     ]
     assert skipped.to_dict() == {"filter_state": 2, "waiting": 1}
+
+
+def _open_default_library(cache: str, settings: Settings) -> str | None:
+    import os
+
+    os.environ["XDG_CACHE_HOME"] = cache
+    target = SimpleNamespace(simulated=False, device_type="cpu", kind="llvm", target=TARGET)
+    return RunLibrary.open(None, target, settings, build_only=False).unreadable
+
+
+def test_a_default_library_root_this_user_cannot_use_is_counted_not_fatal(tmp_path):
+    import os
+    import shutil
+    import tempfile
+
+    from other_users import ALICE, as_user, can_switch_users
+
+    shared = Path(tempfile.mkdtemp(prefix="library-"))  # other users may enter /tmp's folders
+    shared.chmod(0o755)
+    closed = shared / "closed"
+    closed.mkdir(mode=0o700)  # the cache folder another user made, or made private
+    try:
+        if os.geteuid() != 0:
+            closed.chmod(0o000)
+            why = _open_default_library(str(closed), Settings.load(None))
+        elif can_switch_users():  # settings read first: this Python's files may be root's alone
+            why = as_user(ALICE, _open_default_library, str(closed), Settings.load(None))
+        else:
+            pytest.skip("root may enter any folder and cannot act as another user here")
+    finally:
+        closed.chmod(0o700)
+        shutil.rmtree(shared)
+    assert why is not None and "cannot be reached" in why
+    named = tmp_path / "library"
+    named.write_text("not a folder")
+    target = SimpleNamespace(simulated=False, device_type="cpu", kind="llvm", target=TARGET)
+    with pytest.raises(InputError, match="--library .* is a file; give a directory you can write"):
+        RunLibrary.open(named, target, Settings.load(None), build_only=False)

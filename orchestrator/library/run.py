@@ -5,6 +5,7 @@ and add the run's own records at the end, when the tuned model passed its output
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -69,11 +70,12 @@ class RunLibrary:
             return cls(None, settings, off="a build-only run measures nothing")
         named = given is not None and given is not True
         root = Path(given) if named else default_root()  # type: ignore[arg-type]
-        if root.exists() and not root.is_dir():
+        problem = _unusable(root)
+        if problem is not None:
             if named:
-                raise InputError(f"--library {root} is a file; give a directory for the library")
-            # The default root: a file the user did not name, so counted (read), not fatal.
-            return cls(None, settings, off=f"{root} is a file", unreadable=f"{root} is a file")
+                raise InputError(f"--library {root} {problem}; give a directory you can write")
+            # The default root: a folder the user did not name, so counted (read), not fatal.
+            return cls(None, settings, off=f"{root} {problem}", unreadable=f"{root} {problem}")
         return cls(Library.for_target(target, root), settings)
 
     @property
@@ -325,3 +327,17 @@ class RunLibrary:
                 why = f"a record does not replay on its workload ({one_line(error)})"
                 self.skipped.add("library_records", why)
         return out
+
+
+def _unusable(root: Path) -> str | None:
+    """Why a library root cannot be used at all (None: it can, or it does not exist yet)."""
+    try:
+        if not root.exists():
+            return None
+    except OSError as exc:  # a folder on the way this user may not enter
+        return f"cannot be reached ({exc.strerror})"
+    if not root.is_dir():
+        return "is a file"
+    if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+        return "is not readable and writable by you"
+    return None
