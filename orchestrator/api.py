@@ -225,57 +225,42 @@ def run(
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
     from .events import Emitter
-    from .model.importer import fuse_for_tuning, import_to_relax
-    from .model.tasks import extract_tasks
+    from .model.importer import import_for_tuning
     from .run import prepare
-    from .run.interrupt import Interrupt, on_signals
-    from .run.measuring import RunPools
+    from .run.interrupt import on_signals
     from .run.session import Session, fingerprint
-    from .run.skipped import Skipped
     from .rundir import RunDir
 
-    prepare.check_out(out)
-    given = prepare.check_inputs(model, budget, target, options, os.environ if env is None else env)
-    interrupt = Interrupt()
-    stopping, plateau = prepare.stopping_rules(given.settings, given.budget, interrupt)
-    emit = Emitter(on_event, prepare.mlflow_logger(options, given))
-    out_dir = Path(out) if out is not None else prepare.default_out(given.model.name)
-    if options.fresh:
-        aside = prepare.move_aside(out_dir)
+    env = os.environ if env is None else env
+    given = prepare.describe(model, budget, target, out, options, env=env, command=command)
+    emit = Emitter(on_event, given.invocation.logger)
+    out_dir = given.invocation.out
+    if given.invocation.fresh:
+        aside = RunDir.move_aside(out_dir)
         if aside is not None:
             emit("warning", message=f"started over: the earlier run in {out_dir} is now {aside}")
-    fresh = not out_dir.exists()  # check_out made sure it can be reached
+    fresh = not out_dir.exists()  # describe made sure it can be reached
     prints = fingerprint(given.model, given.target)
     with (
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,
-        on_signals(interrupt, options.handle_signals),
+        on_signals(given.stopping.interrupt, options.handle_signals),
         _refusal(out_dir, fresh, emit),
-        # The build and measuring workers start first: their imports overlap the model's.
-        contextlib.nullcontext()
-        if options.build_only
-        else RunPools(given.settings, given.target, run_dir[RunDir.LOGS], given.fleet) as pools,
+        _pools(given, run_dir) as pools,  # their imports overlap the model's
     ):
-        relax_mod = import_to_relax(given.model)
-        target_mod = given.target.target
-        tasks = extract_tasks(fuse_for_tuning(relax_mod, target_mod), target_mod)
-        import_s = time.monotonic() - called
-        skipped = Skipped()  # what the run passes over in files it reads, from the filter's on
-        candidate_filter, predictor = prepare.candidate_filter(
-            given.settings, given.target, run_dir.path, skipped=skipped
-        )
-        report = Session(
-            model=given.model, relax_mod=relax_mod, tasks=tasks, import_s=import_s,
-            target=given.target, settings=given.settings, budget=given.budget,
-            stopping=stopping, plateau=plateau, price=given.price, energy=given.energy,
-            interrupt=interrupt, candidate_filter=candidate_filter, predictor=predictor,
-            warm_start=given.warm_start, library=given.library, fleet=given.fleet, run=run_dir,
-            build_only=options.build_only, emit=emit, command=command, pools=pools,
-            check_samples=given.samples,
-            skipped=skipped,
-        ).execute()  # fmt: skip
+        imported = import_for_tuning(given.model, given.target.target, started=called)
+        report = Session(given, imported, run=run_dir, emit=emit, pools=pools).execute()
     result = Result.from_report(report)
     emit("finished", result=result.to_dict(), exit_code=result.exit_code)
     return result
+
+
+def _pools(given: Any, run_dir: Any) -> Any:
+    """The build and measuring workers, started before the model's import; none to compile."""
+    from .run.measuring import RunPools
+
+    if given.invocation.build_only:
+        return contextlib.nullcontext()
+    return RunPools(given.settings, given.target, run_dir[run_dir.LOGS], given.fleet)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import hashlib
 import re
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
 from . import names
+from .tasks import Task, extract_tasks
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -129,6 +131,24 @@ def load_model(
         tvm_proto=tvm_proto,
         tvm_names=tvm_names,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """A model ready to tune: its Relax module (un-fused, as compile_relax wants it), its tasks,
+    and the seconds from the run's start to here."""
+
+    relax_mod: Any
+    tasks: list[Task]
+    import_s: float
+
+
+def import_for_tuning(model: OnnxModel, target: Any, *, started: float) -> Imported:
+    """Import to Relax and extract the tasks for `target` (a TVM target); `started` is the
+    run's start, a time.monotonic() reading."""
+    relax_mod = import_to_relax(model)
+    tasks = extract_tasks(fuse_for_tuning(relax_mod, target), target)
+    return Imported(relax_mod, tasks, time.monotonic() - started)
 
 
 def import_to_relax(model: OnnxModel) -> Any:

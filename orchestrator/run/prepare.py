@@ -16,35 +16,75 @@ from ..errors import InputError
 from ..options import Options
 
 
-@dataclasses.dataclass(frozen=True)
-class Inputs:
-    """What a run was given, read and checked."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Stopping:
+    """What ends the run and retires its tasks: signals, the budget and early stopping (all in
+    `rule`), and a task's plateau."""
 
+    interrupt: Any  # run.interrupt.Interrupt
+    rule: Any  # budget.StoppingRule
+    plateau: Any  # budget.plateau.TaskPlateau | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cost:
+    """What a second of the run costs: its price (None: not known) and the energy meter of the
+    local GPUs (None: not metered)."""
+
+    price: Any  # budget.prices.Price | None
+    energy: Any  # budget.ledger.EnergyMeter | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Invocation:
+    """How this invocation runs: its run directory (`fresh`: an earlier run there is moved
+    aside first), whether it only compiles, the command line (None: the Python API), and the
+    MLflow logger (None: not asked for)."""
+
+    out: Path
+    fresh: bool
+    build_only: bool
+    command: Sequence[str] | None
+    logger: Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Given:
+    """A run as described and checked before any work: what to tune (model), for what (target),
+    with which settings, within what (budget, stopping), where it measures (fleet), with which
+    library and cost, from which warm start, checked on which samples, and how it was invoked."""
+
+    model: Any  # model.importer.OnnxModel
+    target: Any  # model.targets.ResolvedTarget
     settings: Any  # config.Settings
     budget: Any  # budget.Budget
-    model: Any  # model.OnnxModel
-    target: Any  # targets.ResolvedTarget
-    fleet: Any  # measuring.Fleet
-    price: Any  # budget.prices.Price | None
-    energy: Any  # an energy meter of the local GPUs, or None
-    warm_start: Path | None
+    stopping: Stopping
+    fleet: Any  # run.measuring.Fleet
     library: Any  # library.RunLibrary
+    cost: Cost
+    warm_start: Path | None
     samples: Any  # deploy.Samples: the output check's inputs
+    invocation: Invocation
 
 
-def check_inputs(
-    model: str | Path, budget: Any, target: str | None, options: Options, env: Mapping[str, str]
-) -> Inputs:
-    """Read the settings and every input; InputError for the first that does not hold."""
-    from tune_orchestrator.budget.prices import run_price
-    from tune_orchestrator.measure.telemetry import energy_meter
-
+def describe(
+    model: str | Path,
+    budget: Any,
+    target: str | None,
+    out: str | Path | None,
+    options: Options,
+    *,
+    env: Mapping[str, str],
+    command: Sequence[str] | None,
+) -> Given:
+    """Read the settings and every input; InputError for the first that does not hold, before
+    anything is written."""
     from ..deploy import samples
     from ..library import RunLibrary
     from ..model.importer import load_model
-    from ..model.targets import host_cores
     from .measuring import target_and_fleet
 
+    check_out(out)
     settings = _settings(budget, target, options, env)
     budget_obj = _budget(settings)
     shared = settings.search.cost_model == "shared"
@@ -61,9 +101,31 @@ def check_inputs(
         simulate=options.simulate,
     )
     library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
-    if options.price is not None and not options.price >= 0:
+    cost = _cost(budget_obj, resolved, fleet, options.price)
+    invocation = Invocation(
+        out=Path(out) if out is not None else default_out(onnx_model.name),
+        fresh=options.fresh,
+        build_only=options.build_only,
+        command=command,
+        logger=mlflow_logger(options, onnx_model, resolved, settings),
+    )
+    return Given(
+        model=onnx_model, target=resolved, settings=settings, budget=budget_obj,
+        stopping=stopping_rules(settings, budget_obj), fleet=fleet, library=library, cost=cost,
+        warm_start=warm, samples=check_samples, invocation=invocation,
+    )  # fmt: skip
+
+
+def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cost:
+    """The run's price and energy meter; InputError for a limit they cannot meter."""
+    from tune_orchestrator.budget.prices import run_price
+    from tune_orchestrator.measure.telemetry import energy_meter
+
+    from ..model.targets import host_cores
+
+    if override is not None and not override >= 0:
         raise InputError(
-            f"--price must be a non-negative number of US dollars per hour, not {options.price}"
+            f"--price must be a non-negative number of US dollars per hour, not {override}"
         )
     devices = fleet.devices(resolved.device_type)
     price = run_price(
@@ -71,27 +133,27 @@ def check_inputs(
         device_name=resolved.device_name,
         devices=devices,
         cores=host_cores(),
-        override=options.price,
+        override=override,
     )
     # Energy of the chosen local GPUs; a fleet's GPUs are not metered from here.
     local = resolved.device_present and not fleet.rpc
     energy = energy_meter(resolved.device_type, fleet.gpus) if local else None
-    _check_applicable(budget_obj, devices, price is not None, energy is not None)
-    return Inputs(
-        settings=settings, budget=budget_obj, model=onnx_model, target=resolved, fleet=fleet,
-        price=price, energy=energy, warm_start=warm, library=library, samples=check_samples,
-    )  # fmt: skip
+    _check_applicable(budget, devices, price is not None, energy is not None)
+    return Cost(price=price, energy=energy)
 
 
-def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any]:
-    """(the rule that stops the run: interrupt, budget, early stop; the rule that retires a
-    task on its plateau)."""
+def stopping_rules(settings: Any, budget: Any) -> Stopping:
+    """The rule that stops the run (signals, budget, early stop) and the one that retires a
+    task on its plateau."""
     from tune_orchestrator.budget import AnyOf, BudgetLimits
     from tune_orchestrator.budget.diminishing import DiminishingReturns
     from tune_orchestrator.budget.limits import primary_limit
     from tune_orchestrator.budget.plateau import TaskPlateau
 
+    from .interrupt import Interrupt
+
     s = settings.stopping
+    interrupt = Interrupt()
     rules = [interrupt, BudgetLimits(budget, round_size=settings.tune.trials_per_round)]
     if s.early_stop:
         rules.append(
@@ -104,7 +166,8 @@ def stopping_rules(settings: Any, budget: Any, interrupt: Any) -> tuple[Any, Any
                 min_measured_rounds=s.evidence_rounds,
             )
         )
-    return AnyOf(rules), TaskPlateau(patience=s.task_patience, min_gain=s.task_min_gain)
+    plateau = TaskPlateau(patience=s.task_patience, min_gain=s.task_min_gain)
+    return Stopping(interrupt=interrupt, rule=AnyOf(rules), plateau=plateau)
 
 
 def candidate_filter(
@@ -146,7 +209,7 @@ def candidate_filter(
     return made, predictor
 
 
-def mlflow_logger(options: Options, inputs: Inputs) -> Any:
+def mlflow_logger(options: Options, model: Any, target: Any, settings: Any) -> Any:
     """An MLflow logger of the run, or None when not asked for."""
     if not options.mlflow:
         return None
@@ -156,10 +219,10 @@ def mlflow_logger(options: Options, inputs: Inputs) -> Any:
         tracking_uri=options.mlflow if isinstance(options.mlflow, str) else None,
         experiment=options.mlflow_experiment,
         params={
-            "model": inputs.model.name,
-            "model_sha256": inputs.model.sha256,
-            "target": inputs.target.describe(),
-            **_flat(inputs.settings.to_dict()),
+            "model": model.name,
+            "model_sha256": model.sha256,
+            "target": target.describe(),
+            **_flat(settings.to_dict()),
         },
     )
 
@@ -191,26 +254,6 @@ def default_out(model_name: str) -> Path:
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def move_aside(out: Path) -> Path | None:
-    """--fresh: a run directory at `out` is renamed <out>.<time> (nothing is deleted), holding
-    its lock, so a run still working in it is refused rather than moved; the new name, or None
-    when there was none."""
-    from ..rundir import RunDir
-    from ..rundir.atomic import sync_dir
-
-    if not (out / RunDir.CONFIG).is_file():
-        return None
-    aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}")
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = out.with_name(f"{out.name}.{time.strftime('%Y%m%d-%H%M%S')}-{n}")
-    with RunDir(out).locked():
-        out.rename(aside)
-    sync_dir(out.parent)
-    return aside
 
 
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:

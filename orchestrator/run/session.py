@@ -6,32 +6,24 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from tune_orchestrator.budget import Budget, Decision, Ledger, StoppingRule
+from tune_orchestrator.budget import Decision, Ledger
 from tune_orchestrator.budget.base import BUILD_ONLY, NOTHING_TO_TUNE
-from tune_orchestrator.budget.ledger import EnergyMeter, RoundCost
+from tune_orchestrator.budget.ledger import RoundCost
 from tune_orchestrator.budget.limits import clock_seconds, seconds_short
-from tune_orchestrator.budget.plateau import TaskPlateau
-from tune_orchestrator.budget.prices import Price
 from tune_orchestrator.budget.report import make_report, task_row
 from tune_orchestrator.budget.units import fmt_duration
-from tune_orchestrator.filters import Filter, Predictor
 from tune_orchestrator.measure import Builder, Engine, LocalEngine
 from tune_orchestrator.predictor import warm_start
 
-from ..config import Settings
 from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
-from ..deploy.samples import Samples
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
-from ..library import RunLibrary
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
-from ..model.importer import OnnxModel
+from ..model.importer import Imported, OnnxModel
 from ..model.targets import ResolvedTarget, cores_text, host_cores
-from ..model.tasks import Task
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
 from ..rundir.durability import (
@@ -46,9 +38,9 @@ from ..rundir.waiting import load_waiting, save_waiting
 from ..search import make_cost_model
 from ..search.strategy import most_parents
 from ..simulate import WORD, VirtualClock
-from .interrupt import Interrupt
 from .loop import LoopParts, LoopRules, LoopStart, TuningLoop, spend_fields
-from .measuring import Fleet, RunPools, cpu_caveat, measure_untuned_tasks
+from .measuring import RunPools, cpu_caveat, measure_untuned_tasks
+from .prepare import Given, candidate_filter
 from .reporting import write_report
 from .scheduler import GainScheduler, current_shares, model_latency_s
 from .skipped import Skipped
@@ -57,79 +49,61 @@ Emit = Callable[..., None]
 
 
 class Session:
+    """One invocation on a run directory, for a run `given` (prepare.describe) and its model
+    `imported`; `pools` are the workers started before the import (else started when needed)."""
+
     def __init__(
         self,
+        given: Given,
+        imported: Imported,
         *,
-        model: OnnxModel,
-        relax_mod: Any,
-        tasks: Sequence[Task],
-        import_s: float,
-        target: ResolvedTarget,
-        settings: Settings,
-        budget: Budget,
-        stopping: StoppingRule,
-        plateau: TaskPlateau | None,
-        price: Price | None,
-        energy: EnergyMeter | None,
-        interrupt: Interrupt,
-        candidate_filter: Filter,
-        predictor: Predictor | None,
-        warm_start: Path | None,
-        library: RunLibrary,
-        fleet: Fleet,
         run: RunDir,
-        build_only: bool,
         emit: Emit,
-        command: Sequence[str] | None = None,
         pools: RunPools | None = None,
-        check_samples: Samples | None = None,
-        skipped: Skipped | None = None,
     ) -> None:
-        self.model = model
-        self.relax_mod = relax_mod
-        self.tasks = list(tasks)
-        self.import_s = import_s
-        self.target = target
-        self.settings = settings
-        self.budget = budget
-        self.stopping = stopping
-        self.plateau = plateau
-        self.price = price
-        self.energy = energy
-        self.interrupt = interrupt
-        self.filter = candidate_filter
+        self.given = given
+        self.model, self.target, self.settings = given.model, given.target, given.settings
+        self.budget, self.fleet, self.library = given.budget, given.fleet, given.library
+        self.price, self.energy = given.cost.price, given.cost.energy
+        self.relax_mod, self.tasks, self.import_s = (
+            imported.relax_mod,
+            list(imported.tasks),
+            imported.import_s,
+        )
+        self.run, self.emit, self.pools = run, emit, pools
+        self.build_only = given.invocation.build_only
+        self.interrupt = given.stopping.interrupt
+        self.warnings: list[str] = []
+        self.measurement: dict[str, Any] = {}
+        self.search: dict[str, Any] = {}  # where search time went (search.SearchTimes)
+        self.started = utc_now()
+        # What the run passes over in files it reads, from the filter's saved state on.
+        self.skipped = Skipped()
+        self.filter, predictor = candidate_filter(
+            given.settings, given.target, run.path, skipped=self.skipped
+        )
+        self.skipped.listen(self._warn)
         # The learned model: the search's cost model, which the xgb filter ranks with; with
         # [search] cost_model = "tvm-xgb", the filter's own. A warm start trains it.
         self.search_predictor = predictor
-        own = getattr(candidate_filter, "predictor", None)
+        own = getattr(self.filter, "predictor", None)
         self.predictors = list(dict.fromkeys(p for p in (predictor, own) if p is not None))
-        self.warm_start = warm_start
-        self.library = library
-        library.warn = self._warn
-        self.fleet = fleet
-        self.measurement: dict[str, Any] = {}
-        self.search: dict[str, Any] = {}  # where search time went (search.SearchTimes)
-        self.run = run
-        self.build_only = build_only
-        self.emit = emit
-        self.command = command  # the CLI's argv; None when the Python API started the run
-        self.pools = pools  # started before the model's import (else started when needed)
-        self.started = utc_now()
-        self.builds = ModelBuilds(
-            model=model,
-            relax_mod=relax_mod,
-            target=target,
-            settings=settings,
-            run=run,
-            emit=emit,
-            # A fleet's server is held for every check and timing at the end: minutes.
-            device=devices.for_run(target, fleet, timeout_s=max(600.0, settings.measure.timeout_s)),
-            samples=check_samples,
+        self.library.warn = self._warn
+        self.builds = self._model_builds()
+
+    def _model_builds(self) -> ModelBuilds:
+        # A fleet's server is held for every check and timing at the end: minutes.
+        timeout_s = max(600.0, self.settings.measure.timeout_s)
+        return ModelBuilds(
+            model=self.model,
+            relax_mod=self.relax_mod,
+            target=self.target,
+            settings=self.settings,
+            run=self.run,
+            emit=self.emit,
+            device=devices.for_run(self.target, self.fleet, timeout_s=timeout_s),
+            samples=self.given.samples,
         )
-        self.warnings: list[str] = []
-        # What the run passes over in files it reads; the filter's saved state is read first.
-        self.skipped = skipped if skipped is not None else Skipped()
-        self.skipped.listen(self._warn)
 
     def execute(self) -> dict[str, Any]:
         """Run the session; returns the report (also written to report.json)."""
@@ -200,7 +174,7 @@ class Session:
                 self.predictors,
                 self.target.target,
                 self.tasks,
-                fit=self.warm_start is None,
+                fit=self.given.warm_start is None,
                 seconds=None if clock is None else clock * self.settings.library.train_share,
             )
         with ledger.phase("restore"):
@@ -214,12 +188,12 @@ class Session:
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
             )
-            if self.warm_start is not None and self.predictors:
+            if self.given.warm_start is not None and self.predictors:
                 used = warm_start(
-                    self.predictors, self.warm_start, self.target.target, skipped=self.skipped
+                    self.predictors, self.given.warm_start, self.target.target, skipped=self.skipped
                 )
                 self.run.append(
-                    {"type": "warm_start", "source": str(self.warm_start), "used": used}
+                    {"type": "warm_start", "source": str(self.given.warm_start), "used": used}
                 )
         # A crash between a database commit and its journal line leaves records the journal
         # has not counted: count them, so that the trial budget is never exceeded.
@@ -504,8 +478,8 @@ class Session:
             LoopRules(
                 target=self.target.target,
                 settings=self.settings,
-                stopping=self.stopping,
-                plateau=self.plateau,
+                stopping=self.given.stopping.rule,
+                plateau=self.given.stopping.plateau,
             ),
             LoopParts(
                 database=database,
@@ -599,7 +573,10 @@ class Session:
             budget=self.budget,
             price=None
             if self.price is None
-            else {"usd_per_hour": self.price.usd_per_hour, "source": self.price.source},
+            else {
+                "usd_per_hour": self.price.usd_per_hour,
+                "source": self.price.source,
+            },
             build_only=self.build_only,
             sessions=restored.sessions + 1,
             tasks=rows,
@@ -682,7 +659,7 @@ class Session:
         measured_on_gpu = t.device_type == "cuda" and t.device_present and not t.simulated
         return provenance(
             started=started or self.started,
-            command=self.command,
+            command=self.given.invocation.command,
             gpu=t.device_name if measured_on_gpu else None,
             local_gpu=not self.fleet.rpc,
         )
@@ -713,7 +690,10 @@ class Session:
             "budget": str(self.budget),
             "price": None
             if self.price is None
-            else {"usd_per_hour": self.price.usd_per_hour, "source": self.price.source},
+            else {
+                "usd_per_hour": self.price.usd_per_hour,
+                "source": self.price.source,
+            },
             "build_only": self.build_only,
             "settings": self.settings.to_dict(),
         }

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +113,26 @@ class RunDir:
         run.resumed = True
         return run
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[RunDir]:
-        """Hold the folder's lock without opening it as a run (InputError: a run holds it)."""
-        self._lock()
+    @classmethod
+    def move_aside(cls, path: Path) -> Path | None:
+        """--fresh: the run directory at `path` is renamed <path>.<time> (nothing is deleted),
+        holding its lock, so a run still working in it is refused (InputError) rather than
+        moved; the new name, or None when there was none."""
+        if not (path / cls.CONFIG).is_file():
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside, n = path.with_name(f"{path.name}.{stamp}"), 1
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.name}.{stamp}-{n}")
+        run = cls(path)
+        run._lock()
         try:
-            yield self
+            path.rename(aside)
         finally:
-            self.close()
+            run.close()
+        sync_dir(path.parent)
+        return aside
 
     def close(self) -> None:
         if self._lock_fd is not None:
