@@ -8,6 +8,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from ..model.tasks import Task
 
@@ -223,6 +224,16 @@ class GainScheduler(Scheduler):
         self.first_round_gain = first_round_gain
         self.min_alpha = -math.log2(1.0 - min_gain)  # min_gain per doubling of trials
         self.coverage_share = coverage_share
+
+    @classmethod
+    def from_settings(cls, scheduler: Any) -> GainScheduler:
+        """The scheduler the [scheduler] settings describe."""
+        return cls(
+            window=scheduler.window,
+            first_round_gain=scheduler.first_round_gain,
+            min_gain=scheduler.min_gain_per_doubling,
+            coverage_share=scheduler.coverage_share,
+        )
 
     def pick(
         self, states: Sequence[TaskState], sizes: RoundSizes, exclude: Collection[int] = ()

@@ -473,38 +473,18 @@ class Session:
         engine: Engine,
         ledger: Ledger,
     ) -> Decision:
-        sched = self.settings.scheduler
+        parts = LoopParts(
+            database=database,
+            cost_model=cost_model,
+            candidate_filter=self.filter,
+            builder=builder,
+            engine=engine,
+            scheduler=GainScheduler.from_settings(self.settings.scheduler),
+        )
         loop = TuningLoop(
-            LoopRules(
-                target=self.target.target,
-                settings=self.settings,
-                stopping=self.given.stopping.rule,
-                plateau=self.given.stopping.plateau,
-            ),
-            LoopParts(
-                database=database,
-                cost_model=cost_model,
-                candidate_filter=self.filter,
-                builder=builder,
-                engine=engine,
-                scheduler=GainScheduler(
-                    window=sched.window,
-                    first_round_gain=sched.first_round_gain,
-                    min_gain=sched.min_gain_per_doubling,
-                    coverage_share=sched.coverage_share,
-                ),
-            ),
-            LoopStart(
-                states=restored.states,
-                measured=restored.measured,
-                bests=restored.bests,
-                parked=load_waiting(
-                    self.run, self.tasks, target=self.target.target, skipped=self.skipped
-                ),
-                # A resumed session searches with a fresh random state: the same seed would
-                # propose again what the earlier session already measured.
-                rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
-            ),
+            self._loop_rules(),
+            parts,
+            self._loop_start(restored),
             ledger=ledger,
             journal=self.run.append,
             emit=self.emit,
@@ -530,6 +510,28 @@ class Session:
                 "dropped": sum(proposer.pool.dropped.values()),
                 "abandoned": proposer.abandoned,
             }
+
+    def _loop_rules(self) -> LoopRules:
+        stopping = self.given.stopping
+        return LoopRules(
+            target=self.target.target,
+            settings=self.settings,
+            stopping=stopping.rule,
+            plateau=stopping.plateau,
+        )
+
+    def _loop_start(self, restored: Restored) -> LoopStart:
+        """Where the loop starts: what earlier sessions measured and left waiting."""
+        parked = load_waiting(self.run, self.tasks, target=self.target.target, skipped=self.skipped)
+        return LoopStart(
+            states=restored.states,
+            measured=restored.measured,
+            bests=restored.bests,
+            parked=parked,
+            # A resumed session searches with a fresh random state: the same seed would
+            # propose again what the earlier session already measured.
+            rand_state=self.settings.tune.seed + 1_000_003 * restored.sessions,
+        )
 
     def _first_round_cost(self, proposals: int, ledger: Ledger) -> RoundCost:
         """Search from the population and the cores; per candidate, what building and
