@@ -6,6 +6,7 @@ and plots.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -41,23 +42,32 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath("report.schema.json").read_text())
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskWork:
+    """What one task was given: trials measured (and how many failed) in how many rounds;
+    candidates its searches proposed, the filter set aside, were built, audited, and left
+    waiting; the seconds its rounds took."""
+
+    trials: int
+    failures: int
+    rounds: int
+    proposed: int = 0
+    filtered: int = 0
+    built: int = 0
+    audited: int = 0
+    waiting: int = 0
+    spend_s: float = 0.0
+
+
 def task_row(
     *,
     name: str,
     index: int,
     weight: int,
     flops: float,
-    trials: int,
-    failures: int,
-    rounds: int,
-    proposed: int = 0,
-    filtered: int = 0,
-    built: int = 0,
-    audited: int = 0,
-    waiting: int = 0,
+    work: TaskWork,
     untuned_s: float | None,
     best_s: float | None,
-    spend_s: float,
     retired: str | None,
     schedule: str,
     share: float | None = None,
@@ -71,114 +81,99 @@ def task_row(
         "name": name,
         "weight": weight,
         "flops": flops,
-        "trials": trials,
-        "failures": failures,
-        "rounds": rounds,
-        "proposed": proposed,
-        "filtered": filtered,
-        "built": built,
-        "audited": audited,
-        "waiting": waiting,
+        **{k: v for k, v in dataclasses.asdict(work).items() if k != "spend_s"},
         "untuned_s": untuned_s,
         "best_s": best_s,
         "speedup": untuned_s / best_s if untuned_s and best_s else None,
         "gflops": flops / best_s / 1e9 if best_s else None,
-        "spend_s": spend_s,
+        "spend_s": work.spend_s,
         "share": share,
         "retired": retired,
         "schedule": schedule,
     }
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunFacts:
+    """What was run, and where: the model, the target, the settings, the budget and its price,
+    whether it only compiled, its sessions, its files, its provenance (when, with which
+    versions, on which host, by what command), and the simulated GPU's figures (None: a real
+    device measured)."""
+
+    model: Mapping[str, Any]
+    target: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    budget: Budget
+    price: Mapping[str, Any] | None
+    build_only: bool
+    sessions: int
+    paths: Mapping[str, str]
+    provenance: Mapping[str, Any]
+    simulated: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What the run ended with: the untuned and tuned builds ({"latency": ..., "check": ...}),
+    how they compared when timed in turn (None: not timed), which one model.so is
+    (deploy.shipment.Shipment), and why and how it stopped."""
+
+    untuned: Mapping[str, Any] | None
+    tuned: Mapping[str, Any] | None
+    comparison: Mapping[str, Any] | None = None
+    shipment: Mapping[str, Any]
+    stop_reason: str
+    stop: str = ""
+    interrupted: bool = False
+    budget_too_small: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Notes:
+    """What the run says of itself: warnings, what it skipped in files it read, and how its
+    filter, measurement, search and tuning library went."""
+
+    warnings: Sequence[str] = ()
+    skipped: Mapping[str, int] | None = None
+    candidate_filter: Mapping[str, Any] | None = None
+    measurement: Mapping[str, Any] | None = None
+    search: Mapping[str, Any] | None = None
+    library: Mapping[str, Any] | None = None
+
+
 def make_report(
+    facts: RunFacts,
+    outcome: Outcome,
     *,
-    model: Mapping[str, Any],
-    target: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    budget: Budget,
-    price: Mapping[str, Any] | None,
-    build_only: bool,
-    sessions: int,
     tasks: Sequence[Mapping[str, Any]],
-    untuned: Mapping[str, Any] | None,
-    tuned: Mapping[str, Any] | None,
     spend: Spend,
-    comparison: Mapping[str, Any] | None = None,
-    shipment: Mapping[str, Any],
     curve: Sequence[Point],
-    stop_reason: str,
-    stop: str = "",
-    paths: Mapping[str, str],
-    provenance: Mapping[str, Any],
-    interrupted: bool = False,
-    budget_too_small: bool = False,
-    warnings: Sequence[str] = (),
-    skipped: Mapping[str, int] | None = None,
-    candidate_filter: Mapping[str, Any] | None = None,
-    measurement: Mapping[str, Any] | None = None,
-    search: Mapping[str, Any] | None = None,
-    library: Mapping[str, Any] | None = None,
-    simulated: Mapping[str, Any] | None = None,
+    notes: Notes = Notes(),
 ) -> dict[str, Any]:
-    """The whole report. `untuned` / `tuned` hold {"latency": {...}, "check": {...}, ...};
-    `comparison` is how the two compared when timed in turn at the end (None: not timed);
-    `shipment` which build model.so is and where it was checked (deploy.builds.Shipment);
-    `provenance` when, with which versions, where and by what command the run was made."""
-    untuned_s, tuned_s = _median(untuned), _median(tuned)
-    kept = [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"]
-    shares = [t.get("share") for t in tasks]
-    untouched = (
-        None
-        if any(x is None for x in shares)
-        else sum(t["share"] for t in tasks if not t["trials"])
-    )
+    """The whole report (`report.json`), built once; render.py only formats it."""
     phases = dict(spend.phases)
     accounted = sum(phases.get(p, 0.0) for p in PHASES)
     return {
         "schema": SCHEMA,
         "version": VERSION,
-        "provenance": dict(provenance),
-        "model": dict(model),
-        "target": dict(target),
+        "provenance": dict(facts.provenance),
+        "model": dict(facts.model),
+        "target": dict(facts.target),
         "budget": {
-            "text": str(budget),
-            "limits": budget_status(budget, spend),
+            "text": str(facts.budget),
+            "limits": budget_status(facts.budget, spend),
             "longest_step": _longest_step(spend),
         },
-        "price": dict(price) if price else None,
-        "build_only": build_only,
+        "price": dict(facts.price) if facts.price else None,
+        "build_only": facts.build_only,
         # Timings from a simulated GPU (--simulate): None for a run on a real device.
-        "simulated": dict(simulated) if simulated else None,
-        "sessions": sessions,
-        "summary": {
-            "untuned_latency_s": untuned_s,
-            "tuned_latency_s": tuned_s,
-            **_verdict(comparison),
-            **_shipped(shipment),
-            "kept_default": kept,
-            "tasks_tuned": sum(1 for t in tasks if t["trials"]),
-            "untouched_share": untouched,
-            "trials": spend.trials,
-            "rounds": spend.rounds,
-            "wall_s": spend.wall_s,
-            "device_h": spend.device_h,
-            "usd": spend.usd,
-            "energy_j": spend.energy_j,
-            "stop_reason": stop_reason,
-            "stop": stop,
-            "interrupted": interrupted,
-            "budget_too_small": budget_too_small,
-            "check_ok": (tuned or {}).get("check", {}).get("ok"),
-        },
-        "warnings": list(warnings),
-        "skipped": dict(skipped or {}),
-        "filter": dict(candidate_filter or {"name": "none"}),
-        "measurement": dict(measurement or {}),
-        "search": dict(search or {}),
-        "library": dict(library) if library else None,
-        "untuned": dict(untuned) if untuned else None,
-        "tuned": dict(tuned) if tuned else None,
-        "comparison": dict(comparison) if comparison else None,
+        "simulated": dict(facts.simulated) if facts.simulated else None,
+        "sessions": facts.sessions,
+        "summary": _summary(outcome, tasks, spend),
+        **_notes(notes),
+        "untuned": dict(outcome.untuned) if outcome.untuned else None,
+        "tuned": dict(outcome.tuned) if outcome.tuned else None,
+        "comparison": dict(outcome.comparison) if outcome.comparison else None,
         "tasks": [dict(t) for t in tasks],
         "spend": spend.to_dict(),
         "phases": {
@@ -188,9 +183,51 @@ def make_report(
         "overlapped": dict(spend.overlapped),
         "measuring_share": phases.get("measure", 0.0) / spend.wall_s if spend.wall_s else 0.0,
         "convergence": [_point(p) for p in curve],
-        "forecast": _forecast(budget, spend, curve),
-        "settings": dict(settings),
-        "paths": dict(paths),
+        "forecast": _forecast(facts.budget, spend, curve),
+        "settings": dict(facts.settings),
+        "paths": dict(facts.paths),
+    }
+
+
+def _summary(outcome: Outcome, tasks: Sequence[Mapping[str, Any]], spend: Spend) -> dict[str, Any]:
+    """The report's headline figures: latencies, the verdict, what shipped, coverage, spend,
+    why it stopped."""
+    shares = [t.get("share") for t in tasks]
+    untouched = (
+        None
+        if any(x is None for x in shares)
+        else sum(t["share"] for t in tasks if not t["trials"])
+    )
+    return {
+        "untuned_latency_s": _median(outcome.untuned),
+        "tuned_latency_s": _median(outcome.tuned),
+        **_verdict(outcome.comparison),
+        **_shipped(outcome.shipment),
+        "kept_default": [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"],
+        "tasks_tuned": sum(1 for t in tasks if t["trials"]),
+        "untouched_share": untouched,
+        "trials": spend.trials,
+        "rounds": spend.rounds,
+        "wall_s": spend.wall_s,
+        "device_h": spend.device_h,
+        "usd": spend.usd,
+        "energy_j": spend.energy_j,
+        "stop_reason": outcome.stop_reason,
+        "stop": outcome.stop,
+        "interrupted": outcome.interrupted,
+        "budget_too_small": outcome.budget_too_small,
+        "check_ok": (outcome.tuned or {}).get("check", {}).get("ok"),
+    }
+
+
+def _notes(notes: Notes) -> dict[str, Any]:
+    return {
+        "warnings": list(notes.warnings),
+        "skipped": dict(notes.skipped or {}),
+        "filter": dict(notes.candidate_filter or {"name": "none"}),
+        "measurement": dict(notes.measurement or {}),
+        "search": dict(notes.search or {}),
+        "library": dict(notes.library) if notes.library else None,
     }
 
 

@@ -14,7 +14,15 @@ from click.testing import CliRunner
 from tune_orchestrator.api import Result
 from tune_orchestrator.budget import Ledger, parse_budget
 from tune_orchestrator.budget.render import describe_coverage, markdown, to_html
-from tune_orchestrator.budget.report import make_report, schema, task_row
+from tune_orchestrator.budget.report import (
+    Notes,
+    Outcome,
+    RunFacts,
+    TaskWork,
+    make_report,
+    schema,
+    task_row,
+)
 from tune_orchestrator.budget.units import fmt_latency
 from tune_orchestrator.cli.commands import check_failed_message, main
 from tune_orchestrator.cli.printer import Printer
@@ -71,16 +79,18 @@ def synthetic_report(
             index=0,
             weight=2,
             flops=1e9,
-            trials=192,
-            failures=3,
-            rounds=3,
-            proposed=400,
-            filtered=150,
-            built=190,
-            waiting=58,
+            work=TaskWork(
+                trials=192,
+                failures=3,
+                rounds=3,
+                proposed=400,
+                filtered=150,
+                built=190,
+                waiting=58,
+                spend_s=1800.0,
+            ),
             untuned_s=1.5e-3,
             best_s=0.45e-3,
-            spend_s=1800.0,
             retired=None,
             schedule="tuned",
             share=0.75,
@@ -90,12 +100,14 @@ def synthetic_report(
             index=1,
             weight=1,
             flops=1e8,
-            trials=128,
-            failures=0,
-            rounds=2,
+            work=TaskWork(
+                trials=128,
+                failures=0,
+                rounds=2,
+                spend_s=1200.0,
+            ),
             untuned_s=1e-3,
             best_s=1.2e-3 if kept_default else 0.3e-3,
-            spend_s=1200.0,
             retired="plateau: ...",
             schedule="default" if kept_default else "tuned",
             share=0.25 - untouched,
@@ -108,12 +120,14 @@ def synthetic_report(
                 index=2,
                 weight=1,
                 flops=1e6,
-                trials=0,
-                failures=0,
-                rounds=0,
+                work=TaskWork(
+                    trials=0,
+                    failures=0,
+                    rounds=0,
+                    spend_s=0.0,
+                ),
                 untuned_s=0.1e-3,
                 best_s=None,
-                spend_s=0.0,
                 retired=None,
                 schedule="default",
                 share=untouched,
@@ -179,7 +193,7 @@ def synthetic_report(
             "report_md",
         )
     }
-    return make_report(
+    facts = RunFacts(
         model={
             "path": "m.onnx",
             "name": "m",
@@ -198,16 +212,17 @@ def synthetic_report(
         price={"usd_per_hour": 2.99, "source": "configs/prices.toml"},
         build_only=False,
         sessions=1,
-        tasks=tasks,
+        paths=paths,
+        provenance=PROVENANCE,
+    )
+    outcome = Outcome(
         untuned=untuned,
         tuned=compiled,
         comparison=comparison,
         shipment=shipment,
-        spend=ledger.snapshot(),
-        curve=ledger.history,
         stop_reason="stopped at 0.833 of 2 GPU-h ($2.49): ...",
-        paths=paths,
-        provenance=PROVENANCE,
+    )
+    notes = Notes(
         candidate_filter={
             "name": "xgb",
             "warm_start": False,
@@ -227,6 +242,9 @@ def synthetic_report(
             },
             "tasks": {},
         },
+    )
+    return make_report(
+        facts, outcome, tasks=tasks, spend=ledger.snapshot(), curve=ledger.history, notes=notes
     )
 
 

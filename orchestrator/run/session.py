@@ -12,7 +12,14 @@ from tune_orchestrator.budget import Decision, Ledger
 from tune_orchestrator.budget.base import BUILD_ONLY, NOTHING_TO_TUNE
 from tune_orchestrator.budget.ledger import RoundCost
 from tune_orchestrator.budget.limits import clock_seconds, seconds_short
-from tune_orchestrator.budget.report import make_report, task_row
+from tune_orchestrator.budget.report import (
+    Notes,
+    Outcome,
+    RunFacts,
+    TaskWork,
+    make_report,
+    task_row,
+)
 from tune_orchestrator.budget.units import fmt_duration
 from tune_orchestrator.measure import Builder, Engine, LocalEngine
 from tune_orchestrator.predictor import warm_start
@@ -561,51 +568,62 @@ class Session:
         stopped: Decision,
         started: str | None,
     ) -> dict[str, Any]:
-        rows = self._task_rows(restored)
-        paths = self._paths()
-        return make_report(
-            model=self.model.describe(),
-            target={
-                "spec": self.target.spec,
-                "description": self.target.describe(),
-                "device": self.target.device_name,
-                "tvm": self.target.to_json(),
-            },
-            settings=self.settings.to_dict(),
-            budget=self.budget,
-            price=None
-            if self.price is None
-            else {
-                "usd_per_hour": self.price.usd_per_hour,
-                "source": self.price.source,
-            },
-            build_only=self.build_only,
-            sessions=restored.sessions + 1,
-            tasks=rows,
+        # Nothing measured in the whole run, yet not stopped by a signal: the budget was used
+        # up by import, untuned measurement and compiling.
+        too_small = (
+            not self.build_only
+            and bool(self.tasks)
+            and ledger.trials == 0
+            and not self.interrupt.requested
+        )
+        outcome = Outcome(
             untuned=shipment.untuned,
             tuned=shipment.tuned,
             comparison=shipment.comparison,
             shipment=shipment.to_dict(),
-            spend=ledger.snapshot(),
-            curve=ledger.history,
             stop_reason=stopped.reason,
             stop=stopped.code,
             interrupted=self.interrupt.requested,
+            budget_too_small=too_small,
+        )
+        notes = Notes(
             warnings=self.warnings,
             skipped=self.skipped.to_dict(),
             candidate_filter=self.filter.stats(),
             measurement=self.measurement,
             search=self.search,
             library=self.library.report(),
-            simulated=self._simulated(restored) if self.target.simulated else None,
-            # Nothing measured in the whole run, yet not stopped by a signal: the budget was
-            # used up by import, untuned measurement and compiling.
-            budget_too_small=not self.build_only
-            and bool(self.tasks)
-            and ledger.trials == 0
-            and not self.interrupt.requested,
-            paths=paths,
+        )
+        return make_report(
+            self._facts(restored, started),
+            outcome,
+            tasks=self._task_rows(restored),
+            spend=ledger.snapshot(),
+            curve=ledger.history,
+            notes=notes,
+        )
+
+    def _facts(self, restored: Restored, started: str | None) -> RunFacts:
+        """What was run, and where, for the report."""
+        target = self.target
+        return RunFacts(
+            model=self.model.describe(),
+            target={
+                "spec": target.spec,
+                "description": target.describe(),
+                "device": target.device_name,
+                "tvm": target.to_json(),
+            },
+            settings=self.settings.to_dict(),
+            budget=self.budget,
+            price=None
+            if self.price is None
+            else {"usd_per_hour": self.price.usd_per_hour, "source": self.price.source},
+            build_only=self.build_only,
+            sessions=restored.sessions + 1,
+            paths=self._paths(),
             provenance=self._provenance(started),
+            simulated=self._simulated(restored) if target.simulated else None,
         )
 
     def _task_rows(self, restored: Restored) -> list[dict[str, Any]]:
@@ -617,17 +635,19 @@ class Session:
                 index=s.task.index,
                 weight=s.task.weight,
                 flops=s.task.flops,
-                trials=s.trials,
-                failures=s.failures,
-                proposed=s.proposed,
-                filtered=s.filtered,
-                built=s.built,
-                audited=s.audited,
-                waiting=s.waiting,
-                rounds=s.rounds,
+                work=TaskWork(
+                    trials=s.trials,
+                    failures=s.failures,
+                    rounds=s.rounds,
+                    proposed=s.proposed,
+                    filtered=s.filtered,
+                    built=s.built,
+                    audited=s.audited,
+                    waiting=s.waiting,
+                    spend_s=sum(s.round_s) + s.wasted_s,
+                ),
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
-                spend_s=sum(s.round_s) + s.wasted_s,
                 retired=s.retired,
                 schedule=deployed_schedule(
                     best_s=s.best_s,
