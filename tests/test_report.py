@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tune_orchestrator.api import Result
 from tune_orchestrator.budget import Ledger, parse_budget
-from tune_orchestrator.budget.render import describe_coverage, markdown, to_html
+from tune_orchestrator.budget.render import describe_coverage, document, markdown, to_html
 from tune_orchestrator.budget.report import (
     Notes,
     Outcome,
@@ -310,18 +310,18 @@ class ImageCollector(HTMLParser):
 def test_the_wait_for_background_rounds_says_what_the_background_spent(tmp_path):
     """On a GPU run the next round is searched and built while one is measured: most search
     time is then not in the `search` phase but behind `ahead`, and the report says so."""
-    from tune_orchestrator.budget.render import markdown
+    from tune_orchestrator.budget.render import document, markdown
 
     report = synthetic_report(tmp_path)
     report["phases"]["ahead"] = 300.0
     report["overlapped"] = {"search": 470.0, "build": 260.0, "filter": 0.01, "ahead": 10.0}
-    md = markdown(report, {}, tmp_path)
+    md = markdown(document(report), {}, tmp_path)
     assert (
         "| ahead (waiting for rounds prepared in the background, where the run spent search "
         "8m00s, build 4m20s) | 5m00s | 10.0% |" in md
     )
     report["overlapped"] = {}
-    assert "| ahead | 5m00s | 10.0% |" in markdown(report, {}, tmp_path)
+    assert "| ahead | 5m00s | 10.0% |" in markdown(document(report), {}, tmp_path)
 
 
 def test_the_filter_line_says_when_the_filter_has_not_judged_yet():
@@ -427,7 +427,7 @@ def test_the_report_says_how_much_of_the_model_is_in_tasks_never_tuned(tmp_path)
     assert report["summary"]["untouched_share"] == pytest.approx(0.05)
     jsonschema.validate(report, schema())
     assert "2 of 3 tasks tuned; the 1 never tuned hold 5.0% of the model's kernel time." in (
-        markdown(report, {}, tmp_path)
+        markdown(document(report), {}, tmp_path)
     )
     assert describe_coverage({"tasks_tuned": 3, "untouched_share": 0.0}, 3) == "3 of 3 tasks tuned."
 
@@ -497,7 +497,7 @@ def test_a_tuned_build_whose_outputs_differ_says_what_shipped_everywhere(tmp_pat
         "the untuned build, outputs match onnxruntime (checked on this host); not the tuned "
         f"build: {why}"
     )
-    assert f"model.so: {said}." in markdown(report, {}, tmp_path)
+    assert f"model.so: {said}." in markdown(document(report), {}, tmp_path)
     Printer(quiet=True, tty=False).summary(result)
     assert f"  model.so            {said}\n" in capsys.readouterr().out
 
@@ -570,10 +570,10 @@ def test_the_report_says_when_with_what_where_and_by_which_command_it_was_made(t
         "(AMD EPYC 9654 96-Core Processor, 16 cores), GPU NVIDIA H100 80GB HBM3 (driver "
         "550.54.15)."
     )
-    assert f"\n\n{line}\n\n" in markdown(report, {}, tmp_path)
-    assert f"<p><small>{line}</small></p>" in to_html(report, {}, tmp_path)
+    assert f"\n\n{line}\n\n" in markdown(document(report), {}, tmp_path)
+    assert f"<p><small>{line}</small></p>" in to_html(document(report), {}, tmp_path)
     del report["provenance"]  # a report written before reports carried it renders still
-    assert "Run " not in markdown(report, {}, tmp_path)
+    assert "Run " not in markdown(document(report), {}, tmp_path)
 
 
 def test_provenance_reads_versions_host_and_driver_and_names_the_api_or_command(monkeypatch):
@@ -626,14 +626,14 @@ def test_the_cli_hands_its_command_line_to_the_run(tmp_path, monkeypatch):
 def test_the_tasks_table_runs_by_share_and_folds_the_tasks_never_tuned(tmp_path):
     report = synthetic_report(tmp_path, untouched=0.05)
     report["tasks"] = [*reversed(report["tasks"]), {**report["tasks"][2], "index": 3, "share": 0.0}]
-    md = markdown(report, {}, tmp_path)
+    md = markdown(document(report), {}, tmp_path)
     table = md.split("## Tasks\n\n")[1].split("\n\n")[0].splitlines()
     assert [row.split(" | ")[0] for row in table[2:4]] == ["| conv", "| dense"]
     assert table[4] == "| 2 tasks never tuned, holding 5.0% of the model's kernel time |" + (
         "  |" * 13
     )
     assert len(table) == 5 and "| pool |" not in md
-    html_text = to_html(report, {}, tmp_path)
+    html_text = to_html(document(report), {}, tmp_path)
     assert (
         '<tr><td colspan="14" style="text-align:left">2 tasks never tuned, holding 5.0% of the '
         "model&#x27;s kernel time</td></tr>\n</table>" in html_text
@@ -641,7 +641,7 @@ def test_the_tasks_table_runs_by_share_and_folds_the_tasks_never_tuned(tmp_path)
     ImageCollector.collect(html_text)  # still well formed
     report["tasks"][0]["share"] = None  # the share of a task never tuned is unknown
     assert "| 2 tasks never tuned, holding an unknown share of the model's kernel time |" in (
-        markdown(report, {}, tmp_path)
+        markdown(document(report), {}, tmp_path)
     )
 
 
@@ -652,7 +652,7 @@ def test_the_convergence_plot_is_in_end_to_end_terms(tmp_path):
     import matplotlib.pyplot as plt
 
     from tune_orchestrator.budget.grammar import WALL
-    from tune_orchestrator.budget.render import _convergence, end_to_end_scale
+    from tune_orchestrator.budget.render.plots import _convergence, end_to_end_scale
 
     report = synthetic_report(tmp_path)  # kernels 4 ms untuned, the model 4.1 ms end to end
     assert end_to_end_scale(report) == pytest.approx(4.1e-3 / 4e-3)

@@ -19,10 +19,11 @@ def write_report(run: RunDir, report: Mapping[str, Any]) -> dict[str, Path]:
     """Write report.json, the plots, report.md, report.html and rounds.csv (each replaced
     atomically)."""
     plots = render.write_plots(report, run[RunDir.PLOTS])
+    doc = render.document(report)  # the text both report.md and report.html show
     written = {
         "json": run.write_json(RunDir.REPORT, report),
-        "markdown": run.write_text(RunDir.REPORT_MD, render.markdown(report, plots, run.path)),
-        "html": run.write_text(RunDir.REPORT_HTML, render.to_html(report, plots, run.path)),
+        "markdown": run.write_text(RunDir.REPORT_MD, render.markdown(doc, plots, run.path)),
+        "html": run.write_text(RunDir.REPORT_HTML, render.to_html(doc, plots, run.path)),
         "rounds": run.write_text(RunDir.ROUNDS_CSV, rounds_csv(run.journal(), report["tasks"])),
     }
     return {**written, **{f"plot_{name}": path for name, path in plots.items()}}
