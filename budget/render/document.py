@@ -50,26 +50,14 @@ def document(report: Mapping[str, Any]) -> Document:
 
 
 def headline(report: Mapping[str, Any]) -> list[str]:
+    """The report's first paragraph: what was tuned, what it bought and spent, why it stopped,
+    what shipped."""
     s = report["summary"]
     lines = [
-        f"Model `{report['model']['name']}` on {report['target']['description']}, budget `{report['budget']['text']}`."
+        f"Model `{report['model']['name']}` on {report['target']['description']}, "
+        f"budget `{report['budget']['text']}`.",
+        *_latency(report),
     ]
-    if s["untuned_latency_s"] and s["tuned_latency_s"]:
-        shipped = "; model.so is the untuned build" if s.get("shipped") == "untuned" else ""
-        lines.append(
-            f"End-to-end latency {fmt_latency(s['untuned_latency_s'])} untuned -> "
-            f"{fmt_latency(s['tuned_latency_s'])} tuned "
-            f"(**{describe_change(s.get('change'), s['speedup'])}**{shipped})."
-        )
-        comparison = report.get("comparison")
-        if comparison:
-            u, t = comparison["untuned"], comparison["tuned"]
-            lines.append(
-                f"Both timed in turn at the end of the run, {comparison['repeats']} timings "
-                f"each: untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, tuned "
-                f"{fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}; a change is claimed only "
-                "when every timing of one beats every timing of the other."
-            )
     kept = s.get("kept_default") or []
     if kept:
         lines.append(
@@ -82,6 +70,37 @@ def headline(report: Mapping[str, Any]) -> list[str]:
     simulated = describe_simulated(report.get("simulated"))
     if simulated:
         lines.append(f"**{simulated}**")
+    lines += _spent(report)
+    lines += _closing(report)
+    return lines
+
+
+def _latency(report: Mapping[str, Any]) -> list[str]:
+    """Untuned against tuned, and how the two compared when timed in turn."""
+    s = report["summary"]
+    if not (s["untuned_latency_s"] and s["tuned_latency_s"]):
+        return []
+    shipped = "; model.so is the untuned build" if s.get("shipped") == "untuned" else ""
+    lines = [
+        f"End-to-end latency {fmt_latency(s['untuned_latency_s'])} untuned -> "
+        f"{fmt_latency(s['tuned_latency_s'])} tuned "
+        f"(**{describe_change(s.get('change'), s['speedup'])}**{shipped})."
+    ]
+    comparison = report.get("comparison")
+    if comparison:
+        u, t = comparison["untuned"], comparison["tuned"]
+        lines.append(
+            f"Both timed in turn at the end of the run, {comparison['repeats']} timings "
+            f"each: untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, tuned "
+            f"{fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}; a change is claimed only "
+            "when every timing of one beats every timing of the other."
+        )
+    return lines
+
+
+def _spent(report: Mapping[str, Any]) -> list[str]:
+    """What was spent on how many trials, how far tuning reached, what the library gave."""
+    s = report["summary"]
     spent = [fmt_duration(s["wall_s"])]
     if report["spend"]["device_h"]:
         spent.append(f"{s['device_h']:.3g} GPU-h")
@@ -89,17 +108,24 @@ def headline(report: Mapping[str, Any]) -> list[str]:
         spent.append(f"${s['usd']:.2f}")
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
-    lines.append(
+    lines = [
         f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds"
         f"{library_rounds(report.get('library'))}."
-    )
+    ]
     coverage = describe_coverage(s, len(report["tasks"]))
     if coverage:
         lines.append(coverage)
     library = describe_library(report.get("library"))
     if library:
         lines.append(f"Library: {library}.")
-    lines.append(f"Stopped because {s['stop_reason']}.")
+    return lines
+
+
+def _closing(report: Mapping[str, Any]) -> list[str]:
+    """Why it stopped, what it skipped, whether the tuned model is sound, what shipped, and
+    what the rest of the budget would likely have bought."""
+    s = report["summary"]
+    lines = [f"Stopped because {s['stop_reason']}."]
     skipped = report.get("skipped")
     if skipped:
         counted = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in skipped.items())

@@ -103,47 +103,50 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
         where += ", with overlapping timings"
     lines = [f"measured {where}, {m.get('measuring_share', 0.0):.0%} of the run spent measuring"]
     lines += _throughput(m)
-    batches = m.get("batches") or []
-    if batches:
-        path: list[int] = []
-        for b in batches:
-            if not path or path[-1] != b["dop"]:
-                path.append(b["dop"])
-        shown = " -> ".join(map(str, path[:12])) + (" -> ..." if len(path) > 12 else "")
-        what = (
-            "DOP (candidates timed at once per GPU)"
-            if overlap
-            else "DOP (preparing workers per GPU)"
-        )
-        first = batches[0]
-        took = (
-            f"; its first {first['candidates']} candidates (DOP {first['dop']}) took "
-            f"{fmt_duration(first['seconds'])}"
-            + (
-                f", {fmt_duration(first['filling_s'])} of it before the first timing"
-                if first.get("filling_s") is not None
-                else ""
-            )
-            if first.get("seconds")
-            else ""
-        )
-        lines.append(
-            f"{what} over time {shown} (now {m['dop']}, ceiling {m['ceiling']}){took}; "
-            f"{m.get('isolated_runs', 0)} re-timings in isolation"
-        )
-        checks = m.get("checks") or []
-        if checks:
-            failed = [c for c in checks if c["new_dop"] < c["dop"]]
-            worst = max(c["rel_error"] for c in checks)
-            lines.append(
-                f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
-                f"off; worst median relative error {worst:.1%}"
-            )
+    lines += _dop(m, overlap)
     lines += _workers_ready(m.get("workers_ready_s") or {}, "measuring", "the engine")
     lines += _workers_ready(m.get("builders_ready_s") or {}, "building", "the run")
     lines += _telemetry(m.get("telemetry") or {})
     if m.get("caveat"):
         lines.append(f"caveat: {m['caveat']}")
+    return lines
+
+
+def _dop(m: Mapping[str, Any], overlap: bool) -> list[str]:
+    """The degree of parallelism over time, how the first span went, and the fidelity checks
+    behind the DOP's changes."""
+    batches = m.get("batches") or []
+    if not batches:
+        return []
+    path: list[int] = []
+    for b in batches:
+        if not path or path[-1] != b["dop"]:
+            path.append(b["dop"])
+    shown = " -> ".join(map(str, path[:12])) + (" -> ..." if len(path) > 12 else "")
+    what = (
+        "DOP (candidates timed at once per GPU)" if overlap else "DOP (preparing workers per GPU)"
+    )
+    first = batches[0]
+    took = ""
+    if first.get("seconds"):
+        took = (
+            f"; its first {first['candidates']} candidates (DOP {first['dop']}) took "
+            f"{fmt_duration(first['seconds'])}"
+        )
+        if first.get("filling_s") is not None:
+            took += f", {fmt_duration(first['filling_s'])} of it before the first timing"
+    lines = [
+        f"{what} over time {shown} (now {m['dop']}, ceiling {m['ceiling']}){took}; "
+        f"{m.get('isolated_runs', 0)} re-timings in isolation"
+    ]
+    checks = m.get("checks") or []
+    if checks:
+        failed = [c for c in checks if c["new_dop"] < c["dop"]]
+        worst = max(c["rel_error"] for c in checks)
+        lines.append(
+            f"{len(checks)} fidelity checks against isolated timings, {len(failed)} backed "
+            f"off; worst median relative error {worst:.1%}"
+        )
     return lines
 
 
