@@ -170,62 +170,9 @@ class Printer:
     def summary(self, result: Result) -> None:
         """The closing summary, printed even when quiet."""
         lines = ["", f"Summary ({result.model} on {result.target})"]
-        if result.untuned_latency_s and result.tuned_latency_s and result.speedup:
-            shipped = "; model.so is the untuned build" if result.shipped == "untuned" else ""
-            lines.append(
-                f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
-                f"{fmt_latency(result.tuned_latency_s)} tuned "
-                f"({describe_change(result.change, result.speedup)}){shipped}"
-            )
-            u, t = result.untuned_latency or {}, result.tuned_latency or {}
-            if u and t:
-                lines.append(
-                    f"{'':<22}median of {t['repeats']} timings each, in turn at the end: "
-                    f"untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, "
-                    f"tuned {fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}"
-                )
-        if result.trials:
-            lines.append(f"  schedules           {describe_schedules(result)}")
-        if result.kernels is not None:
-            lines.append(f"  CUDA kernels        {describe_kernels(result.kernels)}")
-        simulated = describe_simulated(result.report.get("simulated"))
-        if simulated:
-            lines.append(f"  {simulated}")
-        tuned_check = (result.report.get("tuned") or {}).get("check")
-        if tuned_check:
-            lines.append(f"  outputs             {describe_check(tuned_check)}")
-        phases = ", ".join(
-            f"{name} {fmt_duration(secs)}"
-            for name, secs in sorted(result.phases.items(), key=lambda kv: -kv[1])
-            if secs >= 0.05
-        )
-        spent = fmt_duration(result.wall_s)
-        if result.device_h:
-            spent += f", {result.device_h:.3g} GPU-h"
-        if result.usd is not None:
-            spent += f", ${result.usd:.2f}"
-        if result.energy_j is not None:
-            spent += f", {result.energy_j / 1e3:.3g} kJ"
-        coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
-        lines += [
-            f"  trials              {result.trials} in {result.rounds} rounds"
-            + library_rounds(result.report.get("library"))
-            + (f"; {coverage.rstrip('.')}" if coverage else ""),
-            f"  spent               {spent} ({phases})",
-            f"  budget              {describe_budget(result.report['budget'])}",
-            f"  stopped because     {result.stop_reason}",
-        ]
-        library = describe_library(result.report.get("library"))
-        if library:
-            lines.append(f"  {'library':<20}{library}")
-        searched = describe_search(result.report.get("search") or {})
-        if searched:
-            lines.append(f"  {'search':<20}{searched}")
-        filtered = describe_filter(result.report.get("filter") or {})
-        if filtered:
-            lines.append(f"  {'filter':<20}{filtered}")
-        measured = describe_measurement(result.report.get("measurement") or {})
-        lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
+        lines += _outcome_lines(result)
+        lines += _spend_lines(result)
+        lines += _workings_lines(result.report)
         lines += [
             f"  run directory       {result.run_dir}",
             f"  model.so            {describe_shipped(result.report['summary'])}",
@@ -233,6 +180,76 @@ class Printer:
         if result.shipped != "none":
             lines.append(f"{'':<22}{result.paths['library']}")
         click.echo("\n".join(lines))
+
+
+def _outcome_lines(result: Result) -> list[str]:
+    """Latency untuned and tuned, the schedules, the kernels, the output check."""
+    lines = []
+    if result.untuned_latency_s and result.tuned_latency_s and result.speedup:
+        shipped = "; model.so is the untuned build" if result.shipped == "untuned" else ""
+        lines.append(
+            f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
+            f"{fmt_latency(result.tuned_latency_s)} tuned "
+            f"({describe_change(result.change, result.speedup)}){shipped}"
+        )
+        u, t = result.untuned_latency or {}, result.tuned_latency or {}
+        if u and t:
+            lines.append(
+                f"{'':<22}median of {t['repeats']} timings each, in turn at the end: "
+                f"untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, "
+                f"tuned {fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}"
+            )
+    if result.trials:
+        lines.append(f"  schedules           {describe_schedules(result)}")
+    if result.kernels is not None:
+        lines.append(f"  CUDA kernels        {describe_kernels(result.kernels)}")
+    simulated = describe_simulated(result.report.get("simulated"))
+    if simulated:
+        lines.append(f"  {simulated}")
+    tuned_check = (result.report.get("tuned") or {}).get("check")
+    if tuned_check:
+        lines.append(f"  outputs             {describe_check(tuned_check)}")
+    return lines
+
+
+def _spend_lines(result: Result) -> list[str]:
+    """Trials, spend by phase, the budget, why it stopped."""
+    phases = ", ".join(
+        f"{name} {fmt_duration(secs)}"
+        for name, secs in sorted(result.phases.items(), key=lambda kv: -kv[1])
+        if secs >= 0.05
+    )
+    spent = fmt_duration(result.wall_s)
+    if result.device_h:
+        spent += f", {result.device_h:.3g} GPU-h"
+    if result.usd is not None:
+        spent += f", ${result.usd:.2f}"
+    if result.energy_j is not None:
+        spent += f", {result.energy_j / 1e3:.3g} kJ"
+    coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
+    return [
+        f"  trials              {result.trials} in {result.rounds} rounds"
+        + library_rounds(result.report.get("library"))
+        + (f"; {coverage.rstrip('.')}" if coverage else ""),
+        f"  spent               {spent} ({phases})",
+        f"  budget              {describe_budget(result.report['budget'])}",
+        f"  stopped because     {result.stop_reason}",
+    ]
+
+
+def _workings_lines(report: Mapping[str, Any]) -> list[str]:
+    """How the library, the search, the filter and the measurement went."""
+    lines = []
+    for name, said in (
+        ("library", describe_library(report.get("library"))),
+        ("search", describe_search(report.get("search") or {})),
+        ("filter", describe_filter(report.get("filter") or {})),
+    ):
+        if said:
+            lines.append(f"  {name:<20}{said}")
+    measured = describe_measurement(report.get("measurement") or {})
+    lines += [f"  {'measurement' if i == 0 else '':<20}{x}" for i, x in enumerate(measured)]
+    return lines
 
 
 def describe_budget(budget: Mapping[str, Any]) -> str:
