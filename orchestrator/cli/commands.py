@@ -126,6 +126,34 @@ def main() -> None:
     """The `orchestrate` group (its help is MAIN_HELP)."""
 
 
+# Options several commands share, declared once.
+TARGET = click.option(
+    "--target",
+    help="auto (CUDA when a GPU is visible, else this CPU), llvm, cuda, a TVM tag "
+    f"(nvidia/nvidia-h100) or a JSON dict.  [default: {default_of('tune.target')}]",
+)
+INPUT_SHAPE = click.option(
+    "--input-shape",
+    "input_shapes",
+    multiple=True,
+    metavar="NAME:DIMS",
+    help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
+)
+CONFIG = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
+)
+PRICE = click.option(
+    "--price",
+    type=float,
+    metavar="USD_PER_HOUR",
+    help="Price of an hour, per GPU on GPU runs and per machine on CPU runs.  [default: the "
+    "packaged price list, by device]",
+)
+
+
 @main.command("tune", cls=GroupedCommand)
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=True, exists=False))
 @click.option(
@@ -134,11 +162,7 @@ def main() -> None:
     help="Limits, first reached wins: 45min, 1.5h, 500trials, 2gpu-h, $5, 100Wh (several "
     f"joined with commas).  [default: {default_of('tune.budget')}]",
 )
-@click.option(
-    "--target",
-    help="auto (CUDA when a GPU is visible, else this CPU), llvm, cuda, a TVM tag "
-    f"(nvidia/nvidia-h100) or a JSON dict.  [default: {default_of('tune.target')}]",
-)
+@TARGET
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
@@ -149,13 +173,7 @@ def main() -> None:
     is_flag=True,
     help="Start over even where --out holds a run: it is moved aside to <out>.<time>, not deleted.",
 )
-@click.option(
-    "--input-shape",
-    "input_shapes",
-    multiple=True,
-    metavar="NAME:DIMS",
-    help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
-)
+@INPUT_SHAPE
 @click.option(
     "--check-inputs",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -213,19 +231,8 @@ def main() -> None:
     is_flag=True,
     help="Leave the tuning library alone: neither read nor add to it.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
-)
-@click.option(
-    "--price",
-    type=float,
-    metavar="USD_PER_HOUR",
-    help="Price of an hour, per GPU on GPU runs and per machine on CPU runs.  [default: the "
-    "packaged price list, by device]",
-)
+@CONFIG
+@PRICE
 @click.option(
     "--min-gain",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -272,71 +279,24 @@ def tune_command(
     budget: str | None,
     target: str | None,
     out: Path | None,
-    fresh: bool,
-    input_shapes: tuple[str, ...],
-    check_inputs: Path | None,
-    trials_per_round: int | None,
-    seed: int | None,
-    filter_name: str | None,
-    gpus: str | None,
-    parallelism: str,
-    rpc: str | None,
-    rpc_key: str | None,
-    warm_start: Path | None,
-    library: Path | None,
-    no_library: bool,
-    config_file: Path | None,
-    price: float | None,
-    min_gain: float | None,
-    no_early_stop: bool,
-    build_only: bool,
-    simulate: bool,
     quiet: bool,
     json_events: bool,
-    mlflow_on: bool,
-    mlflow_uri: str | None,
-    mlflow_experiment: str,
+    **given: Any,
 ) -> int:
     """Tune MODEL (an ONNX file) and leave a run directory with the tuned library, a stock TVM
     tuning database, a journal and the cost report. Run again with the same --out to resume."""
     from ..api import run
     from ..events import JsonLines
-    from ..options import Options
     from .printer import Printer
 
-    if library is not None and no_library:
-        raise click.UsageError("give --library DIR or --no-library, not both")
-
     printer = None if json_events else Printer(quiet=quiet)
-    options = Options(
-        input_shapes=input_shapes,
-        check_inputs=check_inputs,
-        config=config_file,
-        trials_per_round=trials_per_round,
-        seed=seed,
-        candidate_filter=filter_name,
-        warm_start=warm_start,
-        library=False if no_library else library,
-        gpus=gpus,
-        parallelism=parallelism,
-        rpc=rpc,
-        rpc_key=rpc_key,
-        price=price,
-        min_gain=min_gain,
-        early_stop=False if no_early_stop else None,
-        build_only=build_only,
-        simulate=simulate,
-        mlflow=mlflow_uri or mlflow_on,
-        mlflow_experiment=mlflow_experiment,
-        fresh=fresh,
-    )
     context = click.get_current_context().obj or {}
     result = run(
         model,
         budget,
         target=target,
         out=out,
-        options=options,
+        options=_options(**given),
         on_event=JsonLines(sys.stdout) if json_events else printer,
         started=context.get("started"),
         command=context.get("command"),
@@ -346,6 +306,33 @@ def tune_command(
     code = result.exit_code
     _explain_exit(code, result)
     return code
+
+
+def _options(
+    *,
+    library: Path | None,
+    no_library: bool,
+    no_early_stop: bool,
+    filter_name: str | None,
+    config_file: Path | None,
+    mlflow_on: bool,
+    mlflow_uri: str | None,
+    **fields: Any,
+) -> Any:
+    """The tune command's options as the API's Options: the flags that turn something off,
+    and the names the command line spells otherwise, mapped; the rest as they are."""
+    from ..options import Options
+
+    if library is not None and no_library:
+        raise click.UsageError("give --library DIR or --no-library, not both")
+    return Options(
+        **fields,
+        library=False if no_library else library,
+        early_stop=False if no_early_stop else None,
+        candidate_filter=filter_name,
+        config=config_file,
+        mlflow=mlflow_uri or mlflow_on,
+    )
 
 
 def _explain_exit(code: int, result: Result) -> None:
@@ -388,20 +375,9 @@ def check_failed_message(result: Result) -> str:
 
 @main.command("estimate")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--target", help="As for tuning; default auto.")
-@click.option(
-    "--input-shape",
-    "input_shapes",
-    multiple=True,
-    metavar="NAME:DIMS",
-    help="Shape of an input with dynamic dimensions (repeatable).",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
-)
+@TARGET
+@INPUT_SHAPE
+@CONFIG
 @click.option(
     "--runs-dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -409,9 +385,7 @@ def check_failed_message(result: Result) -> str:
     show_default=True,
     help="Earlier runs to learn the tuning curve and round costs from.",
 )
-@click.option(
-    "--price", type=float, metavar="USD_PER_HOUR", help="Price of an hour, as for tuning."
-)
+@PRICE
 @click.option(
     "--budget",
     "budgets",
@@ -464,12 +438,7 @@ def report_command(run_dir: Path) -> int:
 
 
 @main.command("config")
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML file layered over the packaged defaults (orchestrate config prints them).",
-)
+@CONFIG
 def config_command(config_file: Path | None) -> int:
     """Print the resolved configuration as TOML, each value with where it came from: the
     packaged defaults, a --config file, an ORCHESTRATE_* variable."""
