@@ -38,10 +38,12 @@ class DopConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.start <= self.max_dop:
             raise ValueError(f"need 1 <= start <= max_dop but got {self.start}, {self.max_dop}.")
-        if self.step < 1 or not 0 < self.backoff < 1:
-            raise ValueError(
-                f"step must be >= 1 and backoff in (0, 1), got {self.step}, {self.backoff}."
-            )
+        if self.step < 1:
+            raise ValueError(f"step must be at least 1 but got {self.step}.")
+        if not 0 < self.backoff < 1:
+            raise ValueError(f"backoff must be in (0, 1) but got {self.backoff}.")
+        if not self.outlier_z > 0:
+            raise ValueError(f"outlier_z must be positive but got {self.outlier_z}.")
         for name in ("max_rel_error", "max_failure_rate", "sample_share", "target_busy"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in (0, 1] but got {getattr(self, name)}.")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_orchestrator import configs
+from tune_orchestrator.measure.dop import DopConfig
 
 from .errors import InputError
 
@@ -169,29 +170,17 @@ class MeasureSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DopSettings:
-    start: int
-    max_dop: int
-    step: int
-    backoff: float
-    max_rel_error: float
-    max_failure_rate: float
-    sample_share: float
-    target_busy: float
-    overlap_timing: bool
+class DopSettings(DopConfig):
+    """[dop]: the DOP controller's settings, which are its DopConfig (checked there), and
+    whether timed sections may overlap."""
+
+    overlap_timing: bool = False
 
     def __post_init__(self) -> None:
-        if not 1 <= self.start <= self.max_dop:
-            raise ValueError(
-                f"[dop] needs 1 <= start <= max_dop but got {self.start}, {self.max_dop}."
-            )
-        _positive("dop", "step", self.step)
-        if not 0 < self.backoff < 1:
-            raise ValueError(f"[dop] backoff must be in (0, 1) but got {self.backoff}.")
-        for name in ("max_rel_error", "max_failure_rate", "sample_share", "target_busy"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"[dop] {name} must be in (0, 1] but got {value}.")
+        try:
+            super().__post_init__()
+        except ValueError as exc:
+            raise ValueError(f"[dop] {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,6 @@ from tune_orchestrator.errors import InputError
 from tune_orchestrator.measure import DopConfig, TimingPlan
 from tune_orchestrator.run.measuring import (
     Fleet,
-    dop_config,
     make_builder,
     target_and_fleet,
     timer_config,
@@ -82,7 +81,7 @@ def test_cpus_here_and_over_rpc_keep_tvms_fixed_repeats_and_race_as_gpus_do():
 
 
 def test_every_dop_setting_reaches_the_controller():
-    config = dop_config(Settings.load(overrides=DOP))
+    config = Settings.load(overrides=DOP).dop  # the controller's DopConfig itself
     expected = {key.split(".")[1]: value for key, value in DOP.items()}
     assert {f.name: getattr(config, f.name) for f in dataclasses.fields(DopConfig)} == {
         **dataclasses.asdict(DopConfig()),

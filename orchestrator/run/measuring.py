@@ -12,7 +12,6 @@ from tune_orchestrator.measure import (
     Builder,
     BuildInput,
     BuildPool,
-    DopConfig,
     DopController,
     Engine,
     LocalEngine,
@@ -107,20 +106,6 @@ def timing_plan(settings: Settings, device_type: str) -> TimingPlan:
     return timer_config(settings).plan()
 
 
-def dop_config(settings: Settings) -> DopConfig:
-    d = settings.dop
-    return DopConfig(
-        start=d.start,
-        max_dop=d.max_dop,
-        step=d.step,
-        backoff=d.backoff,
-        max_rel_error=d.max_rel_error,
-        max_failure_rate=d.max_failure_rate,
-        sample_share=d.sample_share,
-        target_busy=d.target_busy,
-    )
-
-
 class RunPools:
     """A run's build pool and measuring engine, started before the model is imported: their
     processes import TVM (8-10 s for 16 builders on a 16-core GPU host) while this process
@@ -179,7 +164,7 @@ def make_engine(
 
         return SimulatedEngine(
             stand_in_gpu(settings.tune.seed),
-            controller=DopController(dop_config(settings), seed=settings.tune.seed),
+            controller=DopController(settings.dop, seed=settings.tune.seed),
             gpus=len(fleet.gpus),
             fixed_dop=fleet.parallelism,
             overlap_timing=settings.dop.overlap_timing,
@@ -200,7 +185,7 @@ def make_engine(
     if target.device_type == "cuda" and target.device_present and cuda_available():
         return CudaEngine(
             gpus=fleet.gpus,
-            controller=DopController(dop_config(settings), seed=settings.tune.seed),
+            controller=DopController(settings.dop, seed=settings.tune.seed),
             fixed_dop=fleet.parallelism,
             plan=timing_plan(settings, "cuda"),
             timeout_s=m.timeout_s,
