@@ -62,7 +62,8 @@ def tune_vanilla(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureCallback
 
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
 
     checkpoints: list[tuple[float, int]] = []
 
@@ -202,7 +203,8 @@ def compile_database(model_path: Path, target_json: str, folder: Path, library: 
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model.importer import import_to_relax, load_model
+    from tune_orchestrator.model.importer import import_to_relax
+    from tune_orchestrator.model.loading import load_model
 
     start = time.perf_counter()
     target = tvm.target.Target(json.loads(target_json))
@@ -235,7 +237,7 @@ def time_databases(
     import tvm
     from tvm import relax
 
-    from tune_orchestrator.model.importer import load_model
+    from tune_orchestrator.model.loading import load_model
 
     model = load_model(model_path)
     rng = np.random.default_rng(0)

@@ -53,7 +53,8 @@ def forecast(model: Path, import_s: float) -> dict[str, Any]:
     from tune_orchestrator.config import Settings
     from tune_orchestrator.deploy.timing import Timing
     from tune_orchestrator.forecast import overheads
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.targets import resolve_target
     from tune_orchestrator.model.tasks import extract_tasks
 

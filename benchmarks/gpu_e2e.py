@@ -68,7 +68,8 @@ def tune_vanilla(model: str, target_json: str, seconds: float, seed: int, work: 
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.tasks import extract_tasks, structural_key
     from tune_orchestrator.simulate import Landscape
 
@@ -207,7 +208,8 @@ def simulated_latency(model: Path, target_json: str, seed: int,
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.tasks import extract_tasks
     from tune_orchestrator.simulate import Landscape
 

@@ -48,7 +48,8 @@ def propose(model_path: Path, target: Any, count: int, seed: int) -> list[tuple[
     from tvm.s_tir import meta_schedule as ms
 
     from tune_orchestrator.config import Settings
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.tasks import arg_specs, extract_tasks
     from tune_orchestrator.search import TaskSearch
 

@@ -18,7 +18,8 @@ from tune_orchestrator.model.defaults import (
     hex_key,
     record_default,
 )
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.run.measuring import untuned_workload

@@ -235,7 +235,8 @@ def test_a_crash_mid_round_keeps_the_records_already_measured(tiny_model, fast_c
     from tune_orchestrator.config import Settings
     from tune_orchestrator.filters import NoFilter
     from tune_orchestrator.measure import BuildPool, LocalEngine, TimerConfig
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.targets import resolve_target
     from tune_orchestrator.model.tasks import extract_tasks
     from tune_orchestrator.run.loop import LoopParts, LoopRules, LoopStart, TuningLoop

@@ -2,7 +2,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tune_orchestrator.model.importer import load_model
+from tune_orchestrator.model.loading import load_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -26,7 +26,8 @@ from tune_orchestrator.filters import (
 from tune_orchestrator.filters._calibration import Calibration, stratified_sample
 from tune_orchestrator.filters.xgb import Audit, choose, positions
 from tune_orchestrator.measure import Measurement
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import Candidate, extract_tasks, structural_key
 from tune_orchestrator.predictor import FAILED_TARGET, Predictor

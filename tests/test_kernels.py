@@ -17,7 +17,8 @@ from tune_orchestrator import deploy
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
 from tune_orchestrator.model import names as onnx_names
-from tune_orchestrator.model.importer import import_to_relax, load_model
+from tune_orchestrator.model.importer import import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 
 NVCC = find_nvcc()

@@ -439,7 +439,8 @@ def tune(model: Path, out: Path, config: Path, *options: str, budget: str = "16t
 
 
 def extract(model: Path):
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.tasks import extract_tasks
 
     target = resolve_target("llvm").target

@@ -14,7 +14,8 @@ from tune_orchestrator.budget.base import Decision
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Filter, NoFilter, Selection
 from tune_orchestrator.measure import Build, Builder, Engine, Measurement
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.run.loop import LoopParts, LoopRules, LoopStart, TuningLoop

@@ -3,13 +3,8 @@ import pytest
 
 import onnx_models
 from tune_orchestrator.errors import InputError
-from tune_orchestrator.model.importer import (
-    fuse_for_tuning,
-    import_to_relax,
-    load_model,
-    parse_input_shape,
-    safe_name,
-)
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model, parse_input_shape, safe_name
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import onnx_models
 from cli_args import tune_args
 from tune_orchestrator.cli.commands import main
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.names import for_tvm, is_c_identifier, safe_names
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks

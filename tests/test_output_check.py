@@ -15,7 +15,7 @@ from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import check, samples
 from tune_orchestrator.deploy.check import DIFFERS, MATCHED, NOT_CHECKABLE, Checker, compare
 from tune_orchestrator.errors import InputError
-from tune_orchestrator.model.importer import load_model
+from tune_orchestrator.model.loading import load_model
 
 NAN, INF = float("nan"), float("inf")
 

@@ -41,7 +41,8 @@ from tune_orchestrator.measure import (
     TimingPlan,
 )
 from tune_orchestrator.measure.rpc import tracker_keys
-from tune_orchestrator.model.importer import import_to_relax, load_model
+from tune_orchestrator.model.importer import import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.run.measuring import target_and_fleet
 from tune_orchestrator.rundir import RunDir

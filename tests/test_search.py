@@ -16,7 +16,8 @@ from tvm.s_tir.schedule import Schedule
 
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Predictor
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.search import TaskSearch

@@ -108,7 +108,8 @@ def test_stock_tvm_finds_a_simulated_runs_records_for_the_models_own_kernels(sim
     # filed under an already scheduled kernel that compile_relax never looks up.
     from tvm.s_tir import meta_schedule as ms
 
-    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.tasks import extract_tasks
 
     target = resolve_target("auto", simulate=True).target

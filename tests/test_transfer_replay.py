@@ -18,7 +18,8 @@ from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 import onnx_models
 from tune_orchestrator import _tvm
-from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax, load_model
+from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import arg_specs, extract_tasks
 from tune_orchestrator.search.transfer import (

@@ -18,7 +18,7 @@ from typing import Any
 from tune_orchestrator.budget import Ledger
 
 from ..config import Settings
-from ..model.importer import OnnxModel
+from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget
 from ..rundir import RunDir
 from ..rundir.atomic import install

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.importer import OnnxModel
+from ..model.loading import OnnxModel
 from .library import run_onnxruntime, run_vm
 from .samples import Samples
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.importer import OnnxModel
+from ..model.loading import OnnxModel
 from ..rundir.atomic import install
 from .timing import Latency, Timing, time_models
 

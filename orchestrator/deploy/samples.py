@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..model.importer import OnnxModel
+from ..model.loading import OnnxModel
 
 SEEDS = 3  # random samples: seeds [tune] seed, seed + 1, seed + 2
 

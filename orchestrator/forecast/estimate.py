@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tune_orchestrator.budget.prices import Price
 
     from ..config import Settings
-    from ..model.importer import OnnxModel
+    from ..model.loading import OnnxModel
     from ..model.targets import ResolvedTarget
     from ..model.tasks import Task
 
@@ -150,7 +150,8 @@ def _read_inputs(
     from tune_orchestrator.budget.prices import run_price
 
     from ..config import Settings
-    from ..model.importer import fuse_for_tuning, import_to_relax, load_model
+    from ..model.importer import fuse_for_tuning, import_to_relax
+    from ..model.loading import load_model
     from ..model.targets import host_cores, resolve_target
     from ..model.tasks import extract_tasks
     from ..run.prepare import shapes as _shapes

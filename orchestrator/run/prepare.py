@@ -54,7 +54,7 @@ class Given:
     with which settings, within what (budget, stopping), where it measures (fleet), with which
     library and cost, from which warm start, checked on which samples, and how it was invoked."""
 
-    model: Any  # model.importer.OnnxModel
+    model: Any  # model.loading.OnnxModel
     target: Any  # model.targets.ResolvedTarget
     settings: Any  # config.Settings
     budget: Any  # budget.Budget
@@ -81,7 +81,7 @@ def describe(
     anything is written."""
     from ..deploy import samples
     from ..library import RunLibrary
-    from ..model.importer import load_model
+    from ..model.loading import load_model
     from .measuring import target_and_fleet
 
     check_out(out)
@@ -258,7 +258,7 @@ def default_out(model_name: str) -> Path:
 
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
     """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings."""
-    from ..model.importer import parse_input_shape
+    from ..model.loading import parse_input_shape
 
     if given is None:
         return {}

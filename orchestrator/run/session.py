@@ -29,7 +29,8 @@ from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
-from ..model.importer import Imported, OnnxModel
+from ..model.importer import Imported
+from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget, cores_text, host_cores
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir

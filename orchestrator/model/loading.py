@@ -1,0 +1,273 @@
+"""ONNX models from disk: read and checked (operators, external data, input shapes), with the
+names every TVM target can carry (names.py)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tune_orchestrator.measure.base import short_error
+
+from ..errors import InputError
+from . import names
+
+_SUPPORTED_DOMAINS = ("", "ai.onnx")
+_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInput:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OnnxModel:
+    """A checked ONNX model with fully known input shapes.
+
+    `proto`, `inputs` and `outputs` carry the user's names; TVM imports `tvm_proto`, the same
+    graph with every name a C identifier (`tvm_names` maps the tensor names that changed).
+    """
+
+    path: Path
+    name: str  # safe to use in a file name
+    sha256: str
+    proto: Any  # onnx.ModelProto
+    inputs: tuple[ModelInput, ...]
+    outputs: tuple[str, ...]
+    tvm_proto: Any  # `proto` itself when no name needed changing
+    tvm_names: Mapping[str, str]
+
+    def tvm_name(self, name: str) -> str:
+        return self.tvm_names.get(name, name)
+
+    def op_counts(self) -> collections.Counter[str]:
+        """How many nodes of each op type the graph has, subgraphs included."""
+        return collections.Counter(node.op_type for node in _walk_nodes(self.proto.graph))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "name": self.name,
+            "sha256": self.sha256,
+            "inputs": [
+                {"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs
+            ],
+            "outputs": list(self.outputs),
+            "renamed_for_tvm": len(self.tvm_names),
+        }
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`name:1x3x224x224` -> ("name", (1, 3, 224, 224)); the name may itself hold colons."""
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name or not dims:
+        raise InputError(
+            f"--input-shape {text!r} is not NAME:DIMS; write it like input:1x3x224x224"
+        )
+    try:
+        shape = tuple(int(d) for d in re.split(r"[x,]", dims.strip()))
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise InputError(
+            f"--input-shape {text!r}: dimensions must be positive integers joined by 'x', "
+            f"like {name}:1x3x224x224"
+        )
+    return name, shape
+
+
+def safe_name(text: str) -> str:
+    """A name usable as a path component: letters, digits, '.', '_' and '-' only."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")
+    return cleaned[:64] or "model"
+
+
+def load_model(
+    path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> OnnxModel:
+    """Load and check an ONNX file; raise InputError with one line on anything TVM cannot take."""
+    import onnx
+
+    path = Path(path)
+    data = _read_bytes(path)
+    try:
+        proto = onnx.load_from_string(data)
+        if path.parent and any(_uses_external_data(proto)):
+            onnx.load_external_data_for_model(proto, str(path.parent))
+    except FileNotFoundError as exc:
+        raise InputError(
+            f"{path}: external weight file missing ({exc.filename}); keep it next to the model"
+        ) from None
+    except Exception as exc:
+        raise InputError(
+            f"{path} is not an ONNX model or is truncated (cannot parse it: {short_error(exc)}); "
+            "export it again"
+        ) from None
+    if proto.ir_version <= 0 or not proto.graph.node:
+        raise InputError(f"{path} is not an ONNX model (no graph in it); check the file")
+    try:
+        onnx.checker.check_model(proto if proto.ByteSize() < 2**31 - 1 else str(path))
+    except Exception as exc:
+        raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
+    _check_operators(path, proto.graph)
+    inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
+    tvm_proto, tvm_names = names.for_tvm(proto)
+    return OnnxModel(
+        path=path,
+        name=safe_name(path.stem),
+        sha256=hashlib.sha256(data).hexdigest(),
+        proto=proto,
+        inputs=inputs,
+        outputs=tuple(o.name for o in proto.graph.output),
+        tvm_proto=tvm_proto,
+        tvm_names=tvm_names,
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise InputError(f"model file {path} does not exist; check the path")
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give the path of an .onnx file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}; check its permissions") from None
+    if not data:
+        raise InputError(f"{path} is empty (0 bytes); export the model again")
+    return data
+
+
+def _uses_external_data(proto: Any) -> Iterator[bool]:
+    import onnx
+
+    for tensor in proto.graph.initializer:
+        yield tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _walk_nodes(graph: Any) -> Iterator[Any]:
+    """Every node, including those in the subgraphs of If / Loop / Scan."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _walk_nodes(attr.g)
+            for sub in attr.graphs:
+                yield from _walk_nodes(sub)
+
+
+def _check_operators(path: Path, graph: Any) -> None:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    nodes = list(_walk_nodes(graph))
+    custom = sorted(
+        {f"{n.domain}.{n.op_type}" for n in nodes if n.domain not in _SUPPORTED_DOMAINS}
+    )
+    if custom:
+        raise InputError(
+            f"{path} uses operator(s) from custom domains that TVM cannot import: "
+            f"{', '.join(custom)}; export the model with standard ONNX operators only"
+        )
+    known = set(_get_convert_map()) | {"If", "Constant"}
+    missing: dict[str, str] = {}
+    for node in nodes:
+        if node.op_type not in known:
+            missing.setdefault(node.op_type, node.name or "unnamed")
+    if missing:
+        listed = ", ".join(f"{op} (node {name!r})" for op, name in sorted(missing.items()))
+        raise InputError(
+            f"{path} uses operator(s) TVM's ONNX importer does not support: {listed}; "
+            "replace them in the exporter or simplify the model"
+        )
+
+
+def _resolve_inputs(graph: Any, given: dict[str, Sequence[int]]) -> tuple[ModelInput, ...]:
+
+    initializers = {t.name for t in graph.initializer}
+    # Older exporters list weights as graph inputs too; those are not inputs of the model.
+    declared = [i for i in graph.input if i.name not in initializers]
+    names = [i.name for i in declared]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise InputError(
+            f"--input-shape names {', '.join(unknown)}, which the model does not have; "
+            f"its inputs are: {', '.join(names) or 'none'}"
+        )
+    inputs = []
+    for value in declared:
+        tensor_type = value.type.tensor_type
+        dtype = _dtype_name(value.name, tensor_type.elem_type)
+        dims = None
+        if tensor_type.HasField("shape"):
+            dims = [
+                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                for d in tensor_type.shape.dim
+            ]
+        shape = _shape_for(value.name, dims, given.get(value.name), tensor_type)
+        inputs.append(ModelInput(value.name, shape, dtype))
+    return tuple(inputs)
+
+
+def _shape_for(
+    name: str, dims: list[int | None] | None, given: Sequence[int] | None, tensor_type: Any
+) -> tuple[int, ...]:
+    """The input's shape: the model's, with dynamic dimensions filled from --input-shape."""
+    if given is not None:
+        given = tuple(int(d) for d in given)
+        if dims is None:
+            return given
+        if len(dims) != len(given):
+            raise InputError(
+                f"--input-shape for {name!r} has {len(given)} dimensions but the model's input "
+                f"has {len(dims)} ({_show_dims(tensor_type)})"
+            )
+        if any(m is not None and m != g for m, g in zip(dims, given, strict=True)):
+            raise InputError(
+                f"--input-shape {name}:{'x'.join(map(str, given))} contradicts the model's "
+                f"fixed shape {_show_dims(tensor_type)}; only dynamic dimensions can be set"
+            )
+        return given
+    if dims is None:
+        raise InputError(
+            f"input {name!r} has no shape in the model; give it with --input-shape {name}:1x3x224x224"
+        )
+    if any(d is None for d in dims):
+        example = "x".join(str(d) if d is not None else "1" for d in dims)
+        raise InputError(
+            f"input {name!r} has dynamic dimensions ({_show_dims(tensor_type)}); give them with "
+            f"--input-shape {name}:{example}"
+        )
+    return tuple(d for d in dims if d is not None)
+
+
+def _show_dims(tensor_type: Any) -> str:
+    parts = []
+    for d in tensor_type.shape.dim:
+        parts.append(
+            str(d.dim_value)
+            if d.HasField("dim_value") and d.dim_value > 0
+            else (d.dim_param or "?")
+        )
+    return "x".join(parts) or "scalar"
+
+
+def _dtype_name(name: str, elem_type: int) -> str:
+    import onnx
+
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except Exception:
+        dtype = f"ONNX type {elem_type}"
+    if dtype not in _DTYPES:
+        raise InputError(
+            f"input {name!r} has element type {dtype}, which cannot be tuned; "
+            f"supported: {', '.join(_DTYPES)}"
+        )
+    return dtype
