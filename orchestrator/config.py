@@ -189,10 +189,12 @@ class SchedulerSettings:
     first_round_gain: float
     min_gain_per_doubling: float
     first_round: int
+    first_rounds: int
     coverage_share: float
 
     def __post_init__(self) -> None:
         _positive("scheduler", "window", self.window)
+        _positive("scheduler", "first_rounds", self.first_rounds)
         _probability("scheduler", "first_round_gain", self.first_round_gain)
         _probability("scheduler", "min_gain_per_doubling", self.min_gain_per_doubling)
         _positive("scheduler", "first_round", self.first_round)

@@ -214,3 +214,21 @@ def test_set_aside_candidates_wait_for_a_later_round_newest_batch_first():
     assert [c.key for c in pool.waiting(0)] == [3, 2] and pool.size(1) == 0
     pool.add(0, [candidate(k) for k in (4, 5, 6, 7)])  # 6 would wait: the oldest goes
     assert [c.key for c in pool.waiting(0)] == [4, 5, 6, 7, 3] and pool.dropped[0] == 1
+
+
+def test_first_rounds_share_their_candidates_over_the_tasks_to_cover():
+    """A few-task model's first rounds search wider (the README model: 6 tasks, rounds of 64);
+    a many-task model's cover every task at the smallest size; never past the largest."""
+    sizes = RoundSizes.for_run(16, 64, 2)  # 16, 32, 64
+    assert sizes.for_tasks(6, 384).first_touch == 64
+    assert sizes.for_tasks(12, 384).first_touch == 32
+    assert sizes.for_tasks(30, 384).first_touch == 16
+    assert sizes.for_tasks(1, 384).first_touch == 64
+    assert sizes.first_touch == 16  # without tasks to share over: the smallest
+
+
+def test_a_first_touch_gets_the_first_round_size():
+    task = Task(0, "t0", 1, 1e6, None, "0")
+    sizes = RoundSizes(16, 64).for_tasks(4, 384)
+    plan = GainScheduler().pick([TaskState(task, baseline_s=1e-3)], sizes)
+    assert plan is not None and plan.size == 64

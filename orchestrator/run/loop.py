@@ -29,7 +29,15 @@ from ..config import Settings
 from ..model.tasks import Candidate, Task, structural_key
 from ..search import Proposer, SearchTimes, TaskSearch
 from .measuring import build_workers
-from .scheduler import RoundPlan, RoundSizes, Scheduler, TaskState, assign_floors, model_latency_s
+from .scheduler import (
+    RoundPlan,
+    RoundSizes,
+    Scheduler,
+    TaskState,
+    assign_floors,
+    current_shares,
+    model_latency_s,
+)
 
 Emit = Callable[..., None]
 # Failed candidates are stored with this run time, as MetaSchedule's own runner does.
@@ -179,9 +187,11 @@ class TuningLoop:
         self.emit = emit
         self.threads = threads
         self.pipeline = pipeline
-        self.sizes = round_sizes(
+        sizes = round_sizes(
             self.settings, getattr(self.builder, "workers", 1), getattr(self.engine, "lanes", 1)
         )
+        # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
+        self.sizes = sizes.for_tasks(self._to_cover(), self.settings.scheduler.first_rounds)
         self._filtered = self.filter.name != "none"
         # The most a round proposes; a first touch proposes for the smallest round.
         self.proposals = proposals_per_round(self.settings, self.sizes.largest, self._filtered)
@@ -205,6 +215,17 @@ class TuningLoop:
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
         self._main = threading.current_thread()
         self._last_round_end = 0.0
+
+    def _to_cover(self) -> int:
+        """Tasks still to get a first round: never tuned, holding the coverage share or more
+        of the model's kernel time now (as the scheduler covers them)."""
+        share = self.settings.scheduler.coverage_share
+        shares = current_shares(self.states)
+        return sum(
+            1
+            for state, held in zip(self.states, shares, strict=True)
+            if state.rounds == 0 and (held is None or held >= share)
+        )
 
     @property
     def search_times(self) -> SearchTimes:

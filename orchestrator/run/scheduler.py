@@ -122,10 +122,11 @@ def assign_floors(states: Sequence[TaskState], *, share: float, trials: int) -> 
 @dataclasses.dataclass(frozen=True)
 class RoundSizes:
     """The sizes a task's round may have: whole waves of the build pool, doubling from
-    `smallest` (a first touch) up to `largest`."""
+    `smallest` up to `largest`; a task's first round has `first` (default `smallest`)."""
 
     smallest: int
     largest: int
+    first: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.smallest <= self.largest:
@@ -133,6 +134,23 @@ class RoundSizes:
                 f"round sizes need 1 <= smallest <= largest but got {self.smallest}, "
                 f"{self.largest}."
             )
+        if self.first is not None and not self.smallest <= self.first <= self.largest:
+            raise ValueError(
+                f"a first round needs smallest <= first <= largest but got {self.first}."
+            )
+
+    @property
+    def first_touch(self) -> int:
+        return self.first if self.first is not None else self.smallest
+
+    def for_tasks(self, tasks: int, shared: int) -> RoundSizes:
+        """These sizes with first rounds of `shared` candidates over `tasks`: the largest
+        size of the doubling steps that fits `shared / tasks`, at least the smallest."""
+        first = self.smallest
+        for size in self.options()[1:]:
+            if size * max(1, tasks) <= shared:
+                first = size
+        return dataclasses.replace(self, first=first)
 
     @classmethod
     def for_run(cls, first: int, most: int, wave: int) -> RoundSizes:
@@ -245,7 +263,8 @@ class GainScheduler(Scheduler):
         unknown = [s for s in active if s.latency_s is None]
         if unknown:
             first = min(unknown, key=lambda s: (s.rounds, s.task.index))
-            return RoundPlan(first, sizes.smallest, math.inf, costs.seconds(sizes.smallest))
+            size = sizes.first_touch
+            return RoundPlan(first, size, math.inf, costs.seconds(size))
         shares = dict(zip((s.task.index for s in states), current_shares(states), strict=True))
         uncovered = [
             s
@@ -260,9 +279,9 @@ class GainScheduler(Scheduler):
         self, state: TaskState, sizes: RoundSizes, typical: RoundCosts, *, first: bool = False
     ) -> RoundPlan:
         """The task's best round: the size whose expected gain per second is highest (the
-        smallest when `first` or for a first touch)."""
+        first-round size when `first` or for a first touch)."""
         costs = RoundCosts.of(state) or typical
-        options = [sizes.smallest] if first or state.rounds == 0 else sizes.options()
+        options = [sizes.first_touch] if first or state.rounds == 0 else sizes.options()
         plans = [
             RoundPlan(state, k, self.expected_gain(state, k), costs.seconds(k)) for k in options
         ]
