@@ -53,10 +53,11 @@ def _namespaced(folder: Path) -> bool:
 
 
 def run(python_path: Path | None, module: str, model: Path, budget: str, out: Path) -> dict:
-    env = dict(os.environ)
+    out = out.resolve()
+    # Cold on both sides: a tuning library of its own, empty (older commits have no --no-library).
+    env = {**os.environ, "XDG_CACHE_HOME": str(out) + "-cache"}
     if python_path is not None:
         env["PYTHONPATH"] = str(python_path)
-    out = out.resolve()
     command = [sys.executable, "-m", module, "--budget", budget, "--out", str(out), "--json"]
     command += ["--no-library"] if module == "tune_orchestrator" and python_path is None else []
     start = time.perf_counter()
