@@ -111,12 +111,14 @@ _CHECK_WORDS = {
 }
 
 
-def describe_check(check: Mapping[str, Any]) -> str:
-    """A build's output check in one phrase: its verdict, with its figure or its reason."""
+def describe_check(check: Mapping[str, Any], *, subject: bool = True) -> str:
+    """A build's output check in one phrase: its verdict, with its figure or its reason
+    (`subject` False: without the word "outputs", for a line labelled so)."""
     status = check.get("status") or ("matched" if check.get("ok") else "differs")
     if status == "matched":
         on = f" on {check['samples']} samples" if check.get("samples") else ""
-        return f"outputs match onnxruntime{on} (max relative error {check['max_rel_error']:.1e})"
+        said = f"match onnxruntime{on} (max relative error {check['max_rel_error']:.1e})"
+        return f"outputs {said}" if subject else said
     reason = check.get("reason") or (
         f"max relative error {check['max_rel_error']:.2e} > rtol {check['rtol']:g}"
     )

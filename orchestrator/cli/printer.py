@@ -208,7 +208,7 @@ def _outcome_lines(result: Result) -> list[str]:
         lines.append(f"  {simulated}")
     tuned_check = (result.report.get("tuned") or {}).get("check")
     if tuned_check:
-        lines.append(f"  outputs             {describe_check(tuned_check)}")
+        lines.append(f"  outputs             {describe_check(tuned_check, subject=False)}")
     return lines
 
 
