@@ -173,7 +173,7 @@ def test_exit_3_up_front_when_the_budget_cannot_cover_a_first_round_and_the_fina
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: budget 30s is too small for tiny: the untuned baseline, a first")
-    assert " of search on 2 cores for cuda), compiling and checking need about " in line
+    assert " to search, build and measure 2 candidates on 2 cores for cuda), compiling and " in line
     assert "give --budget 1min or more (nothing was tuned)" in line
     assert not (tmp_path / "run").exists()
 

@@ -336,6 +336,7 @@ def _minimum_s(inputs: _Inputs, guess: overheads.FixedCosts) -> float:
         gpus=resolved.devices,
         filtered=settings.tune.filter != "none",
         device_type=resolved.device_type,
+        per_candidate_s=overheads.baseline_task_s(guess.untuned_s, len(inputs.tasks)),
     )
     upfront_s = overheads.upfront_minimum_s(
         guess, baseline=True, untuned_model=True, first_round=first

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from tune_orchestrator.budget.ledger import RoundCost
+
 from ..config import Settings
 from ..deploy.timing import Timing
 from ..model.tasks import Task
@@ -193,21 +195,42 @@ def first_round_s(settings: Settings, *, proposals: int, cores: int, device_type
     )
 
 
+def first_round(
+    settings: Settings, *, proposals: int, cores: int, device_type: str, per_candidate_s: float
+) -> RoundCost:
+    """A first round's cost as a run forecasts it before it has timed one, up front and in the
+    run alike: the search of the population `proposals` need, and per candidate what a task's
+    default schedule took to build and measure in the baseline (baseline_task_s)."""
+    search = first_round_s(settings, proposals=proposals, cores=cores, device_type=device_type)
+    return RoundCost(search, per_candidate_s, 0)
+
+
+def smallest_round(settings: Settings) -> int:
+    """The fewest candidates a round under a time-like limit may have (BudgetLimits.min_round
+    for the run's round size): what a budget accepted up front must pay for."""
+    return max(1, settings.tune.trials_per_round // 4)
+
+
 def upfront_first_round_s(
-    settings: Settings, *, gpus: int, filtered: bool, device_type: str
+    settings: Settings, *, gpus: int, filtered: bool, device_type: str, per_candidate_s: float
 ) -> float:
-    """A first round's search, forecast up front as the run will forecast it before timing
-    one (first_round_s for the rounds the settings and `gpus` make, the ledger's margin on
-    top): what `upfront_minimum_s` adds to the fixed phases."""
+    """The first round, forecast up front as the run forecasts it before timing one
+    (first_round, at the smallest round size a budget may start, with the ledger's margin, as
+    Ledger.forecast_round gives it): what `upfront_minimum_s` adds to the fixed phases."""
     from tune_orchestrator.budget import Ledger
 
     from ..model.targets import host_cores
     from ..run.loop import first_proposals
 
-    proposals = first_proposals(settings, gpus=gpus, filtered=filtered)
-    return Ledger.FORECAST_MARGIN * first_round_s(
-        settings, proposals=proposals, cores=host_cores(), device_type=device_type
+    cost = first_round(
+        settings,
+        proposals=first_proposals(settings, gpus=gpus, filtered=filtered),
+        cores=host_cores(),
+        device_type=device_type,
+        per_candidate_s=per_candidate_s,
     )
+    size = smallest_round(settings)
+    return Ledger.FORECAST_MARGIN * (cost.fixed_s + cost.per_candidate_s * size)
 
 
 def upfront_minimum_s(

@@ -344,6 +344,7 @@ class Session:
                 gpus=self.fleet.devices(self.target.device_type),
                 filtered=self.filter.name != "none",
                 device_type=self.target.device_type,
+                per_candidate_s=overheads.baseline_task_s(fixed.untuned_s, len(self.tasks)),
             )
         needed = overheads.upfront_minimum_s(
             fixed,
@@ -352,7 +353,8 @@ class Session:
             first_round=first,
         )
         what = (
-            f"the untuned baseline, a first round (~{fmt_duration(first)} of search on "
+            f"the untuned baseline, a first round (~{fmt_duration(first)} to search, build and "
+            f"measure {overheads.smallest_round(self.settings)} candidates on "
             f"{cores_text(host_cores())} for {self.target.device_type}), compiling and checking"
             if first is not None
             else "the untuned baseline, compiling and checking"
@@ -542,18 +544,17 @@ class Session:
         )
 
     def _first_round_cost(self, proposals: int, ledger: Ledger) -> RoundCost:
-        """Search from the population and the cores; per candidate, what building and
-        measuring a default schedule took (the baseline), else the guess per task."""
-        per_candidate = overheads.baseline_task_s(
-            ledger.phases.get("untuned", 0.0), len(self.tasks)
-        )
-        search_s = overheads.first_round_s(
+        """The first round as the up-front check forecast it (overheads.first_round), now with
+        what the baseline took per task."""
+        return overheads.first_round(
             self.settings,
             proposals=proposals,
             cores=host_cores(),
             device_type=self.target.device_type,
+            per_candidate_s=overheads.baseline_task_s(
+                ledger.phases.get("untuned", 0.0), len(self.tasks)
+            ),
         )
-        return RoundCost(search_s, per_candidate, 0)
 
     def _pipelined(self, engine: Engine) -> bool:
         mode = self.settings.measure.pipeline
