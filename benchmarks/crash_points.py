@@ -1,7 +1,8 @@
 """A crash at every durable write of a run, and kill -9 at random moments: records lost or
 doubled, resumes refused.
 
-    python benchmarks/crash_points.py [--kills 50] [--seed 7] [--label vm-2core]
+    python benchmarks/crash_points.py [--kills 50] [--seed 7] [--parts points,soak]
+                                      [--label vm-2core]
 
 Part 1 runs tests/test_crash_points.py with CRASH_POINTS=full: for each of the run's durable
 write points (journal, config, workload, record, spend, waiting, predictor, filter, library,
@@ -50,39 +51,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--parts", default="points,soak", help="points, soak or both")
     parser.add_argument("--label", default=platform.node() or "host")
     args = parser.parse_args()
-    env = {**os.environ, "CRASH_POINTS": "full"}
-    points, points_s = pytest(["tests/test_crash_points.py"], env)
-    cases = crash_cases(points.stdout)
-    print(f"crash points: {len(cases['passed'])} cases passed, {len(cases['failed'])} failed "
-          f"({points_s / 60:.0f} min)")  # fmt: skip
-    env = {**os.environ, "KILL_TEST_KILLS": str(args.kills), "KILL_TEST_SEED": str(args.seed)}
-    soak, soak_s = pytest(["tests/test_durability.py", "-k", "kill_9", "-s"], env)
-    figure = next((x for x in soak.stdout.splitlines() if x.startswith("kill harness:")), None)
-    print(figure or soak.stdout[-3000:])
-    result = {
-        "date": str(dt.date.today()),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "crash_points": {**cases, "seconds": points_s, "ok": points.returncode == 0},
-        "kill_soak": {
-            "kills": args.kills,
-            "seed": args.seed,
-            "figure": figure,
-            "seconds": soak_s,
-            "ok": soak.returncode == 0,
-        },
-        "tails": {
-            "crash_points": points.stdout[-4000:] if points.returncode else None,
-            "kill_soak": soak.stdout[-4000:] if soak.returncode else None,
-        },
-    }
     out = ROOT / "benchmarks" / "results" / f"crash_points-{args.label}-{dt.date.today()}.json"
+    # A part not run keeps the figures an earlier run of the same day wrote.
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    result.update(date=str(dt.date.today()), host=platform.node(), cpus=os.cpu_count())
+    parts = args.parts.split(",")
+    if "points" in parts:
+        result["crash_points"] = crash_points()
+    if "soak" in parts:
+        result["kill_soak"] = kill_soak(args.kills, args.seed)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    ok = points.returncode == 0 and soak.returncode == 0
+    ok = all(result[p]["ok"] for p in ("crash_points", "kill_soak") if p in result)
     print(f"{'passed' if ok else 'FAILED'}; raw figures: {out.relative_to(ROOT)}")
     sys.exit(0 if ok else 1)
+
+
+def crash_points() -> dict:
+    done, seconds = pytest(["tests/test_crash_points.py"], {**os.environ, "CRASH_POINTS": "full"})
+    cases = crash_cases(done.stdout)
+    print(f"crash points: {len(cases['passed'])} cases passed, {len(cases['failed'])} failed "
+          f"({seconds / 60:.0f} min)")  # fmt: skip
+    tail = done.stdout[-4000:] if done.returncode else None
+    return {**cases, "seconds": seconds, "ok": done.returncode == 0, "tail": tail}
+
+
+def kill_soak(kills: int, seed: int) -> dict:
+    env = {**os.environ, "KILL_TEST_KILLS": str(kills), "KILL_TEST_SEED": str(seed)}
+    done, seconds = pytest(["tests/test_durability.py", "-k", "kill_9", "-s"], env)
+    figure = next((x for x in done.stdout.splitlines() if x.startswith("kill harness:")), None)
+    print(figure or done.stdout[-3000:])
+    tail = done.stdout[-4000:] if done.returncode else None
+    return {"kills": kills, "seed": seed, "figure": figure, "seconds": seconds,
+            "ok": done.returncode == 0, "tail": tail}  # fmt: skip
 
 
 if __name__ == "__main__":
