@@ -62,6 +62,7 @@ class SearchSettings:
     genetic_mutate_prob: float
     genetic_max_fail_count: int
     eps_greedy: float
+    restart_after: int
     cost_model: str
     cost_model_warmup: int
     ahead: int
@@ -87,7 +88,13 @@ class SearchSettings:
             )
         for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy"):
             _probability("search", name, getattr(self, name))
-        for name in ("genetic_num_iters", "genetic_max_fail_count", "cost_model_warmup"):
+        names = (
+            "genetic_num_iters",
+            "genetic_max_fail_count",
+            "cost_model_warmup",
+            "restart_after",
+        )
+        for name in names:
             _non_negative("search", name, getattr(self, name))
 
 

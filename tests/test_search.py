@@ -188,3 +188,33 @@ class _Yielding(dict):
         for value in super().values():
             time.sleep(0)
             yield value
+
+
+def test_a_stalled_search_starts_again_from_its_two_fastest_and_fresh_samples(conv):
+    """After `restart_after` rounds that did not move the task's best, the next search evolves
+    its two fastest schedules and fresh samples, none of the last round's proposals; a round
+    that moves the best resets the count."""
+    settings = Settings.load(overrides={"search.restart_after": 2})
+    search = task_search(conv, ms.cost_model.RandomModel(), settings=settings)
+    populations = []
+    evolve = search._evolve
+
+    def watched(strategy, population, wanted):
+        populations.append({structural_key(sch.mod) for sch in population})
+        return evolve(strategy, population, wanted)
+
+    search._evolve = watched
+    first = search.propose()
+    search.learn([(mc, 1e-3 * (i + 1)) for i, mc in enumerate(first)])  # the first best
+    fastest = {structural_key(first[0].sch.mod), structural_key(first[1].sch.mod)}
+    for _ in range(2):  # two rounds that do not beat it
+        last = search.propose()
+        search.learn([(mc, 1.0) for mc in last])
+        assert populations[-1] & (keys(first) - fastest)  # it went on from the last round
+    search.propose()
+    assert search.restarts == 1
+    assert fastest <= populations[-1] and not populations[-1] & (keys(last) - fastest)
+    found = search.propose()
+    search.learn([(mc, 1e-6) for mc in found])  # a new best: no restart next
+    search.propose()
+    assert search.restarts == 1

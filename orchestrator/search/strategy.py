@@ -39,6 +39,8 @@ _EMPTY_LIMIT = 3
 # With the late check, the evolution ranks this many times a round's candidates: on vggish's
 # 512-channel convolution a third of its picks failed VerifyGPUCode (search_cost.py, 11-25).
 _RANKED = 3
+# A round that cuts a task's best by less than this share did not move it.
+_STALL_GAIN = 0.01
 
 
 @dataclasses.dataclass
@@ -167,6 +169,8 @@ class TaskSearch:
         self._seen: set[int] = set()  # structural keys of everything proposed
         self.explored: set[int] = set()  # structural keys of the last search's random picks
         self._empty = 0
+        self._stalls = 0  # rounds in a row that did not move the best by _STALL_GAIN
+        self.restarts = 0
 
     def _late_verify(
         self,
@@ -220,8 +224,7 @@ class TaskSearch:
             return []
         wanted = wanted or self.proposals
         self._sized(population_size(self._settings, wanted))
-        elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
-        parents = elites + self._recent[: self.population // 2]
+        parents = self._parents()
         prechecked = self._prechecked()
         start = time.perf_counter()
         fresh = list(self._sample(self._strategy, max(self.population - len(parents), 8)))
@@ -292,10 +295,26 @@ class TaskSearch:
 
     def learn(self, measured: list[tuple[Any, float]]) -> None:
         """Remember the fastest measured schedules (MeasureCandidate, seconds; inf: failed)
-        as parents for the next rounds."""
+        as parents for the next rounds, and whether the round moved the task's best."""
+        before = self.best_s
         ranked = self._elites + [(secs, mc.sch) for mc, secs in measured if secs < float("inf")]
         ranked.sort(key=lambda e: e[0])
         self._elites = ranked[: most_parents(self._settings)]
+        if before is not None and measured:
+            improved = self.best_s is not None and self.best_s < before * (1.0 - _STALL_GAIN)
+            self._stalls = 0 if improved else self._stalls + 1
+
+    def _parents(self) -> list[Any]:
+        """The evolution's parents: the fastest measured schedules and the last round's
+        proposals; after `restart_after` stalled rounds, only the two fastest (the rest of the
+        population is fresh random samples: the search starts again)."""
+        after = self._settings.search.restart_after
+        if after and self._stalls >= after:
+            self._stalls = 0
+            self.restarts += 1
+            return [sch for _, sch in self._elites[:2]]
+        elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
+        return elites + self._recent[: self.population // 2]
 
     def _with_random(
         self, bests: list[Any], fresh: list[Any], wanted: int
