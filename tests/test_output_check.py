@@ -107,8 +107,8 @@ def test_an_integer_range_that_does_not_fit_an_input_is_refused(tmp_path):
         samples.random_samples(model, seed=0, int_range=too_wide)
 
 
-def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_config):
-    """ORCHESTRATE_CHECK_INT_MIN/MAX: what onnxruntime and both builds are given."""
+def watch_onnxruntime(monkeypatch) -> list:
+    """The inputs every run of onnxruntime (the check's reference) is given, as they come."""
     seen = []
     real = check.run_onnxruntime
 
@@ -117,6 +117,12 @@ def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_
         return real(model, inputs)
 
     monkeypatch.setattr(check, "run_onnxruntime", spy)
+    return seen
+
+
+def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_config):
+    """ORCHESTRATE_CHECK_INT_MIN/MAX: what onnxruntime and both builds are given."""
+    seen = watch_onnxruntime(monkeypatch)
     model = onnx_models.ids_and_flags(tmp_path / "ids.onnx")
     out = tmp_path / "run"
     env = {"ORCHESTRATE_CHECK_INT_MIN": "-2", "ORCHESTRATE_CHECK_INT_MAX": "2"}
@@ -132,14 +138,7 @@ def test_the_range_reaches_the_inputs_of_a_real_run(tmp_path, monkeypatch, fast_
 
 def test_real_samples_from_check_inputs_are_what_the_check_runs(tmp_path, monkeypatch, fast_config):
     """Two samples given as (2, *shape): onnxruntime and both builds run on exactly those."""
-    seen = []
-    real = check.run_onnxruntime
-
-    def spy(model, inputs):
-        seen.append([np.array(a) for a in inputs])
-        return real(model, inputs)
-
-    monkeypatch.setattr(check, "run_onnxruntime", spy)
+    seen = watch_onnxruntime(monkeypatch)
     given = np.random.default_rng(7).uniform(0, 1, (2, 1, 3, 8, 8)).astype("float32")
     npz = tmp_path / "real.npz"
     np.savez(npz, x=given)

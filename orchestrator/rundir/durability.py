@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..run.skipped import Skipped
 from .atomic import write_atomic
 from .directory import RunDir
+from .mending import parses
 
 CHECKPOINT = "spend.json"
 
@@ -44,7 +45,7 @@ def repair_database(run: RunDir) -> list[str]:
                         f"{path} is corrupt at line {number} (not JSON); restore it from a "
                         "backup or start a new run with another --out"
                     ) from None
-        if tail.strip() and _is_json(tail):  # whole, only its newline is missing: keep it
+        if tail.strip() and parses(tail):  # whole, only its newline is missing: keep it
             _append(path, b"\n")
             rows.append((len(complete) + 1, json.loads(tail)))
             repairs.append(f"ended the last line of {name}")
@@ -122,14 +123,6 @@ def _append(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def _is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
 
 
 def checkpointed_spend(run: RunDir, from_journal: Spend) -> Spend:

@@ -34,7 +34,7 @@ def mend_journal(path: Path, logs: Path) -> list[str]:
             repairs.append(f"took the entry out of torn bytes at line {number} of {path.name}")
         kept.append(line if entry is None else entry)
     if tail.strip():
-        if _parses(tail):
+        if parses(tail):
             kept.append(tail)
             repairs.append(f"ended the last line of {path.name}")
         else:
@@ -56,15 +56,16 @@ def mend_journal(path: Path, logs: Path) -> list[str]:
 def _entry(line: bytes) -> bytes | None:
     """The line, or the whole entry at its end when torn bytes precede it; None when neither
     parses (an empty line, or damage this cannot mend)."""
-    if not line.strip() or _parses(line):
+    if not line.strip() or parses(line):
         return line if line.strip() else None
     start = line.rfind(ENTRY_START)
-    if start > 0 and _parses(line[start:]):
+    if start > 0 and parses(line[start:]):
         return line[start:]
     return None
 
 
-def _parses(line: bytes) -> bool:
+def parses(line: bytes) -> bool:
+    """Whether a line is whole JSON (a torn write is not)."""
     try:
         json.loads(line)
     except ValueError:
