@@ -59,3 +59,23 @@ def test_the_cap_drops_the_oldest_and_keeps_each_workloads_fastest(monkeypatch):
 def test_a_cap_below_what_each_workload_keeps_is_refused():
     with pytest.raises(ValueError, match="max_samples must be at least 16 but got 8"):
         Predictor(max_samples=8)
+
+
+def test_an_engine_keeps_a_bounded_record_of_its_timings_and_the_same_busy_share(monkeypatch):
+    """Each timed window stays until it is counted; a long run's are counted as it goes."""
+    from tune_orchestrator.measure import MeasureInput, SimulatedEngine, SimulatedGpu, _figures
+
+    def measured(keep: int) -> SimulatedEngine:
+        monkeypatch.setattr(_figures, "KEEP_WINDOWS", keep)
+        engine = SimulatedEngine(SimulatedGpu(seed=1), gpus=2)
+        for r in range(6):
+            engine.measure(
+                [MeasureInput(f"r{r}-{i}.so", (("float32", (16,)),)) for i in range(200)]
+            )
+        return engine
+
+    capped, whole = measured(100), measured(10**9)
+    assert max(len(w) for w in whole.figures.windows) >= 550
+    assert max(len(w) for w in capped.figures.windows) <= 250
+    assert capped.stats()["busy_per_gpu"] == pytest.approx(whole.stats()["busy_per_gpu"])
+    assert capped.stats()["repeats"] == whole.stats()["repeats"]
