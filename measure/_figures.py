@@ -9,6 +9,11 @@ from typing import Any
 
 from ._workers import STEPS, Job, Outcome
 
+# Timed windows a GPU's figures keep before those of earlier measure() calls are folded into
+# its held seconds: a two-GPU-hour run measures 10,000-20,000 candidates
+# (docs/how-it-works.md, Long runs), each of which would otherwise stay a window.
+KEEP_WINDOWS = 4096
+
 
 def covered(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] covered by the union of `intervals`."""
@@ -95,8 +100,17 @@ class Figures:
         self.runs = 0  # jobs run, re-runs included
         self.raced = 0
         self.failed = 0
-        self.repeats: list[int] = []
+        self.held_s = [0.0] * lanes  # per GPU, the windows folded away (see fold)
+        self._repeats = [0, 0]  # repeats of the timed runs, timed runs
         self.steps = dict.fromkeys(STEPS, 0.0)
+
+    def fold(self) -> None:
+        """Between measure() calls, whose windows never overlap another call's: a GPU keeping
+        more than KEEP_WINDOWS windows adds their union to its held seconds and drops them."""
+        for lane, windows in enumerate(self.windows):
+            if len(windows) > KEEP_WINDOWS:
+                self.held_s[lane] += covered(windows, -float("inf"), float("inf"))
+                windows.clear()
 
     def ran(self, job: Job, outcome: Outcome) -> None:
         self.runs += 1
@@ -105,7 +119,8 @@ class Figures:
         for step in STEPS:
             self.steps[step] += outcome.steps.get(step, 0.0)
         if outcome.run_secs:
-            self.repeats.append(len(outcome.run_secs))
+            self._repeats[0] += len(outcome.run_secs)
+            self._repeats[1] += 1
 
     def reported(self, ok: bool, raced: bool) -> None:
         self.candidates += 1
@@ -118,7 +133,8 @@ class Figures:
         # Windows are disjoint per GPU in exclusive mode; the union also counts overlapping
         # timings (overlap mode) once. Measure phases are disjoint and hold every window.
         return [
-            min(1.0, covered(w, -float("inf"), float("inf")) / self.phase_s) for w in self.windows
+            min(1.0, (held + covered(w, -float("inf"), float("inf"))) / self.phase_s)
+            for held, w in zip(self.held_s, self.windows, strict=True)
         ]
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,7 +148,7 @@ class Figures:
             "busy_per_gpu": busy,
             "step_s": {step: total / runs for step, total in self.steps.items()},
             "runs": self.runs,
-            "repeats": statistics.fmean(self.repeats) if self.repeats else None,
+            "repeats": self._repeats[0] / self._repeats[1] if self._repeats[1] else None,
             "raced": self.raced,
             "failed": self.failed,
         }

@@ -103,6 +103,7 @@ class ParallelEngine(Engine):
         if not inputs:
             return []
         call = _Call(len(inputs), on_result, best_s, self.figures)
+        self.figures.fold()
         self.workers.begin()
         started, runs = self.workers.now(), self.figures.runs
         jobs = [Job(i, item) for i, item in enumerate(inputs)]

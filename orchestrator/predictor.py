@@ -26,6 +26,7 @@ booster. Three objectives learn it:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -62,6 +63,13 @@ _LEVELS = 10
 # The booster attribute saying which objective a saved predictor learned (packsum's custom
 # objective leaves xgboost's own name at reg:squarederror).
 _ATTR = "tune_orchestrator_objective"
+# The most measurements a predictor trains on. A refit, once a round on the loop's thread,
+# costs CPU in proportion to them (0.75 ms a sample on the 2-core VM), and a two-GPU-hour
+# run measures 10,000-20,000: uncapped, the refit would outgrow the round
+# (docs/how-it-works.md, Long runs). Beyond it the oldest go first, from the workloads that
+# hold the most, never a workload's _KEEP_FASTEST fastest (its targets are ratios to its best).
+MAX_SAMPLES = 4096
+_KEEP_FASTEST = 16
 
 
 def store_features(context: Any, measure_candidates: Sequence[Any]) -> list[np.ndarray]:
@@ -159,7 +167,7 @@ class Predictor:
 
     Only the learner (the tuning loop's thread) adds, fits and loads; any thread may predict,
     from `fitted`, which each fit replaces in one assignment. `threads`: the cores a fit
-    uses."""
+    uses; `max_samples`: the most measurements it trains on (default MAX_SAMPLES)."""
 
     def __init__(
         self,
@@ -168,7 +176,11 @@ class Predictor:
         min_samples: int = 64,
         objective: str = "packsum",
         threads: int = 1,
+        max_samples: int | None = None,
     ) -> None:
+        max_samples = MAX_SAMPLES if max_samples is None else max_samples
+        if max_samples < _KEEP_FASTEST:
+            raise ValueError(f"max_samples must be at least {_KEEP_FASTEST} but got {max_samples}.")
         if objective not in OBJECTIVES:
             raise ValueError(
                 f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}."
@@ -178,8 +190,9 @@ class Predictor:
         self.seed = seed
         self.min_samples = min_samples
         self.threads = threads
+        self.max_samples = max_samples
         self.fitted = Fitted(objective=objective)
-        self.samples = 0  # measurements added (those with features)
+        self.samples = 0  # measurements added (those with features), held or dropped since
         self._data: dict[str, tuple[list[np.ndarray], list[float]]] = {}
 
     @property
@@ -213,6 +226,26 @@ class Predictor:
                 rows.append(stores)
                 lats.append(float(latency))
                 self.samples += 1
+        self._trim()
+
+    @property
+    def held(self) -> int:
+        """Measurements the next fit trains on (at most `max_samples`)."""
+        return sum(len(lats) for _, lats in self._data.values())
+
+    def _trim(self) -> None:
+        """Drop samples until `max_samples` are held: one at a time from the workload that
+        holds the most, its oldest first, keeping its _KEEP_FASTEST fastest."""
+        held = {name: len(lats) for name, (_, lats) in self._data.items()}
+        drop = dict.fromkeys(held, 0)
+        for _ in range(sum(held.values()) - self.max_samples):
+            name = max(held, key=lambda k: held[k] - drop[k])
+            if held[name] - drop[name] <= _KEEP_FASTEST:
+                break
+            drop[name] += 1
+        for name, count in drop.items():
+            if count:
+                self._data[name] = _without_oldest(*self._data[name], count)
 
     def fit(self) -> None:
         xs: list[np.ndarray] = []
@@ -288,6 +321,16 @@ class Predictor:
         self.fitted = Fitted(
             booster=booster, objective=learned, samples=self.samples, warm=self.warm
         )
+
+
+def _without_oldest(
+    rows: list[np.ndarray], lats: list[float], count: int
+) -> tuple[list[np.ndarray], list[float]]:
+    """The samples less the `count` oldest of those not among the _KEEP_FASTEST fastest."""
+    fastest = set(np.argsort(np.asarray(lats), kind="stable")[:_KEEP_FASTEST].tolist())
+    dropped = set(itertools.islice((i for i in range(len(lats)) if i not in fastest), count))
+    kept = [i for i in range(len(lats)) if i not in dropped]
+    return [rows[i] for i in kept], [lats[i] for i in kept]
 
 
 def _stacked(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

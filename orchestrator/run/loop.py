@@ -82,7 +82,7 @@ def search_ahead(setting: int, cores: int) -> int:
 def round_size(trials_per_round: int, workers: int, gpus: int = 1) -> int:
     """Candidates per round: `trials_per_round` per GPU (a round fills and drains each
     GPU's pipeline once: with rounds of a fixed size, 8 GPUs measured at 0.55 of linear on the
-    simulated device; benchmarks/gpu_scaling.py, removed after 314362b), in whole waves of the
+    simulated device, in a GPU-only study removed after 314362b), in whole waves of the
     builder's `workers`, so that no host core idles through the last builds of a round."""
     workers = max(1, workers)
     wanted = trials_per_round * max(1, gpus)
