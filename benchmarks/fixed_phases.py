@@ -3,6 +3,7 @@ took, and whether a budget the up-front check refuses would really not have fitt
 
     python benchmarks/fixed_phases.py [--models smallcnn,mlpish,...] [--trials 16]
                                       [--refusals] [--label vm-2core]
+    python benchmarks/fixed_phases.py --accepted [--models ...] [--label vm-2core]
 
 For each model (benchmarks/models.py, or smallcnn: the example), on this CPU (llvm):
 1. a run of `--trials` trials (`orchestrate --budget NtrialS --no-library`), whose report says
@@ -15,7 +16,11 @@ For each model (benchmarks/models.py, or smallcnn: the example), on this CPU (ll
 3. with --refusals, a run at 90% of the budget the check asks for, the check switched off (in
    a child process that skips Session._refuse_too_small): a refusal is right when that run
    does not fit (it overshoots its budget or tunes nothing), false when it tunes within it.
-Raw figures go to benchmarks/results/fixed_phases-<label>-<date>.json.
+With --accepted, only the promise "refused up front, or tuned" is checked, the check on: a run
+refused at 1 s says what it needs in all (its `refused` event's `needed_s`); a run at that plus
+5% must measure a first round (>= 16 trials) and exit 0, a run at that minus 5% must be refused
+(exit 3). Raw figures go to benchmarks/results/fixed_phases-<label>-<date>.json (with
+--accepted, fixed_phases-accepted-<label>-<date>.json).
 """
 
 from __future__ import annotations
@@ -95,7 +100,8 @@ def forecast(model: Path, import_s: float) -> dict[str, Any]:
 
 
 def orchestrate(model: Path, budget: str, out: Path, refuse: bool = True) -> dict[str, Any]:
-    """A run in a child process: its exit code, wall, trials and phases."""
+    """A run in a child process: its exit code, wall, trials and phases (or, when refused, the
+    seconds its refusal said it needs)."""
     code = (
         "import sys\n"
         "from tune_orchestrator.run.session import Session\n"
@@ -103,7 +109,7 @@ def orchestrate(model: Path, budget: str, out: Path, refuse: bool = True) -> dic
         + "from tune_orchestrator.cli.commands import main\n"
         "main()\n"
     )
-    command = [sys.executable, "-c", code, "--budget", budget, "--out", str(out)]
+    command = [sys.executable, "-c", code, "--budget", budget, "--out", str(out), "--json"]
     start = time.monotonic()
     done = subprocess.run(
         [*command, "--no-library", "-q", str(model)], capture_output=True, text=True
@@ -111,7 +117,9 @@ def orchestrate(model: Path, budget: str, out: Path, refuse: bool = True) -> dic
     wall = time.monotonic() - start
     report = out / "report.json"
     if not report.is_file():
-        return {"exit": done.returncode, "wall_s": wall, "trials": 0, "phases": {}}
+        refused = [e for e in _events(done.stdout) if e.get("event") == "refused"]
+        needed = refused[0]["needed_s"] if refused else None
+        return {"exit": done.returncode, "wall_s": wall, "trials": 0, "needed_s": needed}
     data = json.loads(report.read_text())
     return {
         "exit": done.returncode,
@@ -120,6 +128,10 @@ def orchestrate(model: Path, budget: str, out: Path, refuse: bool = True) -> dic
         "trials": data["summary"]["trials"],
         "phases": data["phases"],
     }
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def errors(predicted: dict[str, float], actual: dict[str, float]) -> dict[str, float | None]:
@@ -137,14 +149,49 @@ def refusal(model: Path, upfront_s: float) -> dict[str, Any]:
     return {"budget_s": seconds, **run, "would_have_fitted": fits}
 
 
+def accepted(model: Path) -> dict[str, Any]:
+    """The run's own minimum (refused at 1 s), then runs at it plus and minus 5%."""
+    needed = orchestrate(model, "1s", scratch() / "asked")["needed_s"]
+    above = orchestrate(model, f"{1.05 * needed:.1f}s", scratch() / "above")
+    below = orchestrate(model, f"{0.95 * needed:.1f}s", scratch() / "below")
+    return {
+        "needed_s": needed,
+        "above": above,
+        "below": below,
+        "tuned_above": above["exit"] == 0 and above["trials"] >= 16,
+        "refused_below": below["exit"] == 3,
+    }
+
+
+def check_accepted(names: list[str], out: Path) -> None:
+    rows = {}
+    for name in names:
+        row = rows[name] = accepted(model_file(name))
+        above, below = row["above"], row["below"]
+        print(f"{name}: needs {row['needed_s']:.1f} s; at +5%: exit {above['exit']}, "
+              f"{above['trials']} trials in {above['wall_s']:.1f} s; at -5%: exit {below['exit']}",
+              flush=True)  # fmt: skip
+        out.write_text(json.dumps({"machine": platform.processor(), "rows": rows}, indent=2))
+    tuned = [n for n, r in rows.items() if r["tuned_above"]]
+    refused = [n for n, r in rows.items() if r["refused_below"]]
+    print(f"at +5%: {len(tuned)} of {len(rows)} measured a first round and shipped; "
+          f"at -5%: {len(refused)} of {len(rows)} refused")  # fmt: skip
+    print(f"raw figures: {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--refusals", action="store_true")
+    parser.add_argument("--accepted", action="store_true")
     parser.add_argument("--label", default=platform.node() or "host")
     args = parser.parse_args()
-    out = ROOT / "benchmarks" / "results" / f"fixed_phases-{args.label}-{dt.date.today()}.json"
+    results = ROOT / "benchmarks" / "results"
+    if args.accepted:
+        out = results / f"fixed_phases-accepted-{args.label}-{dt.date.today()}.json"
+        return check_accepted(args.models.split(","), out)
+    out = results / f"fixed_phases-{args.label}-{dt.date.today()}.json"
     rows = {}
     for name in args.models.split(","):
         model = model_file(name)

@@ -171,6 +171,11 @@ class Ledger:
         self.committed_trials = 0
         # What a round costs before this run has timed one (from the task's size and target).
         self.prior_round: RoundCost | None = None
+        # Candidates of a first round the up-front check accepted the budget for: measured
+        # while the budget has seconds left after the final phase's, even when the fixed phases
+        # took longer than forecast and the round no longer fits whole (refused up front, or
+        # tuned). 0: no promise (a resumed run, or the check skipped).
+        self.promised_round = 0
         self._longest = self._carried.longest_step
         # The convergence curve, one point per round (earlier sessions' points included).
         self.history: list[Point] = []

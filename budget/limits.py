@@ -48,7 +48,8 @@ class BudgetLimits(StoppingRule):
 
     Before a round, each limit's remaining amount is turned into seconds (trials excepted) and
     the round shrinks to the candidates whose forecast cost, plus the time reserved for the
-    final compile and check, still fits; a round smaller than `min_round` is not started.
+    final compile and check, still fits; a round smaller than `min_round` is not started, but
+    for the first round a budget accepted up front was promised (`Ledger.promised_round`).
     """
 
     def __init__(self, budget: Budget, *, round_size: int, min_round: int | None = None) -> None:
@@ -99,11 +100,13 @@ class BudgetLimits(StoppingRule):
         full = ledger.forecast_round(wanted)
         if full is None or full <= left_s:  # nothing to forecast from yet, or it all fits
             return wanted
+        # A first round the budget was accepted for is measured whatever the forecast says now.
+        promised = min(wanted, ledger.promised_round) if not ledger.trials else 0
         fixed = ledger.forecast_round(0) or 0.0
         per_candidate = (full - fixed) / wanted if wanted else 0.0
         if per_candidate <= 0:
-            return 0
-        return max(0, min(wanted, int((left_s - fixed) / per_candidate)))
+            return promised
+        return max(promised, min(wanted, int((left_s - fixed) / per_candidate)))
 
     def _reason(self, ledger: Ledger, limit: Limit) -> str:
         if limit.kind == TRIALS:

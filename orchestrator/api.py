@@ -274,7 +274,13 @@ def _refusal(path: Path, fresh: bool, emit: Callable[..., None]) -> Iterator[Non
         yield
     except (BudgetTooSmall, InputError) as exc:  # refused, or a model TVM cannot import
         if isinstance(exc, BudgetTooSmall):
-            emit("refused", reason=str(exc), minimum=exc.minimum, exit_code=exits.BUDGET_TOO_SMALL)
+            emit(
+                "refused",
+                reason=str(exc),
+                minimum=exc.minimum,
+                needed_s=round(exc.needed_s, 1),
+                exit_code=exits.BUDGET_TOO_SMALL,
+            )
         if fresh:
             shutil.rmtree(path, ignore_errors=True)
         raise

@@ -14,6 +14,7 @@ class BudgetTooSmall(Exception):
     and a first round: refused before any work. The CLI prints the message and exits with
     code 3."""
 
-    def __init__(self, message: str, *, minimum: str) -> None:
+    def __init__(self, message: str, *, minimum: str, needed_s: float) -> None:
         super().__init__(message)
         self.minimum = minimum  # the smallest budget that would do, e.g. "4min"
+        self.needed_s = needed_s  # the wall seconds the run needs in all, unrounded

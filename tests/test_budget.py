@@ -298,6 +298,25 @@ def test_the_first_round_is_forecast_before_any_round_was_timed():
     assert ledger.forecast_round(0) == pytest.approx(11.0)
 
 
+def test_a_first_round_accepted_up_front_is_measured_though_its_forecast_grew():
+    """Refused up front, or tuned: the fixed phases took longer than their forecast and the
+    first round no longer fits whole, yet the round the budget was accepted for is measured."""
+    clock = FakeClock()
+    ledger = Ledger(clock=clock)
+    rule = BudgetLimits(parse_budget("60s"), round_size=64)
+    ledger.prior_round = RoundCost(fixed_s=20.0, per_candidate_s=2.0, candidates=0)
+    ledger.reserved_s = 10.0
+    clock.now += 25.0  # 25 s left: 1.1 x (20 + 2 n) <= 25 gives n = 1
+    assert rule.allowance(ledger, 64) == 1 and rule.decide(ledger).stop
+    ledger.promised_round = 16
+    assert rule.allowance(ledger, 64) == 16 and not rule.decide(ledger).stop
+    clock.now += 30.0  # nothing left after the final phase's seconds: no round at all
+    assert rule.allowance(ledger, 64) == 0 and rule.decide(ledger).stop
+    clock.now -= 30.0
+    ledger.charge_round(trials=16, seconds=52.0, fixed_s=20.0)  # kept: later rounds are
+    assert rule.allowance(ledger, 64) == 1  # sized as before
+
+
 def test_work_in_flight_is_paid_before_the_next_round_is_allowed():
     clock = FakeClock()
     ledger = Ledger(clock=clock)

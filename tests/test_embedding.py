@@ -16,6 +16,7 @@ from click.testing import CliRunner
 import onnx_models
 from cli_args import tune_args
 from tune_orchestrator import InputError, tune
+from tune_orchestrator.budget.grammar import parse_budget
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.cli.printer import Printer
 from tune_orchestrator.config import Settings
@@ -411,6 +412,7 @@ def test_a_budget_refused_up_front_ends_the_json_stream_with_a_refused_event(tmp
     assert refused["event"] == "refused" and refused["exit_code"] == 3
     assert refused["reason"] in result.stderr
     assert f"give --budget {refused['minimum']} or more" in refused["reason"]
+    assert 2 < refused["needed_s"] <= parse_budget(refused["minimum"]).limits[0].amount
 
 
 @pytest.mark.slow

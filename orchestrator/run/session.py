@@ -361,6 +361,8 @@ class Session:
         )
         short = seconds_short(self.budget, ledger, needed)
         if short is None:
+            if first is not None:  # accepted for a first round: the run owes it
+                ledger.promised_round = overheads.smallest_round(self.settings)
             return
         limit, total = short
         if kept:
@@ -370,6 +372,7 @@ class Session:
                 f"{fmt_duration(ledger.wall_s)} spent; give --budget {total} or more (they stay "
                 f"in {self.run.path})",
                 minimum=total,
+                needed_s=ledger.wall_s + needed,
             )
         raise BudgetTooSmall(
             f"budget {limit.text} is too small for {self.model.name}: {what} need about "
@@ -377,6 +380,7 @@ class Session:
             + (f" after {fmt_duration(ledger.wall_s)} spent" if ledger.wall_s >= 1 else "")
             + f"; give --budget {total} or more (nothing was tuned)",
             minimum=total,
+            needed_s=ledger.wall_s + needed,
         )
 
     def _measurement_stats(
