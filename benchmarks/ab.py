@@ -52,7 +52,15 @@ def _namespaced(folder: Path) -> bool:
     return "tune_orchestrator" in (folder / "pyproject.toml").read_text()
 
 
-def run(python_path: Path | None, module: str, model: Path, budget: str, out: Path) -> dict:
+def run(
+    python_path: Path | None,
+    module: str,
+    model: Path,
+    budget: str,
+    out: Path,
+    extra: tuple[str, ...] = (),
+) -> dict:
+    """One cold run; `extra`: more options for `orchestrate`."""
     out = out.resolve()
     # Cold on both sides: a tuning library of its own, empty (older commits have no --no-library).
     env = {**os.environ, "XDG_CACHE_HOME": str(out) + "-cache"}
@@ -60,6 +68,7 @@ def run(python_path: Path | None, module: str, model: Path, budget: str, out: Pa
         env["PYTHONPATH"] = str(python_path)
     command = [sys.executable, "-m", module, "--budget", budget, "--out", str(out), "--json"]
     command += ["--no-library"] if module == "tune_orchestrator" and python_path is None else []
+    command += list(extra)
     start = time.perf_counter()
     # From the tree it runs: `python -m` puts the working directory first on sys.path, and
     # this checkout's own orchestrator/ folder would shadow the earlier commit's.
@@ -76,6 +85,8 @@ def run(python_path: Path | None, module: str, model: Path, budget: str, out: Pa
         "wall_s": time.perf_counter() - start,
         "trials": report["summary"]["trials"],
         "library": str(out / "model.so"),
+        "convergence": report.get("convergence", []),
+        "filter": (report.get("filter") or {}).get("total"),
     }
 
 
