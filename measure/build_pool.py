@@ -56,7 +56,7 @@ class BuildPool(Builder):
         self.max_timeout_s = timeout_s
         self.adaptive_timeout = adaptive_timeout
         self.min_timeout_s = min_timeout_s
-        self._seconds: collections.deque[float] = collections.deque(maxlen=_RECENT)
+        self._seconds: collections.deque[float] = collections.deque(maxlen=RECENT_BUILDS)
         self._pool = WorkerPool(
             workers=workers,
             timeout_s=timeout_s,
@@ -75,7 +75,7 @@ class BuildPool(Builder):
             self._pool.submit(_worker.build, item.mod, item.target, self._dir) for item in inputs
         ]
         if until is not None:
-            _stop_starting(futures, until)
+            stop_starting(futures, until)
         builds = []
         for future in futures:
             if future.cancelled():  # never started: so were none after it
@@ -154,7 +154,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:
+def stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:
     """Wait until every future is done or `until()` is true; then cancel those not started.
     Workers take jobs in order, and cancelling from the last keeps the started ones a
     prefix."""
@@ -171,4 +171,4 @@ _PREFIX = "orchestrate-builds-"
 _POLL_S = 0.1
 # Builds timed before the timeout adapts to them, and how many recent ones it follows.
 _MIN_TIMED = 16
-_RECENT = 256
+RECENT_BUILDS = 256

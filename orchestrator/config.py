@@ -133,6 +133,7 @@ class BuildSettings:
     timeout_s: float
     adaptive_timeout: float
     recycle_after: int
+    rpc_key: str  # with --rpc: build on the tracker's build servers under this key
 
     def __post_init__(self) -> None:
         _non_negative("build", "workers", self.workers)

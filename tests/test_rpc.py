@@ -40,7 +40,8 @@ from tune_orchestrator.measure import (
     TimerConfig,
     TimingPlan,
 )
-from tune_orchestrator.measure.rpc import tracker_keys
+from tune_orchestrator.measure.rpc import parse_tracker, tracker_keys
+from tune_orchestrator.measure.rpc_build import RpcBuilder
 from tune_orchestrator.model.importer import import_to_relax
 from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
@@ -48,6 +49,7 @@ from tune_orchestrator.run.measuring import target_and_fleet
 from tune_orchestrator.rundir import RunDir
 
 KEY = "test-cpu"
+BUILD_KEY = "test-cpu-build"  # measure/build_server.py's servers
 ARGS = (("float32", (4096,)), ("float32", (4096,)))
 
 
@@ -115,7 +117,32 @@ def tracker(tmp_path_factory):
                     start_new_session=True,
                 )
             )
-        _wait(lambda: tracker_keys("127.0.0.1", port).get(KEY, 0) == 2, procs, log.name)
+        for _ in range(2):
+            server_port = free_port()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tune_orchestrator.measure.build_server",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(server_port),
+                        "--port-end",
+                        str(server_port + 20),
+                        "--tracker",
+                        address,
+                        "--key",
+                        BUILD_KEY,
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
+        keys = lambda: tracker_keys("127.0.0.1", port)  # noqa: E731
+        _wait(lambda: keys().get(KEY, 0) == 2 and keys().get(BUILD_KEY, 0) == 2, procs, log.name)
         yield address
     finally:
         for proc in reversed(procs):
@@ -164,7 +191,7 @@ def test_every_tracker_and_server_the_docs_and_scripts_start_binds_a_private_add
         line
         for path in files
         for line in path.read_text().replace("\\\n", " ").splitlines()
-        if re.search(r"tvm\.exec\.rpc_(tracker|server)\b", line)
+        if re.search(r"tvm\.exec\.rpc_(tracker|server)\b|measure\.build_server\b", line)
     ]
     for command in commands:
         host = re.search(r"--host\s+(\S+)", command)
@@ -257,7 +284,8 @@ def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch
     assert wrong_key.exit_code == 2
     assert (
         wrong_key.stderr.strip()
-        == f"error: no server is registered under key 'gpu-farm' at {tracker} (keys there: {KEY})"
+        == f"error: no server is registered under key 'gpu-farm' at {tracker} (keys there: "
+        f"{KEY}, {BUILD_KEY})"
     )
     closed = f"127.0.0.1:{free_port()}"
     nobody = CliRunner().invoke(
@@ -268,6 +296,73 @@ def test_a_wrong_key_or_tracker_is_one_clear_line(tracker, tmp_path, monkeypatch
         f"error: cannot reach the RPC tracker at {closed}"
     )
     assert not (tmp_path / "runs").exists()  # no run directory was started
+
+
+def test_the_fleets_build_servers_build_what_the_host_builds(tracker):
+    """Candidates built on the build servers run on the measuring servers as the host's own
+    builds do; a candidate that does not build is one failed build, carried as the pool's."""
+    inputs = [BuildInput(tvm.IRModule({"main": scale}), LLVM1)] * 3
+    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
+    inputs.append(BuildInput(tvm.IRModule({"main": scale}), arm))  # the host's g++ cannot link it
+    with RpcBuilder(tracker=parse_tracker(tracker), key=BUILD_KEY, servers=2) as remote:
+        built = remote.build(inputs)
+        stats = remote.stats()["remote"]
+        with (
+            BuildPool(workers=1) as pool,
+            RpcEngine(tracker=tracker, key=KEY, plan=CPU_PLAN) as engine,
+        ):
+            local = pool.build(inputs[:1])
+            measured = engine.measure([MeasureInput(b.artifact, ARGS) for b in built[:3] + local])
+        remote.release(built)
+        assert [b.ok for b in built] == [True, True, True, False], [b.error for b in built]
+        assert not any(Path(b.artifact).exists() for b in built[:3])
+    assert [b.ok for b in built] == [True, True, True, False]
+    assert built[3].error.startswith("remote build:") and "g++" in built[3].error, built[3]
+    assert stats == {
+        "key": BUILD_KEY,
+        "servers": 2,
+        "failed": 1,
+        "library_bytes": stats["library_bytes"],
+    }
+    assert stats["library_bytes"] > 3 * 1000
+    assert all(m.ok and m.finite for m in measured)
+
+
+def test_builds_on_build_servers_need_a_fleet_that_has_them(
+    tracker, tmp_path, fast_config, monkeypatch
+):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    monkeypatch.setenv("ORCHESTRATE_BUILD_RPC_KEY", "nobody-builds")
+    no_fleet = CliRunner().invoke(main, tune_args(model, tmp_path / "a", fast_config))
+    assert no_fleet.exit_code == 2
+    assert no_fleet.stderr.startswith(
+        "error: [build] rpc_key = 'nobody-builds' builds on a fleet's build servers, but this "
+        "run has no --rpc"
+    )
+    args = tune_args(model, tmp_path / "b", fast_config, "--rpc", tracker, "--rpc-key", KEY)
+    unknown = CliRunner().invoke(main, args)
+    assert unknown.exit_code == 2
+    assert unknown.stderr.startswith(
+        "error: no build server is registered under [build] rpc_key 'nobody-builds'"
+    )
+
+
+@pytest.mark.slow
+def test_a_whole_tune_builds_on_the_fleets_build_servers(
+    tracker, tmp_path, fast_config, monkeypatch
+):
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    monkeypatch.setenv("ORCHESTRATE_BUILD_RPC_KEY", BUILD_KEY)
+    result = CliRunner().invoke(
+        main, tune_args(model, out, fast_config, "--rpc", tracker, "--rpc-key", KEY)
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((Path(out) / "report.json").read_text())
+    remote = report["measurement"]["remote_builds"]
+    assert remote["servers"] == 2 and remote["failed"] == 0 and remote["library_bytes"] > 0
+    assert report["summary"]["trials"] == 8
+    assert sum(t["failures"] for t in report["tasks"]) == 0
 
 
 @pytest.mark.slow

@@ -106,10 +106,20 @@ def describe_measurement(m: Mapping[str, Any]) -> list[str]:
     lines += _dop(m, overlap)
     lines += _workers_ready(m.get("workers_ready_s") or {}, "measuring", "the engine")
     lines += _workers_ready(m.get("builders_ready_s") or {}, "building", "the run")
+    lines += _remote_builds(m.get("remote_builds") or {})
     lines += _telemetry(m.get("telemetry") or {})
     if m.get("caveat"):
         lines.append(f"caveat: {m['caveat']}")
     return lines
+
+
+def _remote_builds(remote: Mapping[str, Any]) -> list[str]:
+    if not remote:
+        return []
+    return [
+        f"built on {remote['servers']} build servers under key {remote['key']!r}, "
+        f"{remote['failed']} builds failed there, {remote['library_bytes'] / 1e6:.1f} MB received"
+    ]
 
 
 def _dop(m: Mapping[str, Any], overlap: bool) -> list[str]:

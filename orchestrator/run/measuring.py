@@ -32,8 +32,13 @@ def build_workers(settings: Settings) -> int:
     return settings.build.workers or host_cores()
 
 
-def make_builder(settings: Settings, logs: Path | None) -> BuildPool:
+def make_builder(settings: Settings, logs: Path | None, fleet: Fleet | None = None) -> Builder:
+    """The build pool on this host; with [build] rpc_key, a run's fleet's build servers under
+    that key (InputError when the fleet is not an RPC one or has none). Without a fleet (the
+    estimate command measures here) always this host's pool."""
     b = settings.build
+    if b.rpc_key and fleet is not None:
+        return _remote_builder(settings, fleet)
     return BuildPool(
         workers=build_workers(settings),
         timeout_s=b.timeout_s,
@@ -41,6 +46,35 @@ def make_builder(settings: Settings, logs: Path | None) -> BuildPool:
         min_timeout_s=min(b.timeout_s, 5.0),
         recycle_after=b.recycle_after,
         log_path=logs / "build.log" if logs else None,
+    )
+
+
+def _remote_builder(settings: Settings, fleet: Fleet | None) -> Builder:
+    from tune_orchestrator.measure.rpc import parse_tracker, tracker_keys
+    from tune_orchestrator.measure.rpc_build import RpcBuilder
+
+    key = settings.build.rpc_key
+    if fleet is None or not fleet.rpc:
+        raise InputError(
+            f"[build] rpc_key = {key!r} builds on a fleet's build servers, but this run has "
+            'no --rpc: give --rpc HOST:PORT, or set rpc_key to "" to build on this host'
+        )
+    tracker = parse_tracker(fleet.rpc)
+    servers = tracker_keys(*tracker).get(key, 0)
+    if not servers:
+        raise InputError(
+            f"no build server is registered under [build] rpc_key {key!r} with the tracker "
+            f"{fleet.rpc}; start some (python -m tune_orchestrator.measure.build_server "
+            f'--tracker {fleet.rpc} --key {key}) or set rpc_key to ""'
+        )
+    b = settings.build
+    return RpcBuilder(
+        tracker=tracker,
+        key=key,
+        servers=servers,
+        timeout_s=b.timeout_s,
+        adaptive_timeout=b.adaptive_timeout,
+        min_timeout_s=min(b.timeout_s, 5.0),
     )
 
 
@@ -115,7 +149,7 @@ class RunPools:
 
     def __init__(self, settings: Settings, target: ResolvedTarget, logs: Path, fleet: Fleet):
         self.lock_files: list[str] = []
-        self.builder: Builder = make_builder(settings, logs)
+        self.builder: Builder = make_builder(settings, logs, fleet)
         try:
             self.engine: Engine = make_engine(
                 settings, target, logs, fleet, on_skip=self.lock_files.append

@@ -387,9 +387,11 @@ class Session:
         self, engine: Engine, builder: Builder, ledger: Ledger
     ) -> dict[str, Any]:
         stats = dict(engine.stats())
-        builders = builder.stats().get("workers_ready_s")
-        if builders:
-            stats["builders_ready_s"] = builders
+        built = builder.stats()
+        if built.get("workers_ready_s"):
+            stats["builders_ready_s"] = built["workers_ready_s"]
+        if built.get("remote"):  # built on the fleet's build servers
+            stats["remote_builds"] = built["remote"]
         wall = ledger.wall_s or 1.0
         stats["measuring_share"] = ledger.phases.get("measure", 0.0) / wall
         if self.target.device_type == "cpu" and not self.fleet.rpc:
