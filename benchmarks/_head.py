@@ -68,6 +68,10 @@ class Setup:
     seconds: float = 1200.0
     rounds: int | None = None  # stop after this many rounds, whatever the time
     seed: int = 0
+    # Builds on the GPU hosts ([build] rpc_key): this many cores there build, not the head's;
+    # each build pays `remote_build_s` more there (its session, the module and library sent).
+    build_cores: int = 0
+    remote_build_s: float = 0.0
 
 
 # CPU-seconds below which a thread counts as done (the clock's rounding must not stall it).
@@ -136,6 +140,7 @@ class HeadRun:
     ) -> None:
         self.setup, self.costs, self.plan, self.engine = setup, costs, plan, engine
         self.cpu = Cpu(setup.cores)
+        self.builders = Cpu(setup.build_cores) if setup.build_cores else self.cpu
         self.ahead = ahead
         self.rng = random.Random(setup.seed)
         self.rounds: dict[int, _Round] = {}
@@ -175,13 +180,13 @@ class HeadRun:
         """The background round: its search (started ahead or now), then its builds."""
 
         def build() -> None:
-            queue = [self._build_s() for _ in range(r.size)]
+            queue = [self._build_s() + self.setup.remote_build_s for _ in range(r.size)]
             running = [0]
 
             def next_build() -> None:
                 if queue:
                     running[0] += 1
-                    self.cpu.start(queue.pop(), "build", finished)
+                    self.builders.start(queue.pop(), "build", finished)
 
             def finished() -> None:
                 running[0] -= 1
@@ -189,7 +194,7 @@ class HeadRun:
                 if not queue and not running[0]:
                     r.built = True
 
-            for _ in range(min(self.setup.cores, r.size)):
+            for _ in range(min(self.builders.cores, r.size)):
                 next_build()
 
         r.on_searched = build
@@ -234,12 +239,16 @@ class HeadRun:
     def wait_for(self, cause: str, ready: Callable[[], bool]) -> None:
         """Run the clock until `ready()`, charging the main thread's wait to `cause`."""
         start = self.cpu.now
+        # The build hosts' clock first: a search finishing on the head starts its builds there,
+        # which must start at the time reached, not be advanced over it.
+        clocks = [self.cpu] if self.builders is self.cpu else [self.builders, self.cpu]
         while not ready():
             gpus = self.gpu_done if self.gpu_done > self.cpu.now else float("inf")
-            target = min(self.cpu.next_done(), gpus)
+            target = min([c.next_done() for c in clocks] + [gpus])
             if target == float("inf"):
                 raise RuntimeError("the head model deadlocked")
-            self.cpu.advance(target)
+            for clock in clocks:
+                clock.advance(target)
         self.waited[cause] += self.cpu.now - start
 
     def run(self) -> dict[str, Any]:
@@ -271,7 +280,7 @@ class HeadRun:
     def figures(self) -> dict[str, Any]:
         wall = self.cpu.now
         held = sum(covered(w, -float("inf"), float("inf")) for w in self.engine.figures.windows)
-        kind = self.cpu.kind_s
+        kind = {**self.cpu.kind_s, **self.builders.kind_s}
         return {
             "cores": self.setup.cores,
             "gpus": self.setup.gpus,
@@ -281,7 +290,10 @@ class HeadRun:
             "candidates": self.measured,
             "candidates_per_s": self.measured / wall,
             "gpu_busy": held / (self.setup.gpus * wall),
-            "build_pool_busy": kind.get("build", 0.0) / (self.setup.cores * wall),
+            "build_cores": self.builders.cores,
+            "builds_remote": self.builders is not self.cpu,
+            "build_pool_busy": self.builders.kind_s.get("build", 0.0)
+            / (self.builders.cores * wall),
             "head_cpu_busy": self.cpu.busy_s / (self.setup.cores * wall),
             "thread_s": {k: round(v, 1) for k, v in kind.items()},
             "waited": {k: v / wall for k, v in self.waited.items()},

@@ -139,7 +139,7 @@ def simulate(
     from tune_orchestrator.run.loop import round_sizes, search_ahead
 
     settings = Settings.load()
-    sizes = round_sizes(settings, setup.cores, setup.gpus)
+    sizes = round_sizes(settings, setup.build_cores or setup.cores, setup.gpus)
     measuring = engine(setup.gpus, setup.fleet, rpc_s, setup.seed)
     if before:
         measuring.measure(
@@ -197,11 +197,21 @@ def study(
     """Every configuration: one host of k GPUs with cores-per-gpu x k cores, and a fleet of k
     behind each head size; two GPU-hours each (capped at --minutes of wall)."""
     rows = []
-    configs = [(k * args.cores_per_gpu, k, False) for k in args.gpus]
-    configs += [(c, k, True) for c in args.head_cores for k in args.gpus]
-    for cores, k, fleet in configs:
+    configs = [(k * args.cores_per_gpu, k, False, 0) for k in args.gpus]
+    configs += [(c, k, True, 0) for c in args.head_cores for k in args.gpus]
+    # Builds on the GPU hosts, behind the smallest head: each host's cores build.
+    configs += [(min(args.head_cores), k, True, k * args.cores_per_gpu) for k in args.gpus]
+    for cores, k, fleet, build_cores in configs:
         seconds = min(2 * 3600 / k, 60 * args.minutes)
-        setup = _head.Setup(cores=cores, gpus=k, fleet=fleet, seconds=seconds, seed=args.seed)
+        setup = _head.Setup(
+            cores=cores,
+            gpus=k,
+            fleet=fleet,
+            seconds=seconds,
+            seed=args.seed,
+            build_cores=build_cores,
+            remote_build_s=args.rpc_s if build_cores else 0.0,
+        )
         out = simulate(setup, head_costs, tasks, args.rpc_s)
         out["steady_per_s"] = steady(out, len(out["log"]) // 4)
         out.pop("log")
@@ -222,9 +232,9 @@ def row_text(row: dict[str, Any]) -> str:
         f"fleet, head {row['cores']:>2} cores"
         if row["fleet"]
         else f"one host, {row['cores']:>3} cores"
-    )
+    ) + (", builds on the GPU hosts" if row["builds_remote"] else "")
     return (
-        f"{row['gpus']} GPU  {where:<22} {row['steady_per_s']:6.1f} cand/s ({row['candidates']:>6} "
+        f"{row['gpus']} GPU  {where:<46} {row['steady_per_s']:6.1f} cand/s ({row['candidates']:>6} "
         f"in {row['wall_s'] / 60:4.0f} min)  GPU busy "
         f"{row['gpu_busy']:5.1%}  build pool {row['build_pool_busy']:5.1%}  head CPU "
         f"{row['head_cpu_busy']:5.1%}  limit: {limit(row)}"
@@ -265,8 +275,9 @@ def fed(rows: list[dict[str, Any]], alone: dict[str, float]) -> dict[str, float]
     """GPUs a fleet's head of each size keeps busy: its best candidates per second over the
     GPU counts, over what one GPU measures alone over RPC."""
     out = {}
-    for cores in sorted({r["cores"] for r in rows if r["fleet"]}):
-        best = max(r["steady_per_s"] for r in rows if r["fleet"] and r["cores"] == cores)
+    heads = [r for r in rows if r["fleet"] and not r["builds_remote"]]
+    for cores in sorted({r["cores"] for r in heads}):
+        best = max(r["steady_per_s"] for r in heads if r["cores"] == cores)
         out[str(cores)] = best / alone["fleet-1"]
     return out
 
@@ -287,10 +298,12 @@ def plot(models: dict[str, dict[str, Any]], path: Path) -> None:
                 r for r in model["rows"] if not r["fleet"]
             ]
         }
-        for cores in sorted({r["cores"] for r in model["rows"] if r["fleet"]}):
-            lines[f"fleet, head of {cores} cores"] = [
-                r for r in model["rows"] if r["fleet"] and r["cores"] == cores
-            ]
+        heads = [r for r in model["rows"] if r["fleet"] and not r["builds_remote"]]
+        for cores in sorted({r["cores"] for r in heads}):
+            lines[f"fleet, head of {cores} cores"] = [r for r in heads if r["cores"] == cores]
+        remote = [r for r in model["rows"] if r["builds_remote"]]
+        if remote:
+            lines[f"fleet, head of {remote[0]['cores']} cores, builds on the GPU hosts"] = remote
         for label, rows in lines.items():
             gpus = [r["gpus"] for r in rows]
             top.plot(gpus, [r["steady_per_s"] for r in rows], marker="o", label=label)

@@ -46,6 +46,7 @@ class RpcBuilder(Builder):
         self.tracker = tracker
         self.key = key
         self.servers = servers
+        self.workers = servers  # builds at once: the loop sizes its rounds in waves of these
         self.max_timeout_s = timeout_s
         self.adaptive_timeout = adaptive_timeout
         self.min_timeout_s = min_timeout_s

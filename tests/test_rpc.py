@@ -50,6 +50,7 @@ from tune_orchestrator.rundir import RunDir
 
 KEY = "test-cpu"
 BUILD_KEY = "test-cpu-build"  # measure/build_server.py's servers
+BUILD_SERVER = "tune_orchestrator.measure.build_server"
 ARGS = (("float32", (4096,)), ("float32", (4096,)))
 
 
@@ -93,54 +94,13 @@ def tracker(tmp_path_factory):
     try:
         address = f"127.0.0.1:{port}"
         _wait(lambda: tracker_keys("127.0.0.1", port) is not None, procs, log.name)
-        for _ in range(2):
+        # Two measuring servers (TVM's) and two build servers (ours).
+        for module, key in [("tvm.exec.rpc_server", KEY), (BUILD_SERVER, BUILD_KEY)] * 2:
             server_port = free_port()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tvm.exec.rpc_server",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(server_port),
-                        "--port-end",
-                        str(server_port + 20),
-                        "--tracker",
-                        address,
-                        "--key",
-                        KEY,
-                    ],
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                )
-            )
-        for _ in range(2):
-            server_port = free_port()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tune_orchestrator.measure.build_server",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(server_port),
-                        "--port-end",
-                        str(server_port + 20),
-                        "--tracker",
-                        address,
-                        "--key",
-                        BUILD_KEY,
-                    ],
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                )
-            )
+            command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port"]
+            command += [str(server_port), "--port-end", str(server_port + 20)]
+            command += ["--tracker", address, "--key", key]
+            procs.append(subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True))
         keys = lambda: tracker_keys("127.0.0.1", port)  # noqa: E731
         _wait(lambda: keys().get(KEY, 0) == 2 and keys().get(BUILD_KEY, 0) == 2, procs, log.name)
         yield address
