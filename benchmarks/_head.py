@@ -279,7 +279,10 @@ class HeadRun:
 
     def figures(self) -> dict[str, Any]:
         wall = self.cpu.now
-        held = sum(covered(w, -float("inf"), float("inf")) for w in self.engine.figures.windows)
+        figures = self.engine.figures  # windows past its keep are folded into held_s
+        held = sum(figures.held_s) + sum(
+            covered(w, -float("inf"), float("inf")) for w in figures.windows
+        )
         kind = {**self.cpu.kind_s, **self.builders.kind_s}
         return {
             "cores": self.setup.cores,

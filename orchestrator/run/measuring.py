@@ -49,12 +49,12 @@ def make_builder(settings: Settings, logs: Path | None, fleet: Fleet | None = No
     )
 
 
-def _remote_builder(settings: Settings, fleet: Fleet | None) -> Builder:
+def _remote_builder(settings: Settings, fleet: Fleet) -> Builder:
     from tune_orchestrator.measure.rpc import parse_tracker, tracker_keys
     from tune_orchestrator.measure.rpc_build import RpcBuilder
 
     key = settings.build.rpc_key
-    if fleet is None or not fleet.rpc:
+    if not fleet.rpc:
         raise InputError(
             f"[build] rpc_key = {key!r} builds on a fleet's build servers, but this run has "
             'no --rpc: give --rpc HOST:PORT, or set rpc_key to "" to build on this host'
