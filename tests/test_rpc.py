@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 import tvm
 from click.testing import CliRunner
@@ -27,6 +28,7 @@ from devices import GPU
 from engine_contract import check_engine_contract
 from tune_orchestrator import InputError
 from tune_orchestrator.budget import Ledger
+from tune_orchestrator.budget.report import schema as report_schema
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy.builds import ModelBuilds
@@ -319,8 +321,10 @@ def test_a_whole_tune_builds_on_the_fleets_build_servers(
     )
     assert result.exit_code == 0, result.output
     report = json.loads((Path(out) / "report.json").read_text())
+    jsonschema.validate(report, report_schema())
     remote = report["measurement"]["remote_builds"]
     assert remote["servers"] == 2 and remote["failed"] == 0 and remote["library_bytes"] > 0
+    assert "built on 2 build servers under key 'test-cpu-build'" in (out / "report.md").read_text()
     assert report["summary"]["trials"] == 8
     assert sum(t["failures"] for t in report["tasks"]) == 0
 
