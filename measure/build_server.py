@@ -9,7 +9,7 @@ One process serves one build at a time, as a TVM RPC server registered with the 
 BUILD_FUNCTION, which compiles a candidate sent by a run's RpcBuilder (its scheduled module as
 TVM JSON and its target) with the build pool's own build function and returns the shared
 library's bytes. The same trust as a measuring server: whoever reaches the tracker can run
-code on the host (docs/gpu.md, "Who can reach a fleet").
+code on the host (docs/gpu.md, "What a fleet trusts").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A run's search stays here; each candidate's scheduled module (TVM JSON) and targ
 build server the tracker lends under the build key, which compiles it and sends the shared
 library back; the library is written to a private folder, as the build pool writes its
 artifacts, and the RPC engine uploads it to a measuring server as it would a local build. One
-session per build (the tracker ends a session at its timeout, so a hung build ends with it);
+session per build (the server ends a session at its timeout, so a hung build ends with it);
 as many builds at once as servers registered under the key when the run started.
 """
 
