@@ -212,7 +212,7 @@ def test_a_gpu_window_that_cannot_be_shared_is_counted_from_the_runs_pools(
     monkeypatch.setitem(sys.modules, "cupy", ModuleType("cupy"))  # what CudaEngine imports
     monkeypatch.setattr(cuda, "cuda_available", lambda: True)
     monkeypatch.setattr(cuda, "WorkerPool", _NoWorkers)
-    monkeypatch.setattr(measuring, "make_builder", lambda settings, logs: _NoWorkers())
+    monkeypatch.setattr(measuring, "make_builder", lambda settings, logs, fleet: _NoWorkers())
     shared = host_tmp / "tune-orchestrator"
     shared.mkdir(mode=0o1777)
     (shared / "window-0.lock.gate").symlink_to(tmp_path / "elsewhere")
