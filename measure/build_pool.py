@@ -74,17 +74,14 @@ class BuildPool(Builder):
         futures = [
             self._pool.submit(_worker.build, item.mod, item.target, self._dir) for item in inputs
         ]
-        if until is not None:
-            stop_starting(futures, until)
-        builds = []
-        for future in futures:
-            if future.cancelled():  # never started: so were none after it
-                break
-            value, error = self._pool.outcome(future, "build")
-            builds.append(Build(None, error) if error else Build(value[0], None, value[1]))
+        builds = started_builds(futures, until, self._build_of)
         self._seconds.extend(b.seconds for b in builds if b.ok)
         self._pool.timeout_s = self.timeout_s
         return builds
+
+    def _build_of(self, future: Future) -> Build:
+        value, error = self._pool.outcome(future, "build")
+        return Build(None, error) if error else Build(value[0], None, value[1])
 
     @property
     def timeout_s(self) -> float:
@@ -152,6 +149,23 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def started_builds(
+    futures: Sequence[Future],
+    until: Callable[[], bool] | None,
+    build_of: Callable[[Future], Build],
+) -> list[Build]:
+    """The builds of `futures`, in order, once done; with `until`, those not started when it
+    became true are cancelled and left out."""
+    if until is not None:
+        stop_starting(futures, until)
+    builds = []
+    for future in futures:
+        if future.cancelled():  # never started: so were none after it
+            break
+        builds.append(build_of(future))
+    return builds
 
 
 def stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Build, Builder, BuildInput, short_error
-from .build_pool import RECENT_BUILDS, adaptive_timeout_s, stop_starting
+from .build_pool import RECENT_BUILDS, adaptive_timeout_s, started_builds
 from .build_server import BUILD_FUNCTION
 
 _PREFIX = "orchestrate-remote-builds-"
@@ -76,13 +76,7 @@ class RpcBuilder(Builder):
         futures: list[Future[Build]] = [
             self._threads.submit(self._build_one, item, timeout) for item in inputs
         ]
-        if until is not None:
-            stop_starting(futures, until)
-        builds = []
-        for future in futures:
-            if future.cancelled():  # never started: so were none after it
-                break
-            builds.append(future.result())
+        builds = started_builds(futures, until, Future.result)
         self._seconds.extend(b.seconds for b in builds if b.ok)
         return builds
 
