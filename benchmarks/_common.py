@@ -276,5 +276,12 @@ def time_databases(
     }
 
 
+def head_rev() -> str:
+    """This checkout's commit, short."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="bench-db-"))

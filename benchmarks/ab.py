@@ -28,7 +28,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from _common import ROOT, scratch, time_databases
+from _common import ROOT, head_rev, scratch, time_databases
 
 
 def unpack(rev: str) -> tuple[Path, str]:
@@ -143,14 +143,8 @@ def main() -> None:
             f"{side} {s['latency_s'] * 1e3:.3f} ms, {s['trials']:.0f} trials, {s['wall_s']:.0f} s"
             for side, s in summary.items()) + f"; new / old {ratio:.3f}", flush=True)  # fmt: skip
     out = ROOT / "benchmarks" / "results" / f"ab-{args.label}-{dt.date.today()}.json"
-    out.write_text(json.dumps({"old": args.old, "new": _head(), "models": results}, indent=2))
+    out.write_text(json.dumps({"old": args.old, "new": head_rev(), "models": results}, indent=2))
     print(f"raw figures: {out.relative_to(ROOT)}")
-
-
-def _head() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import platform
 import time
 from pathlib import Path
 
-from _common import ROOT, time_databases
+from _common import ROOT, head_rev, time_databases
 from ab import model_file, run, unpack
 
 
@@ -55,17 +55,9 @@ def main() -> None:
         )
         print(f"{name} {budget}: {shown}; slowest / fastest {spread:.2f}x", flush=True)
     out = ROOT / "benchmarks" / "results" / f"spread-{args.label}-{dt.date.today()}.json"
-    rev = args.rev or _head()
+    rev = args.rev or head_rev()
     out.write_text(json.dumps({"rev": rev, "models": results}, indent=2) + "\n")
     print(f"raw figures: {out.relative_to(ROOT)}")
-
-
-def _head() -> str:
-    import subprocess
-
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
 
 
 if __name__ == "__main__":

@@ -334,8 +334,9 @@ class Session:
     ) -> None:
         """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases,
         a first round's search (forecast as the run will before it times one) and the final
-        phase. A resumed run with candidates measured before needs no further round: it ships
-        what it has when the final phase fits."""
+        phase; a budget that covers them is owed that first round (Ledger.promised_round). A
+        resumed run with candidates measured before needs no further round: it ships what it
+        has when the final phase fits."""
         kept = restored.trials  # measured in earlier sessions, in the database
         first = None
         if not kept and ledger.forecast_round(0) is None:  # no round timed yet
