@@ -7,7 +7,8 @@ The run is `tune()` on examples/smallcnn.onnx with `--simulate`, every task kept
 (no early stop, no task retired on a plateau), in this process, probed after each round: the
 process's resident memory, the last journal append's seconds and the journal's size, the
 candidates waiting in the proposal pools, the learned model's samples held and its last
-refit's seconds, the engine's per-candidate lists and the database's records. A line fitted
+refit's seconds, the engine's per-candidate lists and the database's records (`--database
+stock`: TVM's JSONDatabase instead of the run's own, to compare memory). A line fitted
 to each over the second half of the rounds gives its growth per round. The learned model's
 cap is set to `--max-samples` (the product's is MAX_SAMPLES, 4096) so that the run reaches it
 (time compressed); a refit on the samples a two-GPU-hour run measures, capped and not, is then
@@ -184,9 +185,30 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--feature-cache", type=int, default=0, help="schedules the cost model caches (0: its own)"
     )
+    parser.add_argument(
+        "--database",
+        choices=("run", "stock"),
+        default="run",
+        help="the run's own database (rundir/database.py) or TVM's JSONDatabase, for comparison",
+    )
     parser.add_argument("--model", type=Path, default=EXAMPLE)
     parser.add_argument("--label", default=platform.node() or "host")
     return parser.parse_args()
+
+
+def use_stock_database() -> None:
+    """The run directory opens TVM's JSONDatabase, which holds every record (benchmark only)."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from tune_orchestrator.rundir.directory import RunDir
+
+    def stock(run: Any) -> Any:
+        return JSONDatabase(
+            path_workload=str(run[RunDir.WORKLOAD_DB]),
+            path_tuning_record=str(run[RunDir.RECORD_DB]),
+        )
+
+    RunDir.database = stock
 
 
 def tuned(args: argparse.Namespace, probe: Probe) -> tuple[Any, dict[str, Any], float]:
@@ -213,6 +235,8 @@ def main() -> None:
 
     product_cap, predictor.MAX_SAMPLES = predictor.MAX_SAMPLES, args.max_samples
     cost_model._CACHE = args.feature_cache or cost_model._CACHE
+    if args.database == "stock":
+        use_stock_database()
     probe = Probe()
     result, report, wall = tuned(args, probe)
     rows = probe.rows
@@ -220,7 +244,7 @@ def main() -> None:
         "model": args.model.name, "trials": args.trials, "label": args.label, "date": dt.date.today().isoformat(),
         "machine": platform.machine(), "wall_s": wall, "rounds": len(rows), "stop": result.stop_reason,
         "max_samples": args.max_samples, "product_max_samples": product_cap,
-        "feature_cache": cost_model._CACHE,
+        "feature_cache": cost_model._CACHE, "database": args.database,
         "growth": {k: growth(rows, k) for k in KEYS},
         "report": report_sections(report, len(rows)),
         "refits": refits(probe.predictor, [int(c) for c in args.refit_samples.split(",")], product_cap),

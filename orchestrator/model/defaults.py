@@ -194,8 +194,8 @@ class SearchView(PyDatabase):
     def get_all_tuning_records(self) -> list[Any]:
         return [r for r in self.database.get_all_tuning_records() if self._visible(r)]
 
-    def __len__(self) -> int:
-        return len(self.get_all_tuning_records())
+    def __len__(self) -> int:  # the hidden records are in the database
+        return len(self.database) - len(self.hidden)
 
 
 def hex_key(key: int) -> str:

@@ -69,14 +69,11 @@ class RunDir:
         return self.path / (self._SIMULATED.get(name, name) if self.simulated else name)
 
     def database(self) -> Any:
-        """The run's MetaSchedule JSONDatabase."""
-        from tvm.s_tir.meta_schedule.database import JSONDatabase
+        """The run's MetaSchedule database (JSONDatabase's files; database.py)."""
+        from .database import RunDatabase
 
         files = {"workload": self[self.WORKLOAD_DB], "record": self[self.RECORD_DB]}
-        database = JSONDatabase(
-            path_workload=str(files["workload"]), path_tuning_record=str(files["record"])
-        )
-        return faults.database(database, files)
+        return faults.database(RunDatabase(files["workload"], files["record"]), files)
 
     @classmethod
     def open(

@@ -126,6 +126,9 @@ def database(db: Any, files: Mapping[str, Path]) -> Any:
         def get_all_tuning_records(self) -> list[Any]:
             return db.get_all_tuning_records()
 
+        def each_record(self, unreadable: Any = None) -> Any:
+            return db.each_record(unreadable)
+
         def __len__(self) -> int:
             return len(db)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Spend
@@ -22,6 +22,7 @@ from ..model.tasks import Candidate, Task, structural_key
 from ..run.loop import FAILED_RUN_SECS
 from ..run.scheduler import TaskState
 from ..run.skipped import Skipped
+from ..search.transfer import one_line
 
 
 @dataclasses.dataclass
@@ -124,7 +125,7 @@ def _read_database(
     default_records: dict[int, Any] = {}
     bests: dict[int, list[tuple[Any, float]]] = {}
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
-    for record in database.get_all_tuning_records():
+    for record in _every_record(database, skipped):
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
             continue
@@ -153,6 +154,19 @@ def _read_database(
         cands.append(Candidate(task, candidate, key))
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
     return default_records, bests, learn
+
+
+def _every_record(database: Any, skipped: Skipped) -> Iterable[Any]:
+    """The database's records, read one at a time where it can (database.py); one that no
+    longer replays is counted and stays in the file."""
+    each = getattr(database, "each_record", None)
+    if each is None:
+        return database.get_all_tuning_records()
+
+    def unreadable(number: int, error: Exception) -> None:
+        skipped.add("run_records", f"record {number}: {one_line(error)}")
+
+    return each(unreadable)
 
 
 def _read_journal(

@@ -1,0 +1,197 @@
+"""The run's tuning database: TVM's two files on disk, in memory only what is read back.
+
+MetaSchedule's `JSONDatabase` holds every record it has seen in memory, each with its replayed
+trace: about 0.13 MB a record on smallcnn, some 2 GB for the 15,000 candidates of a two-GPU-hour
+run. A run reads back only each task's fastest records: the final compile takes one per task,
+and the search keeps its own parents. `RunDatabase` appends every record to the same two files,
+in the format `JSONDatabase` writes (stock TVM reads the folder), and keeps in memory each
+workload's `kept` fastest. Opening it reads the files' JSON and replays only those; every record
+is read back, one at a time, by `each_record` (what a resumed run relearns from).
+
+Which records count as a workload's fastest follows `JSONDatabase.get_top_k` in TVM 0.27: by
+mean run time, earlier first among equals; a record with no run time, or with every run failed
+(1e10 s), or with a trace of no instructions, is never among them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import PyDatabase
+
+from ..library.files import record_json
+from ..model.tasks import structural_key
+
+# Each workload's fastest records held in memory: the compile reads one; the rest is slack for
+# whoever asks get_top_k for a few (TVM's own search asks for a fifth of its population, but
+# the search here keeps its parents itself).
+KEPT = 16
+FAILED = 1e10  # the run time TVM records for a run that failed
+
+
+def mean_s(run_secs: Any) -> float:
+    """A record's mean run time as TVM sorts records (no run time: 1e10 s)."""
+    secs = [float(s) for s in run_secs] if run_secs else []
+    return sum(secs) / len(secs) if secs else FAILED
+
+
+def ranked(run_secs: Any, first_instruction: str | None) -> bool:
+    """Whether get_top_k may return a record: it ran at least once, and its trace schedules
+    something before its postprocessing (TVM's TuningRecord::IsValid)."""
+    ran = bool(run_secs) and any(float(s) != FAILED for s in run_secs)
+    return ran and first_instruction not in (None, "EnterPostproc")
+
+
+@derived_object
+class RunDatabase(PyDatabase):
+    """A MetaSchedule database writing `workloads` and `records` (JSONDatabase's two files)
+    and holding each workload's `kept` fastest records."""
+
+    def __init__(self, workloads: str | Path, records: str | Path, kept: int = KEPT) -> None:
+        super().__init__()
+        self.paths = (Path(workloads), Path(records))
+        self.kept = kept
+        self.workloads: list[Any] = []  # by line of the workload file
+        self._lines: dict[int, list[int]] = {}  # structural key -> workload lines
+        self._fastest: dict[int, list[tuple[float, int, Any]]] = {}  # line -> (mean, order, record)
+        self._count = 0
+        self._load()
+
+    # -- what TVM calls ------------------------------------------------------------------
+
+    def has_workload(self, mod: Any) -> bool:
+        return self._line_of(mod) is not None
+
+    def commit_workload(self, mod: Any) -> Any:
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        line = self._line_of(mod)
+        if line is not None:
+            return self.workloads[line]
+        workload = Workload(mod)
+        _append(self.paths[0], json.dumps([str(v) for v in workload.as_json()]))
+        self._add_workload(workload)
+        return workload
+
+    def commit_tuning_record(self, record: Any) -> None:
+        line = self._line_of(record.workload.mod, record.workload)
+        if line is None:
+            raise ValueError("a tuning record for a workload this database has not committed")
+        _append(self.paths[1], json.dumps([line, record_json(record)]))
+        insts = record.trace.insts
+        first = insts[0].kind.name if len(insts) else None
+        self._offer(line, record, record.run_secs, first)
+
+    def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
+        if top_k < 0:
+            raise ValueError("top_k must be non-negative")
+        line = self._line_of(workload.mod)
+        held = self._fastest.get(line, []) if line is not None else []
+        return [record for _, _, record in held[:top_k]]
+
+    def get_all_tuning_records(self) -> list[Any]:
+        return list(self.each_record())
+
+    def __len__(self) -> int:
+        return self._count
+
+    # -- every record, from the file -------------------------------------------------------
+
+    def each_record(
+        self, unreadable: Callable[[int, Exception], None] | None = None
+    ) -> Iterator[Any]:
+        """Every record of the file, in the order they were committed, replayed one at a
+        time. A record that no longer replays is passed to `unreadable` (line number, error)
+        and skipped; without `unreadable`, it raises."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord
+
+        for number, (line, record) in enumerate(_rows(self.paths[1]), start=1):
+            try:
+                yield TuningRecord.from_json(record, self.workloads[line])
+            except Exception as error:  # noqa: BLE001 - TVM raises its own types
+                if unreadable is None:
+                    raise
+                unreadable(number, error)
+
+    # -- in memory ---------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """The workloads, and each one's fastest records, from the files (TVM replays a
+        record's trace as it reads it, and raises on the first that does not replay)."""
+        from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+        if self.paths[0].is_file():
+            for text in self.paths[0].read_bytes().splitlines():
+                if text.strip():
+                    self._add_workload(Workload.from_json(json.loads(text)))
+        best: dict[int, list[tuple[float, int, Any]]] = {}
+        for order, (line, record) in enumerate(_rows(self.paths[1])):
+            if line >= len(self.workloads):
+                raise ValueError(f"{self.paths[1]}: record {order + 1} names no workload")
+            self._count += 1
+            insts = record[0][0] if record and record[0] else []
+            first = insts[0][0] if insts else None
+            if ranked(record[1], first):
+                _keep(best.setdefault(line, []), (mean_s(record[1]), order, record), self.kept)
+        for line, held in best.items():
+            workload = self.workloads[line]
+            self._fastest[line] = [
+                (mean, order, TuningRecord.from_json(record, workload))
+                for mean, order, record in held
+            ]
+
+    def _add_workload(self, workload: Any) -> None:
+        self._lines.setdefault(structural_key(workload.mod), []).append(len(self.workloads))
+        self.workloads.append(workload)
+
+    def _line_of(self, mod: Any, workload: Any = None) -> int | None:
+        import tvm_ffi
+
+        if workload is not None:  # most commits hand back the Workload commit_workload gave
+            for line, held in enumerate(self.workloads):
+                if held.same_as(workload):
+                    return line
+        for line in self._lines.get(structural_key(mod), []):
+            if tvm_ffi.structural_equal(self.workloads[line].mod, mod):
+                return line
+        return None
+
+    def _offer(self, line: int, record: Any, run_secs: Any, first: str | None) -> None:
+        self._count += 1
+        if ranked(run_secs, first):
+            entry = (mean_s(run_secs), self._count, record)
+            _keep(self._fastest.setdefault(line, []), entry, self.kept)
+
+
+def _keep(held: list[tuple[float, int, Any]], entry: tuple[float, int, Any], kept: int) -> None:
+    """Insert `entry` into `held` (sorted by mean, then order) and keep its `kept` first."""
+    at = bisect.bisect_right(held, entry[:2], key=lambda e: e[:2])
+    if at < kept:
+        held.insert(at, entry)
+        del held[kept:]
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """The record file's rows: (workload line, record JSON)."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as fh:
+        for number, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            row = json.loads(text)
+            if not (isinstance(row, list) and len(row) == 2 and type(row[0]) is int):
+                raise ValueError(f"{path} line {number} is not a tuning record")
+            yield row[0], row[1]
+
+
+def _append(path: Path, text: str) -> None:
+    """One line at the end of `path`, as JSONDatabase writes it (the run's journal, not this
+    file, is what a resume trusts; a torn last line is mended when the run reopens)."""
+    with open(path, "ab") as fh:
+        fh.write(text.encode() + b"\n")
