@@ -199,6 +199,7 @@ class SchedulerSettings:
     first_round: int
     first_rounds: int
     coverage_share: float
+    peers: bool
 
     def __post_init__(self) -> None:
         _positive("scheduler", "window", self.window)

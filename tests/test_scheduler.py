@@ -232,3 +232,35 @@ def test_a_first_touch_gets_the_first_round_size():
     sizes = RoundSizes(16, 64).for_tasks(4, 384)
     plan = GainScheduler().pick([TaskState(task, baseline_s=1e-3)], sizes)
     assert plan is not None and plan.size == 64
+
+
+def vector_task(index: int, n: int, flops: float = 1e6) -> Task:
+    """A task with a real workload (doubling a vector of `n`): tasks of one kind, any `n`."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    workload = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    return Task(index, f"t{index}", 1, flops, workload, f"{index:016x}")
+
+
+def test_a_task_stuck_below_its_sister_tasks_throughput_gets_rounds_again():
+    stuck = state(0, baseline=10.0, history=[5.0, 5.0, 5.0, 5.0], trials=64)
+    moving = state(1, baseline=10.0, history=[4.0, 3.0, 2.6, 2.3], trials=64)
+    stuck.task, moving.task = vector_task(0, 64), vector_task(1, 128)
+    # Its own curve is flat: alone, the moving task would get every round.
+    assert picked(GainScheduler(peers=False), [stuck, moving]) is moving
+    # At its sister's throughput it would run in 2.3 s: a round of 64 after 256 trials
+    # expects a fifth of the gap.
+    sched = GainScheduler()
+    assert sched.peer_latencies([stuck, moving]) == {0: 2.3, 1: 2.3}
+    assert sched.expected_gain(stuck, 64, 2.3) == pytest.approx((5.0 - 2.3) * 64 / 320)
+    assert picked(sched, [stuck, moving]) is stuck
+    # A task of another kind is no sister; one of four times the FLOPs expects four times.
+    other = state(2, baseline=10.0, history=[1.0], trials=64)
+    other.task = Task(2, "t2", 1, 1e6, None, f"{2:016x}")
+    heavier = state(3, baseline=40.0, history=[20.0], trials=64)
+    heavier.task = vector_task(3, 256, flops=4e6)
+    latencies = sched.peer_latencies([stuck, moving, other, heavier])
+    assert 2 not in latencies and latencies[3] == pytest.approx(4e6 / (1e6 / 2.3))

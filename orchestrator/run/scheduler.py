@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..model.tasks import Task
+from ..search.transfer import blocks
 
 
 @dataclasses.dataclass
@@ -215,6 +216,11 @@ class GainScheduler(Scheduler):
     library round (the library's fastest records, re-measured here): its curve starts at the
     library's trials of it, and a task the library tuned to a plateau is valued on a flat curve
     (`min_gain` per doubling), so it gets a round only when no other task promises more.
+    With `peers`, a task that runs slower than the best throughput (FLOPs a second) a task of
+    its kind (the same blocks, other shapes) has reached expects at least the share
+    size / (trials + size) of that gap: a search stuck near its first round's best on one
+    convolution is not left there while its sister convolution takes every round (Ansor's
+    similar-task estimate).
     Expected cost: the task's own recent rounds,
     split into a fixed part (search and filter) and a part per candidate, or the run's
     typical round before it has any.
@@ -229,6 +235,7 @@ class GainScheduler(Scheduler):
         first_round_gain: float = 0.5,
         min_gain: float = 0.01,
         coverage_share: float = 0.01,
+        peers: bool = True,
     ):
         if window < 1:
             raise ValueError(f"window must be at least 1 but got {window}.")
@@ -242,6 +249,8 @@ class GainScheduler(Scheduler):
         self.first_round_gain = first_round_gain
         self.min_alpha = -math.log2(1.0 - min_gain)  # min_gain per doubling of trials
         self.coverage_share = coverage_share
+        self.peers = peers
+        self._kinds: dict[str, tuple | None] = {}  # task key -> its blocks (None: unknown)
 
     @classmethod
     def from_settings(cls, scheduler: Any) -> GainScheduler:
@@ -251,6 +260,7 @@ class GainScheduler(Scheduler):
             first_round_gain=scheduler.first_round_gain,
             min_gain=scheduler.min_gain_per_doubling,
             coverage_share=scheduler.coverage_share,
+            peers=scheduler.peers,
         )
 
     def pick(
@@ -271,24 +281,58 @@ class GainScheduler(Scheduler):
             for s in active
             if s.rounds == 0 and (shares[s.task.index] or 0.0) >= self.coverage_share
         ]
-        plans = [self.plan(s, sizes, costs, first=bool(uncovered)) for s in uncovered or active]
+        peers = self.peer_latencies(states)
+        plans = [
+            self.plan(s, sizes, costs, first=bool(uncovered), peer_s=peers.get(s.task.index))
+            for s in uncovered or active
+        ]
         # Ties go to the task with fewer rounds, then the lower index.
         return max(plans, key=lambda p: (p.per_second, -p.state.rounds, -p.state.task.index))
 
     def plan(
-        self, state: TaskState, sizes: RoundSizes, typical: RoundCosts, *, first: bool = False
+        self,
+        state: TaskState,
+        sizes: RoundSizes,
+        typical: RoundCosts,
+        *,
+        first: bool = False,
+        peer_s: float | None = None,
     ) -> RoundPlan:
         """The task's best round: the size whose expected gain per second is highest (the
         first-round size when `first` or for a first touch)."""
         costs = RoundCosts.of(state) or typical
         options = [sizes.first_touch] if first or state.rounds == 0 else sizes.options()
         plans = [
-            RoundPlan(state, k, self.expected_gain(state, k), costs.seconds(k)) for k in options
+            RoundPlan(state, k, self.expected_gain(state, k, peer_s), costs.seconds(k))
+            for k in options
         ]
         return max(plans, key=lambda p: (p.per_second, -p.size))
 
-    def expected_gain(self, state: TaskState, size: int) -> float:
-        """Expected cut of model latency (seconds) from `size` more trials of this task."""
+    def peer_latencies(self, states: Sequence[TaskState]) -> dict[int, float]:
+        """Each task's latency at the best throughput a tuned task of its kind has reached
+        (task index -> seconds); none without `peers`."""
+        if not self.peers:
+            return {}
+        best: dict[tuple, float] = {}  # kind -> FLOPs a second
+        for s in states:
+            kind = self.kind(s.task)
+            if kind is not None and s.best_s:
+                best[kind] = max(best.get(kind, 0.0), s.task.flops / s.best_s)
+        return {
+            s.task.index: s.task.flops / best[kind]
+            for s in states
+            if (kind := self.kind(s.task)) is not None and kind in best
+        }
+
+    def kind(self, task: Task) -> tuple | None:
+        """The task's blocks and their iterators (search/transfer.py), once per task."""
+        if task.key not in self._kinds:
+            self._kinds[task.key] = None if task.workload is None else blocks(task.workload)
+        return self._kinds[task.key]
+
+    def expected_gain(self, state: TaskState, size: int, peer_s: float | None = None) -> float:
+        """Expected cut of model latency (seconds) from `size` more trials of this task;
+        `peer_s`: its latency at the best throughput a task of its kind has reached."""
         latency = state.latency_s
         if latency is None:
             return math.inf
@@ -306,6 +350,7 @@ class GainScheduler(Scheduler):
         cut = max(
             latency - tuned * growth,
             latency * (1.0 - ((trials + size) / trials) ** -self.min_alpha),
+            (latency - peer_s) * size / (trials + size) if peer_s is not None else 0.0,
         )
         return state.task.weight * cut * damp
 
