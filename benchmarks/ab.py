@@ -40,8 +40,9 @@ def unpack(rev: str) -> tuple[Path, str]:
     if (folder / "orchestrator" / "__main__.py").is_file() and not _namespaced(folder):
         return folder, "orchestrator"
     # One namespace: lay the package out as pip installs it (pyproject's package-dir).
-    site = scratch() / f"{rev}-site"
+    site = folder.parent / f"{rev}-site"
     package = site / "tune_orchestrator"
+    site.mkdir()
     subprocess.run(["cp", "-r", str(folder / "orchestrator"), str(package)], check=True)
     for sub in ("budget", "configs", "filters", "measure"):
         subprocess.run(["cp", "-r", str(folder / sub), str(package / sub)], check=True)
