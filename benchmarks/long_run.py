@@ -19,7 +19,9 @@ per round. Writes benchmarks/results/long_run-<label>-<date>.json.
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
+import gc
 import json
 import platform
 import statistics
@@ -34,8 +36,15 @@ EXAMPLE = ROOT / "examples" / "smallcnn.onnx"
 KEEP_TASKS = "[stopping]\ntask_patience = 100000\n"  # no task retires: every round counts
 
 
+TRIM = False  # --trim: hand the allocator's free memory back before each reading
+
+
 def rss_mb() -> float:
     """This process's resident memory now (not its peak)."""
+    if TRIM:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -56,6 +65,7 @@ class Probe:
         self.fits: list[tuple[int, float]] = []  # (samples held, seconds)
         self.rows: list[dict[str, Any]] = []
         self.journal: Path | None = None
+        self.types: list[tuple[int, collections.Counter]] = []
         init, append, fit = TuningLoop.__init__, RunDir.append, Predictor.fit
 
         def loop_init(loop: Any, *a: Any, **k: Any) -> None:
@@ -79,6 +89,21 @@ class Probe:
     def __call__(self, event: Any) -> None:
         if event["event"] == "round" and self.loop is not None:
             self.rows.append(self.row(event))
+            if event["round"] % 20 == 0:  # what the collector tracks, by type
+                self.types.append(
+                    (
+                        event["round"],
+                        collections.Counter(type(o).__name__ for o in gc.get_objects()),
+                    )
+                )
+
+    def type_growth(self, top: int = 15) -> dict[str, Any]:
+        """The types whose live objects grew most between the second and last snapshot."""
+        if len(self.types) < 3:
+            return {}
+        (r0, first), (r1, last) = self.types[1], self.types[-1]
+        grown = (last - first).most_common(top)
+        return {"rounds": [r0, r1], "grown": dict(grown)}
 
     def row(self, event: Any) -> dict[str, Any]:
         loop = self.loop
@@ -97,6 +122,7 @@ class Probe:
             "engine_items": sum(len(w) for w in figures.windows),
             "database_records": len(loop.database),
             "curve_points": len(loop.ledger.history),
+            "python_objects": len(gc.get_objects()),  # what the collector tracks
         }
 
 
@@ -166,7 +192,7 @@ def refits(predictor: Any, counts: list[int], cap: int) -> list[dict[str, Any]]:
 
 KEYS = (
     "rss_mb", "append_s", "journal_bytes", "waiting", "held", "fit_s", "engine_items",
-    "database_records", "curve_points",
+    "database_records", "curve_points", "python_objects",
 )  # fmt: skip
 
 
@@ -190,6 +216,11 @@ def arguments() -> argparse.Namespace:
         choices=("run", "stock"),
         default="run",
         help="the run's own database (rundir/database.py) or TVM's JSONDatabase, for comparison",
+    )
+    parser.add_argument(
+        "--trim",
+        action="store_true",
+        help="malloc_trim before each reading: memory the allocator holds free is not counted",
     )
     parser.add_argument("--model", type=Path, default=EXAMPLE)
     parser.add_argument("--label", default=platform.node() or "host")
@@ -235,6 +266,8 @@ def main() -> None:
 
     product_cap, predictor.MAX_SAMPLES = predictor.MAX_SAMPLES, args.max_samples
     cost_model._CACHE = args.feature_cache or cost_model._CACHE
+    global TRIM
+    TRIM = args.trim
     if args.database == "stock":
         use_stock_database()
     probe = Probe()
@@ -244,9 +277,9 @@ def main() -> None:
         "model": args.model.name, "trials": args.trials, "label": args.label, "date": dt.date.today().isoformat(),
         "machine": platform.machine(), "wall_s": wall, "rounds": len(rows), "stop": result.stop_reason,
         "max_samples": args.max_samples, "product_max_samples": product_cap,
-        "feature_cache": cost_model._CACHE, "database": args.database,
+        "feature_cache": cost_model._CACHE, "database": args.database, "trim": args.trim,
         "growth": {k: growth(rows, k) for k in KEYS},
-        "report": report_sections(report, len(rows)),
+        "report": report_sections(report, len(rows)), "object_growth": probe.type_growth(),
         "refits": refits(probe.predictor, [int(c) for c in args.refit_samples.split(",")], product_cap),
         "per_round": rows,
     }  # fmt: skip
