@@ -42,6 +42,9 @@ class TaskProgress:
     measured_rounds: int  # rounds that measured at least one candidate successfully
     floor: int = 0  # trials it gets before a stopping rule may end the run
     done: bool = False  # retired: it gets no more rounds
+    # Of the model's current latency, what its next round is expected to cut by closing on
+    # the best throughput a task of its kind has reached (0: nothing known)
+    catch_up: float = 0.0
 
 
 class StoppingRule(abc.ABC):

@@ -21,7 +21,8 @@ class DiminishingReturns(StoppingRule):
     with fewer than `min_rounds` rounds, or with fewer than two rounds inside the window; and,
     when told about the tasks, not before every task holding `min_share` of the untuned
     latency has had `min_measured_rounds` measured rounds and every task has its floor of
-    trials (retired tasks excepted).
+    trials, nor while a task's next round is expected to cut `min_gain` of the model's latency
+    by catching up with a task of its kind (retired tasks excepted).
     """
 
     def __init__(
@@ -84,7 +85,7 @@ class DiminishingReturns(StoppingRule):
         if not tasks:
             return ""
         live = [t for t in tasks if not t.done]
-        if any(t.trials < t.floor for t in live):
+        if any(t.trials < t.floor or t.catch_up >= self.min_gain for t in live):
             return None
         weighty = [t for t in tasks if t.share is not None and t.share >= self.min_share]
         if any(t.measured_rounds < self.min_measured_rounds for t in weighty if not t.done):

@@ -549,3 +549,27 @@ def test_diminishing_returns_wait_until_every_task_that_matters_had_its_chance()
     assert never is None
     retired = lambda r: [replace(t, done=True) if t.name == "late" else t for t in tasks(r, 10**6)]  # noqa: E731
     assert run_until_stopped(exp_curve, tasks=retired)[0] == alone  # retired: nothing to wait for
+
+
+def test_diminishing_returns_wait_while_a_task_can_catch_up_with_its_kind():
+    """A convolution slower than its sister promises more from its next round than the
+    model's flat curve says: the rule waits until that promise falls under min_gain."""
+
+    def tasks(rounds, promise_until=100):
+        behind = 0.05 if rounds < promise_until else 0.009  # of the model's latency
+        return [
+            TaskProgress("sister", 0.5, trials=64 * rounds, measured_rounds=rounds),
+            TaskProgress(
+                "behind", 0.5, trials=64 * rounds, measured_rounds=rounds, catch_up=behind
+            ),
+        ]
+
+    alone, _ = run_until_stopped(exp_curve)
+    caught_up, _ = run_until_stopped(exp_curve, tasks=tasks)
+    assert alone is not None and alone < 100 * 30.0
+    assert caught_up == pytest.approx(100 * 30.0)  # as soon as its promise fell under 1%
+
+    def retired(r):
+        return [replace(t, done=True) if t.name == "behind" else t for t in tasks(r, 10**6)]
+
+    assert run_until_stopped(exp_curve, tasks=retired)[0] == alone

@@ -37,6 +37,7 @@ from .scheduler import (
     assign_floors,
     current_shares,
     model_latency_s,
+    peer_cut,
 )
 
 Emit = Callable[..., None]
@@ -391,6 +392,13 @@ class TuningLoop:
 
     def progress(self) -> list[TaskProgress]:
         """What the stopping rules may judge the tasks by."""
+        peers = self.scheduler.peer_latencies(self.states)
+        model = model_latency_s(self.states) or math.inf
+
+        def catch_up(s: TaskState) -> float:
+            """Of the model's latency, what a largest round would cut toward its peers."""
+            return s.task.weight * peer_cut(s, self.sizes.largest, peers.get(s.task.index)) / model
+
         return [
             TaskProgress(
                 name=s.task.name,
@@ -399,6 +407,7 @@ class TuningLoop:
                 measured_rounds=s.measured_rounds,
                 floor=s.floor,
                 done=s.retired is not None,
+                catch_up=catch_up(s),
             )
             for s in self.states
         ]

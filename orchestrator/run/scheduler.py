@@ -198,6 +198,11 @@ class Scheduler(abc.ABC):
         self, states: Sequence[TaskState], sizes: RoundSizes, exclude: Collection[int] = ()
     ) -> RoundPlan | None: ...
 
+    def peer_latencies(self, states: Sequence[TaskState]) -> dict[int, float]:
+        """Each task's latency at the best throughput a task of its kind has reached (task
+        index -> seconds), where the scheduler knows it."""
+        return {}
+
 
 class GainScheduler(Scheduler):
     """Wide before deep, then the round that buys the most model latency per second.
@@ -350,7 +355,7 @@ class GainScheduler(Scheduler):
         cut = max(
             latency - tuned * growth,
             latency * (1.0 - ((trials + size) / trials) ** -self.min_alpha),
-            (latency - peer_s) * size / (trials + size) if peer_s is not None else 0.0,
+            peer_cut(state, size, peer_s),
         )
         return state.task.weight * cut * damp
 
@@ -368,6 +373,15 @@ class GainScheduler(Scheduler):
             return None
         (n0, l0), (n1, l1) = points[0], points[-1]
         return math.log(l0 / l1) / math.log(n1 / n0)
+
+
+def peer_cut(state: TaskState, size: int, peer_s: float | None) -> float:
+    """The cut of the task's latency (seconds) a round of `size` is expected to make toward
+    `peer_s`, its latency at its kind's best throughput: size / (trials + size) of the gap."""
+    latency = state.latency_s
+    if peer_s is None or latency is None or peer_s >= latency:
+        return 0.0
+    return (latency - peer_s) * size / (max(1, state.depth) + size)
 
 
 @dataclasses.dataclass(frozen=True)
