@@ -122,7 +122,11 @@ class Probe:
             "engine_items": sum(len(w) for w in figures.windows),
             "database_records": len(loop.database),
             "curve_points": len(loop.ledger.history),
-            "python_objects": len(gc.get_objects()),  # what the collector tracks
+            "python_objects": len(live := gc.get_objects()),  # what the collector tracks
+            "schedules": sum(type(o).__name__ == "Schedule" for o in live),  # TVM's, alive
+            # of which the searches' parents and the cost model's feature cache hold
+            "parents": sum(len(s._elites) for s in loop.proposer._searches.values()),
+            "cached_schedules": len(getattr(loop.cost_model, "_cache", ())),
         }
 
 
@@ -192,7 +196,8 @@ def refits(predictor: Any, counts: list[int], cap: int) -> list[dict[str, Any]]:
 
 KEYS = (
     "rss_mb", "append_s", "journal_bytes", "waiting", "held", "fit_s", "engine_items",
-    "database_records", "curve_points", "python_objects",
+    "database_records", "curve_points", "python_objects", "schedules", "parents",
+    "cached_schedules",
 )  # fmt: skip
 
 
