@@ -1,8 +1,8 @@
 """The run's tuning database: TVM's two files on disk, in memory only what is read back.
 
-MetaSchedule's `JSONDatabase` holds every record it has seen in memory, each with its replayed
-trace: about 0.13 MB a record on smallcnn, some 2 GB for the 15,000 candidates of a two-GPU-hour
-run. A run reads back only each task's fastest records: the final compile takes one per task,
+MetaSchedule's `JSONDatabase` holds every record it has seen in memory, each with its trace:
+on smallcnn 0.13 MB a record read back from a file, 0.04 MB a record committed in a live run
+(docs/how-it-works.md, Long runs), without end. A run reads back only each task's fastest records: the final compile takes one per task,
 and the search keeps its own parents. `RunDatabase` appends every record to the same two files,
 in the format `JSONDatabase` writes (stock TVM reads the folder), and keeps in memory each
 workload's `kept` fastest. Opening it reads the files' JSON and replays only those; every record
