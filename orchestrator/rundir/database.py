@@ -191,7 +191,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _append(path: Path, text: str) -> None:
-    """One line at the end of `path`, as JSONDatabase writes it (the run's journal, not this
-    file, is what a resume trusts; a torn last line is mended when the run reopens)."""
+    """One line at the end of `path`, as JSONDatabase writes it (without fsync, as it does: a
+    line torn by a crash is mended when the run reopens, rundir/durability.py)."""
     with open(path, "ab") as fh:
         fh.write(text.encode() + b"\n")
