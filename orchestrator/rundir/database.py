@@ -25,25 +25,25 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
 from ..library.files import record_json
+from ..library.records import FAILED_RUN_SECS
 from ..model.tasks import structural_key
 
 # Each workload's fastest records held in memory: the compile reads one; the rest is slack for
 # whoever asks get_top_k for a few (TVM's own search asks for a fifth of its population, but
 # the search here keeps its parents itself).
 KEPT = 16
-FAILED = 1e10  # the run time TVM records for a run that failed
 
 
 def mean_s(run_secs: Any) -> float:
     """A record's mean run time as TVM sorts records (no run time: 1e10 s)."""
     secs = [float(s) for s in run_secs] if run_secs else []
-    return sum(secs) / len(secs) if secs else FAILED
+    return sum(secs) / len(secs) if secs else FAILED_RUN_SECS
 
 
 def ranked(run_secs: Any, first_instruction: str | None) -> bool:
     """Whether get_top_k may return a record: it ran at least once, and its trace schedules
     something before its postprocessing (TVM's TuningRecord::IsValid)."""
-    ran = bool(run_secs) and any(float(s) != FAILED for s in run_secs)
+    ran = bool(run_secs) and any(float(s) != FAILED_RUN_SECS for s in run_secs)
     return ran and first_instruction not in (None, "EnterPostproc")
 
 
