@@ -127,6 +127,8 @@ class Probe:
             # of which the searches' parents and the cost model's feature cache hold
             "parents": sum(len(s._elites) for s in loop.proposer._searches.values()),
             "cached_schedules": len(getattr(loop.cost_model, "_cache", ())),
+            # times a task's TVM evolution strategies started afresh (search/strategy.py)
+            "search_resets": sum(s.forgotten for s in loop.proposer._searches.values()),
         }
 
 
@@ -197,7 +199,7 @@ def refits(predictor: Any, counts: list[int], cap: int) -> list[dict[str, Any]]:
 KEYS = (
     "rss_mb", "append_s", "journal_bytes", "waiting", "held", "fit_s", "engine_items",
     "database_records", "curve_points", "python_objects", "schedules", "parents",
-    "cached_schedules",
+    "cached_schedules", "search_resets",
 )  # fmt: skip
 
 
@@ -226,6 +228,11 @@ def arguments() -> argparse.Namespace:
         "--trim",
         action="store_true",
         help="malloc_trim before each reading: memory the allocator holds free is not counted",
+    )
+    parser.add_argument(
+        "--hold-all",
+        action="store_true",
+        help="TVM's evolution strategies keep every schedule they return, for comparison",
     )
     parser.add_argument("--model", type=Path, default=EXAMPLE)
     parser.add_argument("--label", default=platform.node() or "host")
@@ -267,8 +274,10 @@ def tuned(args: argparse.Namespace, probe: Probe) -> tuple[Any, dict[str, Any], 
 def main() -> None:
     args = arguments()
     from tune_orchestrator import predictor
-    from tune_orchestrator.search import cost_model
+    from tune_orchestrator.search import cost_model, strategy
 
+    if args.hold_all:
+        strategy._HELD_MOST = 1 << 62
     product_cap, predictor.MAX_SAMPLES = predictor.MAX_SAMPLES, args.max_samples
     cost_model._CACHE = args.feature_cache or cost_model._CACHE
     global TRIM
@@ -283,6 +292,7 @@ def main() -> None:
         "machine": platform.machine(), "wall_s": wall, "rounds": len(rows), "stop": result.stop_reason,
         "max_samples": args.max_samples, "product_max_samples": product_cap,
         "feature_cache": cost_model._CACHE, "database": args.database, "trim": args.trim,
+        "hold_all": args.hold_all, "final_latency_s": report["convergence"][-1]["latency_s"],
         "growth": {k: growth(rows, k) for k in KEYS},
         "report": report_sections(report, len(rows)), "object_growth": probe.type_growth(),
         "refits": refits(probe.predictor, [int(c) for c in args.refit_samples.split(",")], product_cap),

@@ -10,7 +10,9 @@ import time
 
 import numpy as np
 import pytest
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.schedule import Schedule
 
@@ -20,7 +22,7 @@ from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
 from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
-from tune_orchestrator.search import TaskSearch
+from tune_orchestrator.search import TaskSearch, strategy
 from tune_orchestrator.search import cost_model as shared
 from tune_orchestrator.search.cost_model import SharedCostModel, candidate_features
 from tune_orchestrator.search.strategy import population_size
@@ -80,6 +82,52 @@ def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedul
     assert search.best_s == pytest.approx(1e-4)  # the fastest measured: the next parents
     assert (search.times.searches, search.times.proposed) == (3, 24)
     assert search.times.sampling > 0 and search.times.mutation > 0
+
+
+@derived_object
+class FavoursProposed(PyCostModel):
+    """Scores the schedules already proposed above every other: the parents a learned model
+    knows to be fast come back first from an evolution that no longer leaves them out."""
+
+    def __init__(self, proposed: set[int]) -> None:
+        self.proposed = proposed
+        self.rng = np.random.default_rng(0)
+
+    def load(self, path):
+        pass
+
+    def save(self, path):
+        pass
+
+    def update(self, context, candidates, results):
+        pass
+
+    def predict(self, context, candidates):
+        known = [structural_key(mc.sch.mod) in self.proposed for mc in candidates]
+        return np.array([2.0 if k else self.rng.uniform() for k in known], dtype="float64")
+
+
+@pytest.mark.slow
+def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_rounds(
+    conv, monkeypatch
+):
+    """TVM's evolution keeps every schedule it returns for as long as its strategy lives, and
+    a long run's memory grew with it. Past a bound the strategies start afresh, and the rounds
+    after stay full, new and evolved (not made up with random samples), though the model ranks
+    the parents above all else."""
+    monkeypatch.setattr(strategy, "_HELD_MOST", 16)
+    proposed: set[int] = set()
+    search = task_search(conv, FavoursProposed(proposed))
+    for _ in range(6):
+        round_ = search.propose()
+        assert len(keys(round_)) == 8 and not keys(round_) & proposed
+        assert len(search.explored) == int(8 * search.eps_greedy)
+        proposed |= keys(round_)
+        search.learn(list(zip(round_, latencies(round_), strict=True)))
+    assert search.forgotten >= 2
+    search._forget()  # TVM's state no longer holds them: its evolution returns them again
+    again = search._evolve(search._evolution, search._parents(), 8)
+    assert {structural_key(sch.mod) for sch in again} & proposed
 
 
 @pytest.mark.slow

@@ -13,11 +13,13 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
 - what it proposes and the loop does not measure waits in the proposal pool (pool.py);
 - on GPU targets, a schedule whose loop nest already shows it over the GPU's limits is turned
   away before TVM lowers it to find out (gpu_precheck.py);
-- and with `late_verify`, the evolution runs in a second context whose postprocessors leave
+- with `late_verify`, the evolution runs in a second context whose postprocessors leave
   out VerifyGPUCode, which lowers every schedule it checks: only what the search would
   propose is lowered and checked, best first, until a round's worth passes. Fresh samples
   still pass every check: they are most of what a large convolution's search rejects, and
-  the precheck does not catch all of it.
+  the precheck does not catch all of it;
+- and what TVM's strategy keeps of its evolutions is let go every `_HELD_MOST` schedules
+  (see `_forget`): left alone, it is the one thing a long run's memory grows with.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ _EMPTY_LIMIT = 3
 _RANKED = 3
 # A round that cuts a task's best by less than this share did not move it.
 _STALL_GAIN = 0.01
+# TVM's evolution keeps every schedule it returns, its whole IRModule, for as long as its
+# strategy lives (to leave them out of later evolutions): ~50 KB each on a CUDA convolution,
+# three a candidate with the late check, 2.5 MB a round of 16 (long_run.py, 11-28). Past this
+# many, a task's strategies start afresh; `_seen` still keeps any schedule from being proposed
+# twice.
+_HELD_MOST = 256
 
 
 @dataclasses.dataclass
@@ -171,6 +179,8 @@ class TaskSearch:
         self._empty = 0
         self._stalls = 0  # rounds in a row that did not move the best by _STALL_GAIN
         self.restarts = 0
+        self._held = 0  # schedules TVM's evolution strategies hold since they last started
+        self.forgotten = 0  # times they were started afresh
 
     def _late_verify(
         self,
@@ -235,7 +245,10 @@ class TaskSearch:
         scored_before = self._scoring_times()
         # Unverified, some of the evolution's bests fail the late check: more of them wait.
         ranked = wanted * _RANKED if self._verifiers else wanted
+        if self._held == 0 and self.forgotten:  # a fresh state: the parents come back too
+            ranked += len(parents)
         bests = list(self._evolve(self._evolution, parents + fresh, ranked))
+        self._held += len(bests)
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
         picks, invalid, self.explored = self._with_random(bests, fresh, wanted)
@@ -255,6 +268,8 @@ class TaskSearch:
         )
         self.times.add(self.last)
         self._recent = bests
+        if self._held >= _HELD_MOST:
+            self._forget()
         if not picks:
             self._empty += 1
             self.exhausted = self._empty >= _EMPTY_LIMIT
@@ -279,6 +294,16 @@ class TaskSearch:
             self._by_population[population] = (strategies[0], strategies[-1])
         self._strategy, self._evolution = self._by_population[population]
         self.population = population
+
+    def _forget(self) -> None:
+        """Start TVM's evolution strategies afresh, dropping every schedule their state holds.
+        That state also kept the schedules they returned out of their next evolutions; the
+        next search asks for as many more as it has parents, which come back first."""
+        for _, evolution in self._by_population.values():
+            evolution.post_tuning()
+            evolution.pre_tuning(1 << 30, self.proposals, self._spaces, self._database, self._model)
+        self._held = 0
+        self.forgotten += 1
 
     def _prechecked(self) -> int:
         return sum(self._precheck.rejected.values()) if self._precheck is not None else 0
