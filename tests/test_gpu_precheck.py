@@ -39,7 +39,11 @@ def schedules(target, task, samples=60, mutations=60):
     """Fresh random schedules of the task, then mutations of the valid ones, each replayed as
     the search replays them (postprocessors not yet applied)."""
     ctx = ms.TuneContext(
-        mod=task.workload, target=target, space_generator="post-order-apply", num_threads=1
+        mod=task.workload,
+        target=target,
+        space_generator="post-order-apply",
+        num_threads=1,
+        rand_state=1,
     )
     spaces = ctx.generate_design_space()
     mutators = list(ctx.space_generator.mutator_probs.items())

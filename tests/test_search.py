@@ -22,7 +22,7 @@ from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
 from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
-from tune_orchestrator.search import TaskSearch, strategy
+from tune_orchestrator.search import TaskSearch, spaces, strategy
 from tune_orchestrator.search import cost_model as shared
 from tune_orchestrator.search.cost_model import SharedCostModel, candidate_features
 from tune_orchestrator.search.strategy import population_size
@@ -116,6 +116,8 @@ def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_roun
     after stay full, new and evolved (not made up with random samples), though the model ranks
     the parents above all else."""
     monkeypatch.setattr(strategy, "_HELD_MOST", 16)
+    # One design space in play: every pick but the random share is the evolution's.
+    monkeypatch.setattr(spaces, "in_play", lambda elites: [e[2] for e in elites[:1]])
     proposed: set[int] = set()
     search = task_search(conv, FavoursProposed(proposed))
     for _ in range(6):

@@ -10,6 +10,8 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
 - the population is sized to the candidates a round needs (`population_per_candidate`);
 - the parents of a round are the task's fastest measured schedules (held in memory, no replay),
   the previous round's proposals, and only as many fresh random samples as are missing;
+- every design space whose fastest schedule is close to the best stays in play (spaces.py):
+  its fastest are parents, and each round proposes its best-ranked schedule;
 - what it proposes and the loop does not measure waits in the proposal pool (pool.py);
 - on GPU targets, a schedule whose loop nest already shows it over the GPU's limits is turned
   away before TVM lowers it to find out (gpu_precheck.py);
@@ -32,6 +34,7 @@ from typing import Any
 from .. import _tvm
 from ..config import Settings
 from ..model.tasks import Task, structural_key
+from . import spaces
 from .gpu_precheck import VERIFY, space_generator
 
 _SAMPLE = "s_tir.meta_schedule.SearchStrategyEvolutionarySearchSampleInitPopulation"
@@ -41,6 +44,9 @@ _EMPTY_LIMIT = 3
 # With the late check, the evolution ranks this many times a round's candidates: on vggish's
 # 512-channel convolution a third of its picks failed VerifyGPUCode (search_cost.py, 11-25).
 _RANKED = 3
+# With other design spaces in play, the evolution ranks this many times a round's candidates,
+# so that each space's best guess is among them (the ranking costs nothing more to search).
+_SPACE_RANKED = 4
 # A round that cuts a task's best by less than this share did not move it.
 _STALL_GAIN = 0.01
 # TVM's evolution keeps every schedule it returns, its whole IRModule, for as long as its
@@ -172,7 +178,8 @@ class TaskSearch:
         self.times = SearchTimes()
         self.last = SearchTimes()  # the last search alone
         self.exhausted = False
-        self._elites: list[tuple[float, Any]] = []  # (seconds, schedule), fastest first
+        # (seconds, schedule, design space), fastest first
+        self._elites: list[tuple[float, Any, int]] = []
         self._recent: list[Any] = []  # the last round's proposals: next round's parents
         self._seen: set[int] = set()  # structural keys of everything proposed
         self.explored: set[int] = set()  # structural keys of the last search's random picks
@@ -245,13 +252,22 @@ class TaskSearch:
         scored_before = self._scoring_times()
         # Unverified, some of the evolution's bests fail the late check: more of them wait.
         ranked = wanted * _RANKED if self._verifiers else wanted
+        playing = spaces.in_play(self._elites)
+        asked = ranked * _SPACE_RANKED if len(playing) > 1 else ranked
         if self._held == 0 and self.forgotten:  # a fresh state: the parents come back too
-            ranked += len(parents)
-        bests = list(self._evolve(self._evolution, parents + fresh, ranked))
+            asked += len(parents)
+        bests = list(self._evolve(self._evolution, parents + fresh, asked))
         self._held += len(bests)
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
-        picks, invalid, self.explored = self._with_random(bests, fresh, wanted)
+        head = wanted - int(wanted * self.eps_greedy)
+        ordered, moved = spaces.every_space_first(
+            bests, fresh, playing, head, lambda sch: structural_key(sch.mod) not in self._seen
+        )
+        picks, invalid, self.explored = self._with_random(ordered, fresh, wanted)
+        # Another space's best guess is exploration too: the filter does not veto it either.
+        chosen = {id(sch) for sch in picks}
+        self.explored |= {structural_key(s.mod) for s in ordered[:moved] if id(s) in chosen}
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
@@ -267,7 +283,7 @@ class TaskSearch:
             invalid,
         )
         self.times.add(self.last)
-        self._recent = bests
+        self._recent = bests[:ranked]
         if self._held >= _HELD_MOST:
             self._forget()
         if not picks:
@@ -322,9 +338,11 @@ class TaskSearch:
         """Remember the fastest measured schedules (MeasureCandidate, seconds; inf: failed)
         as parents for the next rounds, and whether the round moved the task's best."""
         before = self.best_s
-        ranked = self._elites + [(secs, mc.sch) for mc, secs in measured if secs < float("inf")]
+        ranked = self._elites + [
+            (secs, mc.sch, spaces.space_of(mc.sch)) for mc, secs in measured if secs < float("inf")
+        ]
         ranked.sort(key=lambda e: e[0])
-        self._elites = ranked[: most_parents(self._settings)]
+        self._elites = spaces.keep(ranked, most_parents(self._settings))
         if before is not None and measured:
             improved = self.best_s is not None and self.best_s < before * (1.0 - _STALL_GAIN)
             self._stalls = 0 if improved else self._stalls + 1
@@ -337,8 +355,8 @@ class TaskSearch:
         if after and self._stalls >= after:
             self._stalls = 0
             self.restarts += 1
-            return [sch for _, sch in self._elites[:2]]
-        elites = [sch for _, sch in self._elites[: int(self.population * self.elite_share)]]
+            return [sch for _, sch, _ in self._elites[:2]]
+        elites = spaces.parents(self._elites, int(self.population * self.elite_share))
         return elites + self._recent[: self.population // 2]
 
     def _with_random(
