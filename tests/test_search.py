@@ -10,12 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.schedule import Schedule
 
+from cost_models import ScoredBy
 from tune_orchestrator.config import Settings
 from tune_orchestrator.filters import Predictor
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
@@ -84,29 +83,6 @@ def test_a_tasks_search_goes_on_from_round_to_round_and_never_proposes_a_schedul
     assert search.times.sampling > 0 and search.times.mutation > 0
 
 
-@derived_object
-class FavoursProposed(PyCostModel):
-    """Scores the schedules already proposed above every other: the parents a learned model
-    knows to be fast come back first from an evolution that no longer leaves them out."""
-
-    def __init__(self, proposed: set[int]) -> None:
-        self.proposed = proposed
-        self.rng = np.random.default_rng(0)
-
-    def load(self, path):
-        pass
-
-    def save(self, path):
-        pass
-
-    def update(self, context, candidates, results):
-        pass
-
-    def predict(self, context, candidates):
-        known = [structural_key(mc.sch.mod) in self.proposed for mc in candidates]
-        return np.array([2.0 if k else self.rng.uniform() for k in known], dtype="float64")
-
-
 @pytest.mark.slow
 def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_rounds(
     conv, monkeypatch
@@ -118,8 +94,12 @@ def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_roun
     monkeypatch.setattr(strategy, "_HELD_MOST", 16)
     # One design space in play: every pick but the random share is the evolution's.
     monkeypatch.setattr(spaces, "in_play", lambda elites: [e[2] for e in elites[:1]])
+    # The parents a learned model knows to be fast, scored above all else, come back first
+    # from an evolution that no longer leaves them out.
     proposed: set[int] = set()
-    search = task_search(conv, FavoursProposed(proposed))
+    rng = np.random.default_rng(0)
+    model = ScoredBy(lambda mc: 2.0 if structural_key(mc.sch.mod) in proposed else rng.uniform())
+    search = task_search(conv, model)
     for _ in range(6):
         round_ = search.propose()
         assert len(keys(round_)) == 8 and not keys(round_) & proposed

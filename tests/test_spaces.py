@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from cost_models import ScoredBy
 from tune_orchestrator.config import Settings
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
 from tune_orchestrator.model.loading import load_model
@@ -79,30 +78,6 @@ def conv(tiny_model):
     return target, found[0]
 
 
-@derived_object
-class FavoursOneSpace(PyCostModel):
-    """Ranks every schedule of one design space above every schedule of the others."""
-
-    def __init__(self) -> None:
-        self.favoured: int | None = None
-        self.rng = np.random.default_rng(0)
-
-    def load(self, path):
-        pass
-
-    def save(self, path):
-        pass
-
-    def update(self, context, candidates, results):
-        pass
-
-    def predict(self, context, candidates):
-        favoured = [spaces.space_of(mc.sch) == self.favoured for mc in candidates]
-        return np.array(
-            [self.rng.uniform(0.5, 1.0) if f else self.rng.uniform(0.0, 0.1) for f in favoured]
-        )
-
-
 def mc_key(mc):
     return structural_key(mc.sch.mod)
 
@@ -110,7 +85,14 @@ def mc_key(mc):
 @pytest.mark.slow
 def test_a_search_keeps_proposing_a_close_space_its_cost_model_ranks_last(conv):
     target, task = conv
-    model = FavoursOneSpace()
+    # Every schedule of one design space ranked above every schedule of the others.
+    favoured: list[int] = []
+    rng = np.random.default_rng(0)
+    model = ScoredBy(
+        lambda mc: (
+            rng.uniform(0.5, 1.0) if spaces.space_of(mc.sch) in favoured else rng.uniform(0.0, 0.1)
+        )
+    )
     search = TaskSearch(
         task, target=target, settings=Settings.load(), database=ms.database.MemoryDatabase(),
         cost_model=model, rand_state=5, threads=1, proposals=8,
@@ -119,7 +101,7 @@ def test_a_search_keeps_proposing_a_close_space_its_cost_model_ranks_last(conv):
     present = [spaces.space_of(mc.sch) for mc in round_]
     assert len(set(present)) > 1  # a random first round holds schedules of several spaces
     leader, other = present[0], next(s for s in present if s != present[0])
-    model.favoured = leader
+    favoured.append(leader)
     # The leader's schedules measure fastest, the other space's within the band, any third far.
     speed = {leader: 1e-4, other: 1.5e-4}
     for _ in range(4):

@@ -10,7 +10,9 @@ it inside (2026-11-28); none of the best schedule's one-step neighbours in its o
 better than 155 us.
 
 So a space whose fastest schedule is within `BAND` of the task's best stays in play: its
-fastest schedules remain parents, and each round proposes its best-ranked schedule.
+fastest schedules remain parents, and each round proposes its best-ranked schedule (a fresh
+one where the cost model ranked none of it). A space's key lives in one process only (Python
+salts the hash of its strings).
 """
 
 from __future__ import annotations
