@@ -260,14 +260,7 @@ class TaskSearch:
         self._held += len(bests)
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
-        head = wanted - int(wanted * self.eps_greedy)
-        ordered, moved = spaces.every_space_first(
-            bests, fresh, playing, head, lambda sch: structural_key(sch.mod) not in self._seen
-        )
-        picks, invalid, self.explored = self._with_random(ordered, fresh, wanted)
-        # Another space's best guess is exploration too: the filter does not veto it either.
-        chosen = {id(sch) for sch in picks}
-        self.explored |= {structural_key(s.mod) for s in ordered[:moved] if id(s) in chosen}
+        picks, invalid, self.explored = self._picks(bests, fresh, playing, wanted)
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
@@ -358,6 +351,21 @@ class TaskSearch:
             return [sch for _, sch, _ in self._elites[:2]]
         elites = spaces.parents(self._elites, int(self.population * self.elite_share))
         return elites + self._recent[: self.population // 2]
+
+    def _picks(
+        self, bests: list[Any], fresh: list[Any], playing: list[int], wanted: int
+    ) -> tuple[list[Any], int, set[int]]:
+        """The round's picks (`_with_random`), each other design space in play with one of
+        its own first; another space's pick is exploration too, which the filter does not
+        veto: it joins the random picks' keys."""
+        head = wanted - int(wanted * self.eps_greedy)
+        ordered, moved = spaces.every_space_first(
+            bests, fresh, playing, head, lambda sch: structural_key(sch.mod) not in self._seen
+        )
+        picks, invalid, explored = self._with_random(ordered, fresh, wanted)
+        chosen = {id(sch) for sch in picks}
+        explored |= {structural_key(s.mod) for s in ordered[:moved] if id(s) in chosen}
+        return picks, invalid, explored
 
     def _with_random(
         self, bests: list[Any], fresh: list[Any], wanted: int
