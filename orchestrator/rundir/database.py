@@ -2,10 +2,10 @@
 
 MetaSchedule's `JSONDatabase` holds every record it has seen in memory, each with its trace:
 on smallcnn 0.13 MB a record read back from a file, 0.04 MB a record committed in a live run
-(docs/how-it-works.md, Long runs), without end. A run reads back only each task's fastest records: the final compile takes one per task,
-and the search keeps its own parents. `RunDatabase` appends every record to the same two files,
-in the format `JSONDatabase` writes (stock TVM reads the folder), and keeps in memory each
-workload's `kept` fastest. Opening it reads the files' JSON and replays only those; every record
+(docs/how-it-works.md, Long runs), without end. A run reads back only each task's fastest
+records: the final compile takes one per task, and the search keeps its own parents.
+`RunDatabase` appends every record to the same two files, in the format `JSONDatabase` writes
+(stock TVM reads the folder), and keeps in memory each workload's `kept` fastest. Opening it reads the files' JSON and replays only those; every record
 is read back, one at a time, by `each_record` (what a resumed run relearns from).
 
 Which records count as a workload's fastest follows `JSONDatabase.get_top_k` in TVM 0.27: by

@@ -106,21 +106,24 @@ def every_space_first(
     wanted = list(playing)[1:]
     if not wanted:
         return list(bests), 0
+    ranked = _first_of_each(bests, wanted, new)
+    sampled = _first_of_each(fresh, [s for s in wanted if s not in ranked], new)
+    moved = {i for i in ranked.values() if i >= head}
+    extra = [fresh[i] for i in sorted(sampled.values())]
+    lead = extra + [bests[i] for i in sorted(moved)]
+    return lead + [b for i, b in enumerate(bests) if i not in moved], len(lead)
+
+
+def _first_of_each(
+    schedules: Sequence[Any], wanted: Sequence[int], new: Callable[[Any], bool]
+) -> dict[int, int]:
+    """Space -> index in `schedules` of its first `new` schedule, for each space in `wanted`
+    that has one."""
     found: dict[int, int] = {}
-    for i, sch in enumerate(bests):
-        space = space_of(sch)
-        if space in wanted and space not in found and new(sch):
-            found[space] = i
-            if len(found) == len(wanted):
-                break
-    moved = sorted(i for i in found.values() if i >= head)
-    extra = []
-    for sch in fresh:
+    for i, sch in enumerate(schedules):
         if len(found) == len(wanted):
             break
         space = space_of(sch)
         if space in wanted and space not in found and new(sch):
-            found[space] = -1
-            extra.append(sch)
-    rest = [b for i, b in enumerate(bests) if i not in set(moved)]
-    return extra + [bests[i] for i in moved] + rest, len(extra) + len(moved)
+            found[space] = i
+    return found
