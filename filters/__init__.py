@@ -8,7 +8,7 @@ from typing import Any
 from tune_orchestrator.predictor import Predictor
 from tune_orchestrator.run.skipped import Skipped
 
-from .base import Filter, Selection
+from .base import Filter, RoundCosts, Selection
 from .none import NoFilter
 from .xgb import TrimmerConfig, TrimmerFilter
 
@@ -45,6 +45,7 @@ __all__ = [
     "Filter",
     "NoFilter",
     "Predictor",
+    "RoundCosts",
     "Selection",
     "TrimmerConfig",
     "TrimmerFilter",

@@ -41,6 +41,23 @@ class Selection:
         return tuple(rest[: n - n_audit] + audits[:n_audit])
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundCosts:
+    """What a round's candidates cost, for a filter that weighs gain against seconds: each
+    one's build seconds (a timed-out build, its timeout; 0 for one that failed otherwise),
+    which builds the timeout cut, and the seconds the round's measuring took."""
+
+    build_s: tuple[float, ...]
+    timed_out: tuple[bool, ...]
+    measure_s: float
+
+    def __post_init__(self) -> None:
+        if len(self.build_s) != len(self.timed_out):
+            raise ValueError(
+                f"need a timeout flag per build, got {len(self.timed_out)} for {len(self.build_s)}."
+            )
+
+
 class Filter(abc.ABC):
     """Decides, per round, which candidates of a task go on to be built and measured."""
 
@@ -50,9 +67,14 @@ class Filter(abc.ABC):
     def select(self, task: Task, candidates: Sequence[Candidate]) -> Selection: ...
 
     def learn(
-        self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
+        self,
+        task: Task,
+        candidates: Sequence[Candidate],
+        measurements: Sequence[Measurement],
+        costs: RoundCosts | None = None,
     ) -> None:
-        """Learn from what was measured (failed measurements included)."""
+        """Learn from what was measured (failed measurements included) and, where known, what
+        it cost."""
 
     def stats(self) -> dict[str, Any]:
         """For the report: what the filter did and how good its judgement was."""

@@ -27,7 +27,8 @@ from tune_orchestrator.run.skipped import Skipped, reason
 from tune_orchestrator.rundir.atomic import write_atomic
 
 from ._calibration import Calibration, Sample, stratified_sample, top_weights
-from .base import Filter, Selection
+from ._cost import Pricing
+from .base import Filter, RoundCosts, Selection
 
 if TYPE_CHECKING:
     from tune_orchestrator.measure import Measurement
@@ -170,6 +171,7 @@ def choose(places: np.ndarray, *, threshold: float, min_keep: int, max_keep: int
 @dataclasses.dataclass
 class _Pending:
     features: dict[int, np.ndarray]  # candidate key -> its store features
+    predicted: dict[int, float]  # candidate key -> predicted log(latency / best), if ranked
     places: dict[int, float]  # candidate key -> predicted position (empty: no trained predictor)
     kept: set[int]
     audited: dict[int, float]  # candidate key -> rejected candidates it stands for
@@ -203,6 +205,7 @@ class TrimmerFilter(Filter):
             seed=c.seed, min_samples=c.min_samples, threads=c.threads
         )
         self.calibration = self._calibration()
+        self.pricing = Pricing(seed=c.seed, threads=c.threads)
         self.audits: dict[str, Audit] = {}
         self.seconds = 0.0  # the filter's own time: prediction, sampling, bookkeeping
         self._rng = np.random.default_rng(c.seed)
@@ -235,13 +238,20 @@ class TrimmerFilter(Filter):
             self._remember(task, candidates, features, None, keep, {})
             audit.kept += len(keep)
             return Selection(tuple(keep))
+        # A candidate predicted to build past the timeout would cost it and teach nothing.
+        doomed = self.pricing.timeouts(features)
+        self.pricing.vetoed += int(doomed.sum())
         # The search's random picks are exploration its cost model did not choose: the same
-        # model does not veto them here. The rest are ranked among themselves.
-        explore = [i for i, cand in enumerate(candidates) if cand.explore][: c.max_keep]
-        judged = [i for i, cand in enumerate(candidates) if not cand.explore]
-        places = np.full(n, math.nan)
+        # model does not veto them here. The rest are ranked among themselves, by expected
+        # gain per second once the build cost is learned.
+        explore = [i for i, cand in enumerate(candidates) if cand.explore and not doomed[i]]
+        explore = explore[: c.max_keep]
+        judged = [i for i, cand in enumerate(candidates) if not cand.explore and not doomed[i]]
+        places, predicted = np.full(n, math.nan), np.full(n, math.nan)
         if judged:
-            places[judged] = positions(self.predictor.predict([features[i] for i in judged]))
+            mine = [features[i] for i in judged]
+            predicted[judged] = self.predictor.predict(mine)
+            places[judged] = positions(self.pricing.order(predicted[judged], mine))
         threshold = self.calibration.threshold()
         room = c.max_keep - len(explore)
         picked = (
@@ -260,27 +270,34 @@ class TrimmerFilter(Filter):
         rejected = [i for i in rejected if i not in kept]
         count = max(c.min_audit, math.ceil(c.audit_share * len(rejected)))
         audited = dict(stratified_sample(rejected, count, self._rng))
-        self._remember(task, candidates, features, places, keep, audited)
+        self._remember(task, candidates, features, places, keep, audited, predicted)
         audit.kept += len(keep) + len(explore)
         audit.explored += len(explore)
-        audit.rejected += len(rejected)
+        audit.rejected += len(rejected) + int(doomed.sum())
         audit.audited += len(audited)
         return Selection(tuple(keep + explore + list(audited)), audit=tuple(audited))
 
     def learn(
-        self, task: Task, candidates: Sequence[Candidate], measurements: Sequence[Measurement]
+        self,
+        task: Task,
+        candidates: Sequence[Candidate],
+        measurements: Sequence[Measurement],
+        costs: RoundCosts | None = None,
     ) -> None:
         start = time.perf_counter()
         pending = self._take_pending(task, candidates)
         latencies = [m.mean_s if m.ok else math.inf for m in measurements]
         if pending is not None:
             self._judge(task, candidates, latencies, pending)
-        if self.trains:
+        if self.trains or costs is not None:
             features = (
                 [pending.features[c.key] for c in candidates]
                 if pending is not None
                 else self._features(task, candidates)  # resumed records: no selection
             )
+            if costs is not None:
+                self.pricing.learn(features, costs.build_s, costs.timed_out, costs.measure_s)
+        if self.trains:
             self.predictor.add(task.key, features, latencies)
             self.predictor.fit()  # the filter's own model: its training is the filter's cost
         finite = [x for x in latencies if math.isfinite(x)]
@@ -301,6 +318,7 @@ class TrimmerFilter(Filter):
             "recall_target": self.config.recall_target,
             "threshold": self.calibration.threshold(),
             "recall_aimed_at": round(self.calibration.level, 4),
+            "costs": self.pricing.stats(),
             "seconds": round(self.seconds, 4),
             "total": total.to_dict(),
             "tasks": {key: a.to_dict() for key, a in self.audits.items()},
@@ -342,10 +360,18 @@ class TrimmerFilter(Filter):
         places: np.ndarray | None,
         keep: Sequence[int],
         audited: dict[int, float],
+        predicted: np.ndarray | None = None,
     ) -> None:
         self._pending.setdefault(task.key, []).append(
             _Pending(
                 features={c.key: features[i] for i, c in enumerate(candidates)},
+                predicted={}
+                if predicted is None
+                else {
+                    c.key: float(predicted[i])
+                    for i, c in enumerate(candidates)
+                    if not math.isnan(predicted[i])
+                },
                 places={}
                 if places is None
                 else {
@@ -388,6 +414,13 @@ class TrimmerFilter(Filter):
             share=self.config.top_share,
         )
         self.audits[task.key].add(round_)
+        ranked = [
+            (pending.predicted[c.key], lat) for c, lat in measured if c.key in pending.predicted
+        ]
+        if ranked and math.isfinite(pending.best_before):
+            self.pricing.residuals.add(
+                [p for p, _ in ranked], [math.log(lat / pending.best_before) for _, lat in ranked]
+            )
         if pending.places:  # judged by a trained predictor: evidence for the threshold
             samples: list[Sample] = [
                 (pending.places[c.key], pending.audited.get(c.key, 1.0), lat)

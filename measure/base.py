@@ -30,7 +30,8 @@ class Build:
 
     artifact: str | None
     error: str | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # a timed-out build: its timeout
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:

@@ -80,7 +80,9 @@ class BuildPool(Builder):
         return builds
 
     def _build_of(self, future: Future) -> Build:
-        value, error = self._pool.outcome(future, "build")
+        value, error, fault = self._pool.settle(future, "build")
+        if fault == "timeout":  # it held its worker for the whole timeout
+            return Build(None, error, self._pool.timeout_s, timed_out=True)
         return Build(None, error) if error else Build(value[0], None, value[1])
 
     @property

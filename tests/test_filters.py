@@ -18,12 +18,14 @@ from tune_orchestrator.filters import (
     NAMES,
     Filter,
     NoFilter,
+    RoundCosts,
     Selection,
     TrimmerConfig,
     TrimmerFilter,
     make_filter,
 )
 from tune_orchestrator.filters._calibration import Calibration, stratified_sample
+from tune_orchestrator.filters._cost import BuildCost, expected_gain
 from tune_orchestrator.filters.xgb import Audit, choose, positions
 from tune_orchestrator.measure import Measurement
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
@@ -266,7 +268,7 @@ class RankingPredictor:
         self.table = {k: v + error(k) * rng.normal() for k, v in truth.items()}
 
     def predict(self, features):
-        return np.asarray([self.table[int(row[0])] for row in features])
+        return np.asarray([self.table[int(np.ravel(row)[0])] for row in features])
 
 
 def synthetic_round(r: int, offered: int, random_from: int | None = None):
@@ -408,6 +410,88 @@ def test_an_audit_slower_than_the_rounds_random_picks_is_no_false_negative():
         flt.learn(task, chosen, [Measurement((math.exp(truth[c.key]),)) for c in chosen])  # type: ignore[arg-type]
     assert beaten > 0  # the case arose
     assert flt.stats()["total"]["false_negatives"] == 0
+
+
+# -- what candidates cost ---------------------------------------------------------------------
+
+
+def run_priced_rounds(*, costs: bool, rounds: int = 30, offered: int = 64, timeout: bool = False):
+    """The filter on rounds where every third candidate is slow to build, 3 s (`timeout`: cut
+    by a 2-s timeout), the rest 0.2 s, told the costs or not; ranked with an error as large as
+    on real rounds, and, as on real rounds, the slow builds are never among the fastest tenth.
+    Returns the filter and, per round after the tenth, the build seconds of what it built and
+    the true recall of the round's top 10%."""
+    rng = np.random.default_rng(0)
+    truth = {k: float(rng.normal()) for k in range(rounds * offered)}  # log latency
+    slow = {k for k, t in truth.items() if k % 3 == 0 and t > -1.0}
+    task = types.SimpleNamespace(key="t", name="t", index=0)
+    flt = TrimmerFilter(
+        target=None,
+        config=TrimmerConfig(min_keep=4, max_keep=offered),
+        predictor=RankingPredictor(truth, lambda k: 1.0, 1),  # type: ignore[arg-type]
+    )
+    spent, recall = [], []
+    for r in range(rounds):
+        keys, candidates = synthetic_round(r, offered, random_from=60)
+        for c in candidates:  # one store row: the key, and whether it is slow to build
+            c.features = np.array([[c.key, float(c.key in slow)]])
+        selection = flt.select(task, candidates)  # type: ignore[arg-type]
+        chosen = [candidates[i] for i in selection.keep]
+        cut = [timeout and c.key in slow for c in chosen]
+        build_s = tuple(
+            (2.0 if x else 3.0) if c.key in slow else 0.2 for c, x in zip(chosen, cut, strict=True)
+        )
+        measured = [
+            Measurement(None, "build timed out") if x else Measurement((math.exp(truth[c.key]),))
+            for c, x in zip(chosen, cut, strict=True)
+        ]
+        paid = RoundCosts(build_s, tuple(cut), measure_s=0.01 * len(chosen)) if costs else None
+        flt.learn(task, chosen, measured, paid)  # type: ignore[arg-type]
+        if r >= 10:
+            kept = {candidates[i].key for i in selection.keep if i not in selection.audit}
+            top = sorted(keys, key=truth.__getitem__)[: offered // 10]
+            recall.append(sum(k in kept for k in top) / len(top))
+            spent.append(sum(build_s))
+    return flt, spent, recall
+
+
+def test_build_cost_learns_which_candidates_are_slow_to_build():
+    rng = np.random.default_rng(0)
+    features = [np.array([[x, rng.normal()]]) for x in rng.uniform(0, 3, 200)]
+    seconds = [0.1 * math.exp(m[0, 0]) * math.exp(0.1 * rng.normal()) for m in features]
+    cost = BuildCost(min_samples=32)
+    cost.add(features[:150], seconds[:150], [False] * 150)
+    assert not cost.ready
+    cost.fit()
+    predicted = cost.predict(features[150:])
+    order = np.argsort(np.argsort(predicted)), np.argsort(np.argsort(seconds[150:]))
+    assert np.corrcoef(*order)[0, 1] > 0.9  # rank correlation on candidates it did not see
+    assert not cost.times_out(predicted).any()  # no build has timed out: none is predicted to
+
+
+def test_expected_gain_grows_with_the_predicted_speed_up_and_with_doubt_about_a_slow_one():
+    gain = expected_gain(np.array([-0.5, 0.0, 0.5, 5.0]), sigma=0.3)
+    assert gain[0] > gain[1] > gain[2] > gain[3] >= 0
+    assert gain[0] == pytest.approx(1 - math.exp(-0.5 + 0.045), abs=0.02)  # surely faster
+    assert expected_gain(np.array([0.5]), 1.0)[0] > expected_gain(np.array([0.5]), 0.1)[0]
+
+
+def test_told_what_builds_cost_the_filter_keeps_cheaper_candidates_and_its_recall():
+    """Latency alone ranks a slow-to-build candidate like any other; gain per second puts it
+    behind cheap ones that promise as much, and the calibration still keeps the top."""
+    blind, spent_blind, recall_blind = run_priced_rounds(costs=False)
+    priced, spent, recall = run_priced_rounds(costs=True)
+    assert priced.pricing.builds.ready and not blind.pricing.builds.ready
+    assert np.mean(spent) < 0.85 * np.mean(spent_blind)
+    assert np.mean(recall) >= 0.85 and np.mean(recall_blind) >= 0.85
+    assert priced.stats()["costs"]["build_samples"] > 0
+
+
+def test_a_candidate_predicted_to_time_out_is_not_built_even_as_a_random_pick():
+    flt, spent, _ = run_priced_rounds(costs=True, timeout=True)
+    assert flt.pricing.builds.timeout_s == 2.0
+    assert flt.stats()["costs"]["predicted_timeouts_dropped"] > 0
+    assert all(s == pytest.approx(0.2 * round(s / 0.2)) for s in spent[-5:])  # no slow build
 
 
 def test_a_round_selected_before_the_last_one_was_learned_is_judged_on_its_own(proposals, tmp_path):

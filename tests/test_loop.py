@@ -94,7 +94,7 @@ class HalfFilter(Filter):
         ranked = sorted(range(len(candidates)), key=lambda i: -self.offers[candidates[i].key])
         return Selection(tuple(ranked[: max(1, len(candidates) // 2)]))
 
-    def learn(self, task, candidates, measurements):
+    def learn(self, task, candidates, measurements, costs=None):
         self.events.append(("learn", task.index, [c.key for c in candidates]))
 
 
@@ -179,7 +179,7 @@ class SlowLearningFilter(HalfFilter):
         super().__init__()
         self.clock, self.seconds = clock, seconds
 
-    def learn(self, task, candidates, measurements):
+    def learn(self, task, candidates, measurements, costs=None):
         super().learn(task, candidates, measurements)
         self.clock.now += self.seconds
 

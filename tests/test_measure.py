@@ -196,6 +196,21 @@ def test_a_job_longer_than_the_timeout_is_cut_as_timed_out_and_its_worker_replac
         pool.close()
 
 
+@pytest.mark.slow
+def test_a_timed_out_build_says_so_and_costs_its_timeout():
+    """The filter learns what builds cost: one cut by the timeout held its worker for it."""
+    with BuildPool(workers=1, timeout_s=0.5, min_timeout_s=0.5) as builder:
+        submit = builder._pool.submit
+        builder._pool.submit = lambda fn, *args: submit(time.sleep, 60)  # as if it hung
+        (build,) = builder.build([BuildInput(module(add_one), LLVM)])
+        assert not build.ok and build.timed_out and build.seconds == 0.5
+        builder._pool.submit = submit
+        builder._pool.timeout_s = 60  # room for the new worker to start
+        (build,) = builder.build([BuildInput(module(add_one), LLVM)])
+        assert build.ok and not build.timed_out and 0 < build.seconds < 60
+        builder.release([build])
+
+
 def test_build_folders_left_by_killed_runs_are_removed_and_no_live_ones(tmp_path):
     from tune_orchestrator.measure.build_pool import sweep_stale_build_dirs
 

@@ -21,7 +21,7 @@ from typing import Any
 from tune_orchestrator.budget import Decision, Ledger, StoppingRule, TaskProgress
 from tune_orchestrator.budget.base import TASKS_DONE
 from tune_orchestrator.budget.plateau import TaskPlateau
-from tune_orchestrator.filters import Filter
+from tune_orchestrator.filters import Filter, RoundCosts
 from tune_orchestrator.measure import Build, Builder, BuildInput, Engine, MeasureInput, Measurement
 from tune_orchestrator.measure.base import short_error
 
@@ -109,6 +109,15 @@ def first_proposals(settings: Settings, *, gpus: int, filtered: bool) -> int:
     front."""
     size = round_sizes(settings, build_workers(settings), gpus).smallest
     return proposals_per_round(settings, size, filtered)
+
+
+def round_costs(r: Round) -> RoundCosts:
+    """What the round's candidates cost to build, and its measuring, for the filter."""
+    return RoundCosts(
+        build_s=tuple(b.seconds for b in r.builds),
+        timed_out=tuple(b.timed_out for b in r.builds),
+        measure_s=r.times.get("measure", 0.0),
+    )
 
 
 def spend_fields(ledger: Ledger) -> dict[str, Any]:
@@ -582,7 +591,7 @@ class TuningLoop:
         with self._phase("learn", r.times):
             self._learn(r.search, chosen, builds, measurements)
         with self._phase("filter", r.times):  # judging; training only a model of its own
-            self.filter.learn(state.task, chosen, measurements)
+            self.filter.learn(state.task, chosen, measurements, round_costs(r))
         good = [m.mean_s for m in measurements if m.ok]
         # A prepared-ahead round overlapped the previous one: count from where that ended.
         now = self.ledger.clock()
