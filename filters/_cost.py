@@ -203,6 +203,7 @@ class Pricing:
 
     def stats(self) -> dict[str, float | int | None]:
         return {
+            "ranking": "gain_per_second" if self.builds.ready else "latency",
             "build_samples": self.builds.samples,
             "predicted_timeouts_dropped": self.vetoed,
             "timeout_s": self.builds.timeout_s,

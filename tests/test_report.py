@@ -353,6 +353,13 @@ def test_the_filter_line_counts_one_false_negative_in_the_singular():
     assert "round at the end (aiming at 94% of its top after rounds that kept less than 90%)" in (
         describe_filter(stats)
     )
+    stats["costs"] = {"ranking": "gain_per_second", "build_samples": 300}
+    stats["costs"].update(predicted_timeouts_dropped=3, timeout_s=5.0)
+    assert "than 90%), ranked by expected gain per second (300 builds timed), 3 predicted " in (
+        describe_filter(stats)
+    )
+    assert "to build past the 5-s timeout left unbuilt; audits" in describe_filter(stats)
+    del stats["costs"]
     total["explored"] = 3
     assert describe_filter(stats).startswith(
         "xgb kept 40 of 64 offered (62%), 3 of them the search's random picks, kept unjudged, "

@@ -104,6 +104,8 @@ def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_roun
         round_ = search.propose()
         assert len(keys(round_)) == 8 and not keys(round_) & proposed
         assert len(search.explored) == int(8 * search.eps_greedy)
+        # After a fresh start too, the next round's recent parents are this search's news.
+        assert not {structural_key(sch.mod) for sch in search._recent} & proposed
         proposed |= keys(round_)
         search.learn(list(zip(round_, latencies(round_), strict=True)))
     assert search.forgotten >= 2

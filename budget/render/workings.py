@@ -64,6 +64,14 @@ def describe_filter(stats: Mapping[str, Any]) -> str | None:
     aimed, target = stats.get("recall_aimed_at"), stats.get("recall_target")
     if aimed is not None and target is not None and aimed > target + 0.005:
         line += f" (aiming at {aimed:.0%} of its top after rounds that kept less than {target:.0%})"
+    costs = stats.get("costs") or {}
+    if costs.get("ranking") == "gain_per_second":
+        line += f", ranked by expected gain per second ({costs['build_samples']} builds timed)"
+    if costs.get("predicted_timeouts_dropped"):
+        line += (
+            f", {costs['predicted_timeouts_dropped']} predicted to build past the "
+            f"{costs['timeout_s']:g}-s timeout left unbuilt"
+        )
     if total.get("recall") is None:
         return f"{line}; no audit judged yet"
     missed = total["false_negatives"]

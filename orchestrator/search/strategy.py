@@ -254,7 +254,10 @@ class TaskSearch:
         ranked = wanted * _RANKED if self._verifiers else wanted
         playing = spaces.in_play(self._elites)
         asked = ranked * _SPACE_RANKED if len(playing) > 1 else ranked
-        if self._held == 0 and self.forgotten:  # a fresh state: the parents come back too
+        # A fresh state returns what it returned before, the parents first: more are asked
+        # for, and what was proposed before is no round's recent parent again.
+        seen = set(self._seen) if self._held == 0 and self.forgotten else None
+        if seen is not None:
             asked += len(parents)
         bests = list(self._evolve(self._evolution, parents + fresh, asked))
         self._held += len(bests)
@@ -276,7 +279,8 @@ class TaskSearch:
             invalid,
         )
         self.times.add(self.last)
-        self._recent = bests[:ranked]
+        recent = bests if seen is None else [b for b in bests if structural_key(b.mod) not in seen]
+        self._recent = recent[:ranked]
         if self._held >= _HELD_MOST:
             self._forget()
         if not picks:
