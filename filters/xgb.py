@@ -240,7 +240,7 @@ class TrimmerFilter(Filter):
             return Selection(tuple(keep))
         # A candidate predicted to build past the timeout would cost it and teach nothing.
         doomed = self.pricing.timeouts(features)
-        self.pricing.vetoed += int(doomed.sum())
+        self.pricing.vetoed.update(c.key for c, d in zip(candidates, doomed, strict=True) if d)
         # The search's random picks are exploration its cost model did not choose: the same
         # model does not veto them here. The rest are ranked among themselves, by expected
         # gain per second once the build cost is learned.

@@ -467,6 +467,13 @@ def test_build_cost_learns_which_candidates_are_slow_to_build():
     order = np.argsort(np.argsort(predicted)), np.argsort(np.argsort(seconds[150:]))
     assert np.corrcoef(*order)[0, 1] > 0.9  # rank correlation on candidates it did not see
     assert not cost.times_out(predicted).any()  # no build has timed out: none is predicted to
+    fitted = cost._booster
+    cost.add(features[150:170], seconds[150:170], [False] * 20)
+    cost.fit()
+    assert cost._booster is fitted  # refitted only once a quarter more builds came
+    cost.add(features[170:], seconds[170:], [False] * 30)
+    cost.fit()
+    assert cost._booster is not fitted
 
 
 def test_expected_gain_grows_with_the_predicted_speed_up_and_with_doubt_about_a_slow_one():
