@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tune_orchestrator.predictor import pooled, unreadable
+from tune_orchestrator.predictor import pooled
 
 _PARAMS = {"max_depth": 4, "eta": 0.15, "subsample": 0.9, "min_child_weight": 2.0}
 _ROUNDS = 60
@@ -63,7 +63,7 @@ class BuildCost:
         """Builds of candidates with these features: seconds each took (a timed-out one, its
         timeout). Builds that failed otherwise and their seconds of 0 are not passed."""
         rows = pooled(features)
-        bad = unreadable(features)
+        bad = np.isnan(rows).all(axis=1)  # unreadable
         for row, secs, cut, skip in zip(rows, seconds, timed_out, bad, strict=True):
             if skip or secs <= 0:
                 continue
@@ -101,7 +101,7 @@ class BuildCost:
             return np.zeros(0)
         median = math.exp(float(np.median(self._log_s)))
         rows = pooled(features, self._booster.num_features())
-        bad = unreadable(features)
+        bad = np.isnan(rows).all(axis=1)  # unreadable
         out = np.full(len(features), median)
         if (~bad).any():
             out[~bad] = np.exp(self._booster.predict(xgb.DMatrix(rows[~bad])))
@@ -192,19 +192,24 @@ class Pricing:
             self._measured += measured
             self.measure_s = total / self._measured
 
-    def timeouts(self, features: Sequence[np.ndarray]) -> np.ndarray:
-        """Which candidates are predicted to time out (none until the model is ready)."""
-        if not self.builds.ready or not len(features):
-            return np.zeros(len(features), dtype=bool)
-        return self.builds.times_out(self.builds.predict(features))
+    def build_s(self, features: Sequence[np.ndarray]) -> np.ndarray | None:
+        """Predicted build seconds per candidate; None until the build cost is fitted."""
+        return self.builds.predict(features) if self.builds.ready else None
 
-    def order(self, predicted: np.ndarray, features: Sequence[np.ndarray]) -> np.ndarray:
+    def timeouts(self, build_s: np.ndarray | None, count: int) -> np.ndarray:
+        """Which of `count` candidates (`build_s`: their predicted build seconds) are predicted
+        to time out; none without a prediction."""
+        if build_s is None:
+            return np.zeros(count, dtype=bool)
+        return self.builds.times_out(build_s)
+
+    def order(self, predicted: np.ndarray, build_s: np.ndarray | None) -> np.ndarray:
         """A ranking key (lower first) for candidates with these predicted log(latency /
-        best): gain per second once the build cost is learned, the predicted latency before."""
-        if not self.builds.ready:
+        best) and build seconds: gain per second once the build cost is learned, the predicted
+        latency before."""
+        if build_s is None:
             return np.asarray(predicted, dtype=float)
-        cost = self.builds.predict(features)
-        return gain_per_second(predicted, cost, self.residuals.sigma, self.measure_s)
+        return gain_per_second(predicted, build_s, self.residuals.sigma, self.measure_s)
 
     def stats(self) -> dict[str, float | int | None]:
         return {

@@ -239,7 +239,8 @@ class TrimmerFilter(Filter):
             audit.kept += len(keep)
             return Selection(tuple(keep))
         # A candidate predicted to build past the timeout would cost it and teach nothing.
-        doomed = self.pricing.timeouts(features)
+        build_s = self.pricing.build_s(features)  # None until the build cost is learned
+        doomed = self.pricing.timeouts(build_s, n)
         self.pricing.vetoed.update(c.key for c, d in zip(candidates, doomed, strict=True) if d)
         # The search's random picks are exploration its cost model did not choose: the same
         # model does not veto them here. The rest are ranked among themselves, by expected
@@ -251,7 +252,8 @@ class TrimmerFilter(Filter):
         if judged:
             mine = [features[i] for i in judged]
             predicted[judged] = self.predictor.predict(mine)
-            places[judged] = positions(self.pricing.order(predicted[judged], mine))
+            cost = None if build_s is None else build_s[judged]
+            places[judged] = positions(self.pricing.order(predicted[judged], cost))
         threshold = self.calibration.threshold()
         room = c.max_keep - len(explore)
         picked = (

@@ -254,10 +254,8 @@ class TaskSearch:
         ranked = wanted * _RANKED if self._verifiers else wanted
         playing = spaces.in_play(self._elites)
         asked = ranked * _SPACE_RANKED if len(playing) > 1 else ranked
-        # A fresh state returns what it returned before, the parents first: more are asked
-        # for, and what was proposed before is no round's recent parent again.
-        seen = set(self._seen) if self._held == 0 and self.forgotten else None
-        if seen is not None:
+        seen = self._proposed_before()
+        if seen is not None:  # the parents come back too
             asked += len(parents)
         bests = list(self._evolve(self._evolution, parents + fresh, asked))
         self._held += len(bests)
@@ -279,8 +277,7 @@ class TaskSearch:
             invalid,
         )
         self.times.add(self.last)
-        recent = bests if seen is None else [b for b in bests if structural_key(b.mod) not in seen]
-        self._recent = recent[:ranked]
+        self._recent = self._news(bests, seen)[:ranked]
         if self._held >= _HELD_MOST:
             self._forget()
         if not picks:
@@ -291,6 +288,19 @@ class TaskSearch:
         return [
             MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks
         ]
+
+    def _proposed_before(self) -> set[int] | None:
+        """After TVM's state started afresh, the keys of everything proposed before: its
+        evolution returns them again, the parents first (None otherwise)."""
+        return set(self._seen) if self._held == 0 and self.forgotten else None
+
+    @staticmethod
+    def _news(bests: list[Any], seen: set[int] | None) -> list[Any]:
+        """The evolution's bests less those proposed before (`seen`): no round's recent
+        parents again."""
+        if seen is None:
+            return bests
+        return [sch for sch in bests if structural_key(sch.mod) not in seen]
 
     def _sized(self, population: int) -> None:
         """Search with a population of `population` from now on: a small round searches a
