@@ -63,6 +63,8 @@ class SearchSettings:
     genetic_max_fail_count: int
     eps_greedy: float
     restart_after: int
+    sister_share: int
+    sister_trail: float
     cost_model: str
     cost_model_warmup: int
     ahead: int
@@ -86,13 +88,14 @@ class SearchSettings:
                 f"[search] needs 2 <= min_population <= max_population but got "
                 f"{self.min_population}, {self.max_population}."
             )
-        for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy"):
+        for name in ("init_measured_ratio", "genetic_mutate_prob", "eps_greedy", "sister_trail"):
             _probability("search", name, getattr(self, name))
         names = (
             "genetic_num_iters",
             "genetic_max_fail_count",
             "cost_model_warmup",
             "restart_after",
+            "sister_share",
         )
         for name in names:
             _non_negative("search", name, getattr(self, name))

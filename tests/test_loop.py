@@ -404,7 +404,8 @@ def proposed_keys(monkeypatch) -> list[int]:
 
 def test_every_proposal_is_measured_or_left_waiting_none_is_lost(tasks, fast_config, monkeypatch):
     """Set aside by the filter, cut by the budget or prepared ahead when the run stops: what
-    was proposed and not measured is in the leftovers a resume starts from."""
+    was proposed (by a search, or shared by a sister task) and not measured is in the
+    leftovers a resume starts from."""
     proposed = proposed_keys(monkeypatch)
     loop, engine = make_loop(
         tasks, fast_config, budget="400trials", flt=HalfFilter(), pipeline=True, tasks_used=3,
@@ -413,8 +414,9 @@ def test_every_proposal_is_measured_or_left_waiting_none_is_lost(tasks, fast_con
     loop.run()
     measured = {int(a.split("-")[1]) for a in engine.measured}
     waiting = {c.key for cs in loop.proposer.leftovers().values() for c in cs}
+    shared = set().union(*(loop.proposer.search(state.task).shared for state in loop.states))
     assert loop.ledger.rounds == 5 and waiting and not measured & waiting
-    assert set(proposed) == measured | waiting
+    assert set(proposed) | shared == measured | waiting
     assert not any(loop.proposer.pool.dropped.values())
 
 
@@ -516,3 +518,15 @@ def test_given_schedules_are_measured_committed_and_made_parents_within_the_budg
     parents = loop._bests[task.index]
     assert [secs for _, secs in parents] == sorted(m.mean_s for m in results[task.index])
     assert loop.measure_given({task.index: given[:3]}) == {}  # measured already
+
+
+def test_a_task_measures_what_its_sister_of_one_kind_reached(tasks, fast_config):
+    # The twin model's two convolutions (tasks 0 and 1) are of one kind: the second one touched
+    # starts with the first's fastest schedule replayed on its shapes, measured in its round.
+    loop, engine = make_loop(tasks, fast_config, budget="32trials")
+    loop.run()
+    offered = [loop.proposer.search(state.task).shared for state in loop.states]
+    measured = {int(artifact.split("-")[1]) for artifact in engine.measured}
+    assert any(offered) and set().union(*offered) <= measured
+    counts = loop.proposer.shared()
+    assert counts["shared"] == sum(map(len, offered)) and counts["shared_failed"] == 0

@@ -23,7 +23,17 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     return (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
         f"(postprocessing runs inside sampling and mutation){gpu_checks(search)}"
-        f"{_unmeasured(search)}"
+        f"{_unmeasured(search)}{_shared(search)}"
+    )
+
+
+def _shared(search: Mapping[str, Any]) -> str:
+    """What tasks of one kind shared (search/sisters.py), as a clause ("" when nothing)."""
+    if not search.get("shared"):
+        return ""
+    return (
+        f"; {search['shared']} schedules shared between tasks of one kind, "
+        f"{search.get('shared_best', 0)} of them became their task's best"
     )
 
 

@@ -27,7 +27,7 @@ from tune_orchestrator.measure.base import short_error
 
 from ..config import Settings
 from ..model.tasks import Candidate, Task, structural_key
-from ..search import Proposer, SearchTimes, TaskSearch
+from ..search import Proposer, SearchTimes, Sisters, TaskSearch
 from .measuring import build_workers
 from .scheduler import (
     RoundPlan,
@@ -220,6 +220,12 @@ class TuningLoop:
             ahead=self.ahead,
             charge=self._charge,
             parked=start.parked,
+            sisters=Sisters(
+                [state.task for state in self.states],
+                target=self.target,
+                trail=self.settings.search.sister_trail,
+                share=self.settings.search.sister_share,
+            ),
         )
         s = self.settings.stopping
         assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)

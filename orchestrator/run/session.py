@@ -526,6 +526,7 @@ class Session:
                 "waiting_saved": save_waiting(self.run, proposer.leftovers(), self.target.target),
                 "dropped": sum(proposer.pool.dropped.values()),
                 "abandoned": proposer.abandoned,
+                **proposer.shared(),
             }
 
     def _loop_rules(self) -> LoopRules:

@@ -4,6 +4,7 @@ learned model that guides both the search and the filter."""
 from .cost_model import SharedCostModel, candidate_features, make_cost_model
 from .pool import ProposalPool
 from .proposer import Proposer, TopUp
+from .sisters import Sisters
 from .strategy import SearchTimes, TaskSearch
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Proposer",
     "SearchTimes",
     "SharedCostModel",
+    "Sisters",
     "TaskSearch",
     "TopUp",
     "candidate_features",

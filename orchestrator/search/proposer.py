@@ -13,6 +13,7 @@ from typing import Any
 from ..model.tasks import Candidate, Task, structural_key
 from .cost_model import candidate_features
 from .pool import ProposalPool
+from .sisters import Sisters
 from .strategy import SearchTimes, TaskSearch
 
 # Candidates that may wait in the pool per task, in rounds' worth of proposals.
@@ -39,7 +40,7 @@ class Proposer:
     of candidates measured or being measured (the search knows only what it proposed in this
     process, not the database's records); `set_aside` to the keys the filter rejected, which
     may wait but do not stand in for new proposals; `charge(phase, seconds, overlapped)` books
-    time.
+    time; `sisters` offers each task its faster sisters' schedules (sisters.py).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class Proposer:
         ahead: int,
         charge: Callable[[str, float, bool], None],
         parked: Mapping[int, list[Any]] | None = None,
+        sisters: Sisters | None = None,
     ) -> None:
         self.make_search = make_search
         self.cost_model = cost_model
@@ -62,6 +64,7 @@ class Proposer:
         self.pool = ProposalPool(limit=_POOL_ROUNDS * proposals)
         self.times = SearchTimes()  # every search's, summed
         self._charge = charge
+        self.sisters = sisters
         self._searches: dict[int, TaskSearch] = {}
         # MeasureCandidates an earlier session left waiting, per task: pooled with the search.
         self._parked = dict(parked or {})
@@ -118,7 +121,42 @@ class Proposer:
             topped = done if self.pool.size(task.index) else self.top_up(task, proposals)
         else:
             topped = self.top_up(task, proposals)
+        self._share(task)
         return self.pool.waiting(task.index), topped
+
+    def _share(self, task: Task) -> None:
+        """Pool the schedules the task's sisters offer it, as the latest batch (they come
+        first) of exploration the filter lets through unjudged."""
+        from tvm.s_tir.meta_schedule import MeasureCandidate
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        if self.sisters is None or not self.sisters.share:
+            return
+        start = time.monotonic()
+        search = self.search(task)
+        with self._lock:
+            others = dict(self._searches)
+        found = self.sisters.offers(
+            task, search.best_s, lambda i: others[i].fastest() if i in others else []
+        )
+        known = self.measured.setdefault(task.index, set())
+        mcs = {}
+        for sch in found:
+            key = structural_key(sch.mod)
+            if key not in known:
+                mcs.setdefault(
+                    key,
+                    MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)),
+                )
+        if mcs:
+            features = candidate_features(self.cost_model, search.ctx, list(mcs.values()))
+            shared = [
+                Candidate(task, mc, key, f, explore=True)
+                for (key, mc), f in zip(mcs.items(), features, strict=True)
+            ]
+            search.shared.update(mcs)
+            self.pool.add(task.index, shared)
+        self._book("search", time.monotonic() - start)
 
     def top_up(self, task: Task, proposals: int) -> TopUp:
         """Search for `proposals` more when fewer wait (not counting those the filter set
@@ -158,6 +196,18 @@ class Proposer:
         for task, proposals in rounds:
             if task.index not in self._pending and self._fresh(task) < proposals:
                 self._pending[task.index] = self._background.submit(self.top_up, task, proposals)
+
+    def shared(self) -> dict[str, int]:
+        """Schedules sisters offered, did not replay, and became their task's best."""
+        if self.sisters is None:
+            return {"shared": 0, "shared_failed": 0, "shared_best": 0}
+        with self._lock:
+            searches = list(self._searches.values())
+        return {
+            "shared": self.sisters.offered,
+            "shared_failed": self.sisters.failed,
+            "shared_best": sum(search.shared_best for search in searches),
+        }
 
     def _fresh(self, task: Task) -> int:
         return self.pool.size(task.index, excluding=self.set_aside.get(task.index, ()))

@@ -186,6 +186,8 @@ class TaskSearch:
         self._empty = 0
         self._stalls = 0  # rounds in a row that did not move the best by _STALL_GAIN
         self.restarts = 0
+        self.shared: set[int] = set()  # structural keys of schedules its sisters offered
+        self.shared_best = 0  # times one of those became the task's best
         self._held = 0  # schedules TVM's evolution strategies hold since they last started
         self.forgotten = 0  # times they were started afresh
 
@@ -341,6 +343,10 @@ class TaskSearch:
         """Seconds of the fastest measured schedule the search goes on from (None: none)."""
         return self._elites[0][0] if self._elites else None
 
+    def fastest(self) -> list[tuple[float, Any]]:
+        """The fastest measured (seconds, schedule) the search goes on from, fastest first."""
+        return [(secs, sch) for secs, sch, _ in self._elites]
+
     def learn(self, measured: list[tuple[Any, float]]) -> None:
         """Remember the fastest measured schedules (MeasureCandidate, seconds; inf: failed)
         as parents for the next rounds, and whether the round moved the task's best."""
@@ -350,6 +356,8 @@ class TaskSearch:
         ]
         ranked.sort(key=lambda e: e[0])
         self._elites = spaces.keep(ranked, most_parents(self._settings))
+        if self.best_s is not None and self.best_s != before and self.shared:
+            self.shared_best += structural_key(self._elites[0][1].mod) in self.shared
         if before is not None and measured:
             improved = self.best_s is not None and self.best_s < before * (1.0 - _STALL_GAIN)
             self._stalls = 0 if improved else self._stalls + 1
