@@ -30,11 +30,11 @@ class Sisters:
 
     def __init__(self, tasks: Sequence[Task], *, target: Any, trail: float, share: int) -> None:
         self.target, self.trail, self.share = target, trail, share
-        kinds = {task.index: blocks(task.workload) for task in tasks} if share else {}
+        kinds = {t.index: blocks(t.workload) for t in tasks if share and t.workload is not None}
         self._of = {
-            task.index: [t for t in tasks if t is not task and kinds[t.index] == kinds[task.index]]
+            task.index: [t for t in tasks if t is not task and kinds.get(t.index) == kind]
             for task in tasks
-            if share
+            if (kind := kinds.get(task.index)) is not None
         }
         self._tried: dict[int, set[tuple[int, int]]] = {}  # task -> (sister, schedule key)
         self.offered = 0  # schedules replayed and offered, all tasks
