@@ -530,3 +530,23 @@ def test_a_task_measures_what_its_sister_of_one_kind_reached(tasks, fast_config)
     assert any(offered) and set().union(*offered) <= measured
     counts = loop.proposer.shared()
     assert counts["shared"] == sum(map(len, offered))
+
+
+def first_rounds(entries) -> dict[int, int]:
+    """Each task's first round's trials, from the journal."""
+    found: dict[int, int] = {}
+    for e in entries:
+        if e["type"] == "round":
+            found.setdefault(e["task"], e["trials"])
+    return found
+
+
+def test_first_rounds_leave_half_the_trial_budget_to_the_rounds_after_them(tasks, fast_config):
+    # Two tasks, 32 trials: first rounds share no more than 16, one smallest round each; with
+    # 400 trials they take the largest round each, as [scheduler] first_rounds lets them.
+    sizes = {"scheduler.first_round": 8, "tune.trials_per_round": 32}  # rounds of 8, 16, 32
+    short, wide = [], []
+    make_loop(tasks, fast_config, budget="32trials", journal=short.append, **sizes)[0].run()
+    make_loop(tasks, fast_config, budget="400trials", journal=wide.append, **sizes)[0].run()
+    assert first_rounds(short) == {0: 8, 1: 8}
+    assert first_rounds(wide) == {0: 32, 1: 32}

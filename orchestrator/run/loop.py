@@ -200,7 +200,8 @@ class TuningLoop:
         sizes = round_sizes(
             self.settings, getattr(self.builder, "workers", 1), getattr(self.engine, "lanes", 1)
         )
-        # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
+        # First rounds share [scheduler] first_rounds candidates over the tasks to cover (and
+        # from the start of `run`, no more than half of what the budget affords).
         self.sizes = sizes.for_tasks(self._to_cover(), self.settings.scheduler.first_rounds)
         self._filtered = self.filter.name != "none"
         # The most a round proposes; a first touch proposes for the smallest round.
@@ -232,6 +233,14 @@ class TuningLoop:
         self._main = threading.current_thread()
         self._last_round_end = 0.0
 
+    def _first_rounds(self) -> int:
+        """Candidates the first rounds share: [scheduler] first_rounds, and no more than half
+        of those the budget affords (as forecast once the first round's cost is), so that first
+        rounds over a many-task model leave room for the rounds that follow: at 480 trials,
+        first rounds of 32 over squeezenetish's 21 tasks used to leave some tasks untuned."""
+        most = self.settings.scheduler.first_rounds
+        return max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
+
     def _to_cover(self) -> int:
         """Tasks still to get a first round: never tuned, holding the coverage share or more
         of the model's kernel time now (as the scheduler covers them)."""
@@ -257,6 +266,7 @@ class TuningLoop:
         disturb (GPUs, remote machines).
         """
         ahead: Round | None = None
+        self.sizes = self.sizes.for_tasks(self._to_cover(), self._first_rounds())
         with (
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="next-round"
