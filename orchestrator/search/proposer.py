@@ -198,14 +198,13 @@ class Proposer:
                 self._pending[task.index] = self._background.submit(self.top_up, task, proposals)
 
     def shared(self) -> dict[str, int]:
-        """Schedules sisters offered, did not replay, and became their task's best."""
-        if self.sisters is None:
-            return {"shared": 0, "shared_failed": 0, "shared_best": 0}
+        """Sisters' schedules pooled (not measured before), those that did not replay, and
+        how often one became its task's best."""
         with self._lock:
             searches = list(self._searches.values())
         return {
-            "shared": self.sisters.offered,
-            "shared_failed": self.sisters.failed,
+            "shared": sum(len(search.shared) for search in searches),
+            "shared_failed": self.sisters.failed if self.sisters is not None else 0,
             "shared_best": sum(search.shared_best for search in searches),
         }
 
