@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..model.tasks import measure_candidate
 from ..run.scheduler import TaskState
 from ..search.transfer import AS_IS, FAILED, blocks, replay
 from .files import record_json
@@ -42,9 +43,6 @@ def replayed(
     """For each task not tuned yet (no round, no library record of its own): MeasureCandidates
     of up to `most` schedules of same-kind library workloads that replay on it, and what
     became of each schedule tried."""
-    from tvm.s_tir.meta_schedule import MeasureCandidate
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
     kinds = _kinds(view)
     given: dict[int, list[Any]] = {}
     stats: dict[int, Transferred] = {}
@@ -62,10 +60,7 @@ def replayed(
             tally.failed += result.outcome == FAILED
             tally.re_derived += result.outcome not in (AS_IS, FAILED)
             if result.schedule is not None:
-                args = ArgInfo.from_entry_func(result.schedule.mod, remove_preproc=True)
-                given.setdefault(state.task.index, []).append(
-                    MeasureCandidate(result.schedule, args)
-                )
+                given.setdefault(state.task.index, []).append(measure_candidate(result.schedule))
     return given, stats
 
 

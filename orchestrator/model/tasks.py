@@ -64,6 +64,15 @@ def structural_key(mod: Any) -> int:
     return int(tvm_ffi.structural_hash(mod))
 
 
+def measure_candidate(sch: Any) -> Any:
+    """A schedule as MetaSchedule's MeasureCandidate: the schedule and its entry function's
+    arguments, as the workload takes them (before any layout rewrite)."""
+    from tvm.s_tir.meta_schedule import MeasureCandidate
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+
+
 def task_key(workload: Any) -> str:
     """A workload's key as a task, the learned model and the run's files name it: hex."""
     return f"{structural_key(workload) & (2**64 - 1):016x}"

@@ -197,12 +197,10 @@ class TuningLoop:
         self.emit = emit
         self.threads = threads
         self.pipeline = pipeline
-        sizes = round_sizes(
+        # First rounds are sized when `run` starts, once the budget's forecast is known.
+        self.sizes = round_sizes(
             self.settings, getattr(self.builder, "workers", 1), getattr(self.engine, "lanes", 1)
         )
-        # First rounds share [scheduler] first_rounds candidates over the tasks to cover (and
-        # from the start of `run`, no more than half of what the budget affords).
-        self.sizes = sizes.for_tasks(self._to_cover(), self.settings.scheduler.first_rounds)
         self._filtered = self.filter.name != "none"
         # The most a round proposes; a first touch proposes for the smallest round.
         self.proposals = proposals_per_round(self.settings, self.sizes.largest, self._filtered)
@@ -266,6 +264,7 @@ class TuningLoop:
         disturb (GPUs, remote machines).
         """
         ahead: Round | None = None
+        # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
         self.sizes = self.sizes.for_tasks(self._to_cover(), self._first_rounds())
         with (
             concurrent.futures.ThreadPoolExecutor(
@@ -296,17 +295,7 @@ class TuningLoop:
                 self.measured.setdefault(current.state.task.index, set()).update(
                     c.key for c in current.chosen
                 )
-                upcoming = None
-                if self.pipeline:
-                    nxt = self._next_plans({current.state.task.index}, 1 + self.ahead)
-                    allowed = self._allowed_after([len(current.chosen)], nxt[0].size) if nxt else 0
-                    if nxt and allowed:  # no look-ahead the budget would throw away
-                        upcoming = background.submit(self._prepare, nxt[0], allowed)
-                        # Searches for the rounds after that one, if one still fits.
-                        if self._allowed_after([len(current.chosen), allowed], nxt[0].size):
-                            self.proposer.ahead(
-                                (p.state.task, self._proposals(p.size)) for p in nxt[1:]
-                            )
+                upcoming = self._look_ahead(current, background) if self.pipeline else None
                 busy_before = self._device_busy()
                 measurements = self._measure_round(current)
                 if upcoming is not None:
@@ -318,6 +307,21 @@ class TuningLoop:
                         busy = self._device_busy() - busy_before
                         self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
+
+    def _look_ahead(
+        self, current: Round, background: concurrent.futures.ThreadPoolExecutor
+    ) -> concurrent.futures.Future[Round | None] | None:
+        """Start preparing the next round in `background` while `current` is measured, and
+        the searches of the rounds after it; None when the budget would throw it away."""
+        nxt = self._next_plans({current.state.task.index}, 1 + self.ahead)
+        allowed = self._allowed_after([len(current.chosen)], nxt[0].size) if nxt else 0
+        if not (nxt and allowed):
+            return None
+        upcoming = background.submit(self._prepare, nxt[0], allowed)
+        # Searches for the rounds after that one, if one still fits.
+        if self._allowed_after([len(current.chosen), allowed], nxt[0].size):
+            self.proposer.ahead((p.state.task, self._proposals(p.size)) for p in nxt[1:])
+        return upcoming
 
     def measure_given(self, given: Mapping[int, Sequence[Any]]) -> dict[int, list[Measurement]]:
         """Measure schedules the search did not propose (MeasureCandidates by task index, such

@@ -7,10 +7,10 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
-from ..model.tasks import Candidate, Task, structural_key
+from ..model.tasks import Candidate, Task, measure_candidate, structural_key
 from .cost_model import candidate_features
 from .pool import ProposalPool
 from .sisters import Sisters
@@ -91,19 +91,35 @@ class Proposer:
 
     def _pool_parked(self, task: Task, search: TaskSearch) -> None:
         """Pool what an earlier session left waiting for this task, unless measured since."""
+        fresh = self._unmeasured(task, self._parked.pop(task.index, []))
+        self.restored += len(self._pooled(task, search, fresh, explored=()))
+
+    def _unmeasured(self, task: Task, mcs: Iterable[Any]) -> dict[int, Any]:
+        """These MeasureCandidates by structural key, less the task's measured ones and
+        repeats (the first of each kept), in their order."""
         known = self.measured.setdefault(task.index, set())
-        fresh = {}
-        for mc in self._parked.pop(task.index, []):
+        fresh: dict[int, Any] = {}
+        for mc in mcs:
             key = structural_key(mc.sch.mod)
             if key not in known:
                 fresh.setdefault(key, mc)
-        if fresh:
-            features = candidate_features(self.cost_model, search.ctx, list(fresh.values()))
-            pooled = [
-                Candidate(task, mc, key, f)
+        return fresh
+
+    def _pooled(
+        self, task: Task, search: TaskSearch, fresh: dict[int, Any], *, explored: Container[int]
+    ) -> list[Candidate]:
+        """Pool `fresh` (by key) as one batch, with their features; those whose key is in
+        `explored` are exploration the filter lets through unjudged. Returns those added."""
+        if not fresh:
+            return []
+        features = candidate_features(self.cost_model, search.ctx, list(fresh.values()))
+        return self.pool.add(
+            task.index,
+            [
+                Candidate(task, mc, key, f, explore=key in explored)
                 for (key, mc), f in zip(fresh.items(), features, strict=True)
-            ]
-            self.restored += len(self.pool.add(task.index, pooled))
+            ],
+        )
 
     def exhausted(self, task: Task) -> bool:
         """Nothing waits and the search has nothing left to propose."""
@@ -127,9 +143,6 @@ class Proposer:
     def _share(self, task: Task) -> None:
         """Pool the schedules the task's sisters offer it, as the latest batch (they come
         first) of exploration the filter lets through unjudged."""
-        from tvm.s_tir.meta_schedule import MeasureCandidate
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
         if self.sisters is None or not self.sisters.share:
             return
         start = time.monotonic()
@@ -139,23 +152,9 @@ class Proposer:
         found = self.sisters.offers(
             task, search.best_s, lambda i: others[i].fastest() if i in others else []
         )
-        known = self.measured.setdefault(task.index, set())
-        mcs = {}
-        for sch in found:
-            key = structural_key(sch.mod)
-            if key not in known:
-                mcs.setdefault(
-                    key,
-                    MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)),
-                )
-        if mcs:
-            features = candidate_features(self.cost_model, search.ctx, list(mcs.values()))
-            shared = [
-                Candidate(task, mc, key, f, explore=True)
-                for (key, mc), f in zip(mcs.items(), features, strict=True)
-            ]
-            search.shared.update(mcs)
-            self.pool.add(task.index, shared)
+        fresh = self._unmeasured(task, map(measure_candidate, found))
+        search.shared.update(fresh)
+        self._pooled(task, search, fresh, explored=fresh)
         self._book("search", time.monotonic() - start)
 
     def top_up(self, task: Task, proposals: int) -> TopUp:
@@ -170,22 +169,8 @@ class Proposer:
         self._book("search", seconds)
         with self._lock:
             self.times.add(search.last)
-        known = self.measured.setdefault(task.index, set())
-        fresh, seen = [], set()
-        for mc in found:
-            key = structural_key(mc.sch.mod)
-            if key not in known and key not in seen:
-                seen.add(key)
-                fresh.append((mc, key))
-        mcs = [mc for mc, _ in fresh]
-        features = candidate_features(self.cost_model, search.ctx, mcs) if mcs else []
-        added = self.pool.add(
-            task.index,
-            [
-                Candidate(task, mc, key, f, explore=key in search.explored)
-                for (mc, key), f in zip(fresh, features, strict=True)
-            ],
-        )
+        fresh = self._unmeasured(task, found)
+        added = self._pooled(task, search, fresh, explored=search.explored)
         return TopUp(len(added), len(found) - len(fresh), search.last, seconds)
 
     def ahead(self, rounds: Iterable[tuple[Task, int]]) -> None:

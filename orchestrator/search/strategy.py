@@ -33,7 +33,7 @@ from typing import Any
 
 from .. import _tvm
 from ..config import Settings
-from ..model.tasks import Task, structural_key
+from ..model.tasks import Task, measure_candidate, structural_key
 from . import spaces
 from .gpu_precheck import VERIFY, space_generator
 
@@ -235,8 +235,6 @@ class TaskSearch:
         """New candidates (MeasureCandidates), the most promising first, plus a share of
         random ones (eps-greedy); empty when nothing new was found. After a few empty searches
         in a row, or when no valid schedule can be sampled at all, `exhausted` is set."""
-        from tvm.s_tir.meta_schedule import MeasureCandidate
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
         self.explored = set()
         if self.exhausted:
@@ -287,9 +285,7 @@ class TaskSearch:
             self.exhausted = self._empty >= _EMPTY_LIMIT
             return []
         self._empty = 0
-        return [
-            MeasureCandidate(s, ArgInfo.from_entry_func(s.mod, remove_preproc=True)) for s in picks
-        ]
+        return [measure_candidate(s) for s in picks]
 
     def _proposed_before(self) -> set[int] | None:
         """After TVM's state started afresh, the keys of everything proposed before: its
