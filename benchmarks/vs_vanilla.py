@@ -2,6 +2,7 @@
 
     python benchmarks/vs_vanilla.py [--model examples/smallcnn.onnx|NAME] [--trials 128] [--seed 0]
                                     [--filter xgb|none] [--target llvm|cuda]
+                                    [--fraction N] [--resume benchmarks/work/FOLDER]
 
 Each side runs in a fresh process, one after the other, and is timed as a whole call, as a
 user would wait for it: vanilla from the ONNX import through `tune_relax` to `compile_relax`
@@ -9,10 +10,12 @@ user would wait for it: vanilla from the ONNX import through `tune_relax` to `co
 small loaded host: `--builder-timeout`; the same resolved target as ours, the host's -mcpu
 included); ours the whole `tune_orchestrator.tune` call (import, untuned timing, tuning,
 compile, output check). With `--fraction N`, ours runs a third time with a time budget of
-vanilla's whole call / N. Then every database is compiled with stock `compile_relax` and timed
+vanilla's whole call / N (recorded as refused where that is below our up-front minimum). Then every database is compiled with stock `compile_relax` and timed
 side by side, interleaved, in this process, with the model.so each of our runs shipped.
 Prints the wall times, end-to-end latencies and their ratios, and writes the raw figures to
-benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<label>-<date>.json.
+benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<label>-<date>.json. Each
+side's figures are kept in its run folder as it ends: `--resume benchmarks/work/<folder>`
+tunes only the sides that folder lacks.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ def main() -> None:
         "--per-iter", type=int, default=64, help="vanilla's num_trials_per_iter (TVM's: 64)"
     )
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
+    parser.add_argument(
+        "--resume", type=Path, help="a run folder under benchmarks/work: keep the sides it finished"
+    )
     parser.add_argument("--budget", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
     parser.add_argument("--target-json", help=argparse.SUPPRESS)
@@ -84,15 +90,20 @@ def main() -> None:
         )
         return
     if args.side == "ours":
-        figures = tune_ours(
-            str(args.model),
-            args.target_json,
-            args.trials,
-            args.seed,
-            args.work,
-            [f"candidate_filter={args.filter}"],
-            budget=args.budget,
-        )
+        from tune_orchestrator.errors import BudgetTooSmall
+
+        try:
+            figures = tune_ours(
+                str(args.model),
+                args.target_json,
+                args.trials,
+                args.seed,
+                args.work,
+                [f"candidate_filter={args.filter}"],
+                budget=args.budget,
+            )
+        except BudgetTooSmall as refused:  # a tenth of vanilla's wall below our minimum
+            figures = {"refused": str(refused)}
         print(json.dumps(figures))
         return
 
@@ -100,7 +111,7 @@ def main() -> None:
 
     resolved = resolve_target(args.target)
     target_json = json.dumps(resolved.to_json())
-    base = ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
+    base = args.resume or ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
     works = {"vanilla": base / "vanilla", "ours": base / "ours"}
     figures = {}
 
@@ -112,12 +123,20 @@ def main() -> None:
                  "--builder-timeout", str(args.builder_timeout), "--target-json", target_json,
                  "--per-iter", str(args.per_iter),
                  "--work", str(works[side])]  # fmt: skip
+        kept = works[side] / "figures.json"  # a side finished before, for --resume
+        if kept.is_file():
+            figures[side] = json.loads(kept.read_text())
+            return
         figures[side] = run_child(Path(__file__), child + (["--budget", budget] if budget else []))
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(figures[side]))
 
     tune_side("vanilla")
     tune_side("ours")
     if args.fraction:
         tune_side("ours-time", f"{figures['vanilla']['whole_s'] / args.fraction:.0f}s")
+        if "refused" in figures["ours-time"]:
+            del works["ours-time"]  # nothing to time
     # Every checkpoint's database, both sides, timed with the finals and the libraries we
     # shipped in one interleaved pass.
     prefixes = checkpoint_databases(works, figures)
@@ -170,6 +189,9 @@ def main() -> None:
     )
     for side, f in figures.items():
         if side == "vanilla":
+            continue
+        if "refused" in f:
+            print(f"  {side}: refused up front: {f['refused']}")
             continue
         so = latency.get(f"{side}.so", {}).get("median_s")
         print(
