@@ -22,7 +22,7 @@ class TimerConfig:
 
     number: int = 1
     repeat: int = 3
-    min_repeat_ms: int = 33
+    min_repeat_ms: int = 15
     cpu_cache_flush: bool = False
     race: bool = False
     race_after: int = 1
