@@ -111,7 +111,11 @@ def main() -> None:
 
     resolved = resolve_target(args.target)
     target_json = json.dumps(resolved.to_json())
-    base = args.resume or ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
+    base = (
+        args.resume.resolve()
+        if args.resume
+        else ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
+    )
     works = {"vanilla": base / "vanilla", "ours": base / "ours"}
     figures = {}
 
