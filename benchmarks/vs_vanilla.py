@@ -10,8 +10,9 @@ user would wait for it: vanilla from the ONNX import through `tune_relax` to `co
 small loaded host: `--builder-timeout`; the same resolved target as ours, the host's -mcpu
 included); ours the whole `tune_orchestrator.tune` call (import, untuned timing, tuning,
 compile, output check). With `--fraction N`, ours runs a third time with a time budget of
-vanilla's whole call / N (recorded as refused where that is below our up-front minimum). Then every database is compiled with stock `compile_relax` and timed
-side by side, interleaved, in this process, with the model.so each of our runs shipped.
+vanilla's whole call / N (recorded as refused where that is below our up-front minimum).
+Then every database is compiled with stock `compile_relax` and timed side by side,
+interleaved, in this process, with the model.so each of our runs shipped.
 Prints the wall times, end-to-end latencies and their ratios, and writes the raw figures to
 benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<label>-<date>.json. Each
 side's figures are kept in its run folder as it ends: `--resume benchmarks/work/<folder>`

@@ -235,7 +235,6 @@ class TaskSearch:
         """New candidates (MeasureCandidates), the most promising first, plus a share of
         random ones (eps-greedy); empty when nothing new was found. After a few empty searches
         in a row, or when no valid schedule can be sampled at all, `exhausted` is set."""
-
         self.explored = set()
         if self.exhausted:
             return []
