@@ -22,11 +22,13 @@ STOP_CODES = (BUDGET, TRIALS, STOPPED_PAYING, TASKS_DONE, INTERRUPTED, BUILD_ONL
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """`stop` with a reason a person can read, e.g. "trial budget reached: 500 of 500", and
-    its `code`, one of STOP_CODES."""
+    its `code`, one of STOP_CODES. A rule that would stop but for tasks that have not had
+    their chance yet goes on `waiting_on` them (positions in the tasks it was shown)."""
 
     stop: bool
     reason: str = ""
     code: str = ""
+    waiting_on: tuple[int, ...] = ()
 
 
 GO = Decision(stop=False)
@@ -75,11 +77,13 @@ class AnyOf(StoppingRule):
         self.rules = list(rules)
 
     def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
+        waiting: set[int] = set()
         for rule in self.rules:
             decision = rule.decide(ledger, tasks)
             if decision.stop:
                 return decision
-        return GO
+            waiting.update(decision.waiting_on)
+        return Decision(False, waiting_on=tuple(sorted(waiting))) if waiting else GO
 
     def allowance(self, ledger: Ledger, wanted: int) -> int:
         return min([wanted] + [rule.allowance(ledger, wanted) for rule in self.rules])

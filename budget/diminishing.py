@@ -22,7 +22,8 @@ class DiminishingReturns(StoppingRule):
     when told about the tasks, not before every task holding `min_share` of the untuned
     latency has had `min_measured_rounds` measured rounds and every task has its floor of
     trials, nor while a task's next round is expected to cut `min_gain` of the model's latency
-    by catching up with a task of its kind (retired tasks excepted).
+    by catching up with a task of its kind (retired tasks excepted). Where the curve alone
+    would stop, its decision names the tasks it waits on, for the loop to give them the rounds.
     """
 
     def __init__(
@@ -56,40 +57,60 @@ class DiminishingReturns(StoppingRule):
         self.last_forecast: float | None = None
 
     def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
-        evidence = self.evidence(tasks)
-        if evidence is None:
+        reason = self._judge(ledger)
+        if reason is None:
             return GO
+        waiting = self.waiting_on(tasks)
+        if waiting:  # it would stop, but these tasks have not had their chance
+            return Decision(False, waiting_on=waiting)
+        evidence = self.evidence(tasks)
+        return Decision(True, f"{reason}; {evidence}" if evidence else reason, STOPPED_PAYING)
+
+    def _judge(self, ledger: Ledger) -> str | None:
+        """Why more spending stops paying, judged on the tuning curve alone; None while it
+        still pays."""
         kind = self.limit.kind
         points = [(p.spent(kind), p.latency_s) for p in ledger.history if p.spent(kind) is not None]
         if len(points) < self.min_rounds:
-            return GO
+            return None
         x_now, latency_now = points[-1]
         x_start = x_now * (1.0 - self.window)
         before = [lat for x, lat in points if x <= x_start]
         inside = [x for x, _ in points if x > x_start]
         if not before or len(inside) < 2:
-            return GO
+            return None
         windowed = max(0.0, (before[-1] - latency_now) / before[-1])
         curve = fit_curve([x for x, _ in points], [lat for _, lat in points])
         left = max(0.0, self.limit.amount - x_now)
         forecast = curve.gain(x_now, x_now + left) if curve is not None else None
         self.last_forecast = forecast
         if windowed >= self.min_gain or forecast is None or forecast >= self.min_gain:
-            return GO
-        reason = self._reason(ledger, x_now, left, windowed, forecast)
-        return Decision(True, f"{reason}; {evidence}" if evidence else reason, STOPPED_PAYING)
+            return None
+        return self._reason(ledger, x_now, left, windowed, forecast)
 
-    def evidence(self, tasks: Sequence[TaskProgress]) -> str | None:
-        """What entitles the rule to judge ("" when told nothing about the tasks), or None
-        while a task that matters has not had its chance."""
-        if not tasks:
-            return ""
-        live = [t for t in tasks if not t.done]
-        if any(t.trials < t.floor or t.catch_up >= self.min_gain for t in live):
-            return None
+    def waiting_on(self, tasks: Sequence[TaskProgress]) -> tuple[int, ...]:
+        """The live tasks (positions in `tasks`) that have not had their chance: short of
+        their floor of trials, expected to catch up with a task of their kind, or holding
+        `min_share` of the untuned latency with fewer than `min_measured_rounds` rounds."""
+        return tuple(
+            i
+            for i, t in enumerate(tasks)
+            if not t.done
+            and (
+                t.trials < t.floor
+                or t.catch_up >= self.min_gain
+                or (
+                    t.share is not None
+                    and t.share >= self.min_share
+                    and t.measured_rounds < self.min_measured_rounds
+                )
+            )
+        )
+
+    def evidence(self, tasks: Sequence[TaskProgress]) -> str:
+        """What entitled the rule to judge, once no task is waited on ("" when told nothing
+        about the tasks)."""
         weighty = [t for t in tasks if t.share is not None and t.share >= self.min_share]
-        if any(t.measured_rounds < self.min_measured_rounds for t in weighty if not t.done):
-            return None
         parts = []
         if weighty:
             held = sum(t.share or 0.0 for t in weighty)

@@ -14,10 +14,12 @@ from tune_orchestrator.budget import (
     BudgetLimits,
     Ledger,
     Spend,
+    StoppingRule,
     TaskProgress,
     check_applicable,
     parse_budget,
 )
+from tune_orchestrator.budget.base import Decision
 from tune_orchestrator.budget.diminishing import DiminishingReturns
 from tune_orchestrator.budget.forecast import fit_curve
 from tune_orchestrator.budget.grammar import DEVICE_HOURS, DOLLARS, ENERGY, TRIALS, WALL
@@ -478,9 +480,10 @@ def test_fitted_curves_forecast_the_rest_of_the_curve(truth):
     assert fit_curve([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]) is None  # nothing to fit
 
 
-def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, tasks=None, **rule_args):
+def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, tasks=None, waits=None, **rule_args):
     """Simulated run on a known tuning curve; returns (spend at stop or None, reason).
-    `tasks(round)` gives the task progress the rule is told about after each round."""
+    `tasks(round)` gives the task progress the rule is told about after each round; `waits`
+    collects (spend, the tasks the rule waits on) after each."""
     clock = FakeClock()
     ledger = Ledger(clock=clock)
     rule = DiminishingReturns(parse_budget(f"{budget_s}s").limits[0], **rule_args)
@@ -492,6 +495,8 @@ def run_until_stopped(truth, budget_s=6000.0, round_s=30.0, tasks=None, **rule_a
         ledger.charge_round(trials=64, seconds=round_s)
         ledger.record_point(truth(ledger.wall_s))
         decision = rule.decide(ledger, tasks(rounds) if tasks else ())
+        if waits is not None:
+            waits.append((ledger.wall_s, decision.waiting_on))
         if decision.stop:
             return ledger.wall_s, decision.reason
     return None, ""
@@ -549,6 +554,37 @@ def test_diminishing_returns_wait_until_every_task_that_matters_had_its_chance()
     assert never is None
     retired = lambda r: [replace(t, done=True) if t.name == "late" else t for t in tasks(r, 10**6)]  # noqa: E731
     assert run_until_stopped(exp_curve, tasks=retired)[0] == alone  # retired: nothing to wait for
+
+
+def test_diminishing_returns_name_the_tasks_they_wait_for_once_the_curve_would_stop():
+    """The loop gives the rounds to the tasks named: none while more spending pays, the task
+    short of its floor once the curve alone would stop."""
+    progress = [
+        TaskProgress("light", 0.2, trials=512, measured_rounds=8),
+        TaskProgress("heavy", 0.8, trials=64, measured_rounds=4, floor=256),
+    ]
+    alone, _ = run_until_stopped(exp_curve)
+    waits = []
+    assert run_until_stopped(exp_curve, tasks=lambda r: progress, waits=waits)[0] is None
+    assert alone is not None and all(not w for x, w in waits if x < alone)
+    assert all(w == (1,) for x, w in waits if x >= alone)
+
+
+class Waits(StoppingRule):
+    def __init__(self, *waiting_on):
+        self.waiting_on = waiting_on
+
+    def decide(self, ledger, tasks=()):
+        return Decision(False, waiting_on=self.waiting_on)
+
+
+def test_any_of_waits_on_every_task_its_rules_wait_on_unless_one_stops():
+    ledger = Ledger(clock=FakeClock())
+    assert AnyOf([Waits(2), Waits(0, 2), Waits()]).decide(ledger).waiting_on == (0, 2)
+    assert AnyOf([Waits(), Waits()]).decide(ledger) == Decision(False)
+    ledger.charge_round(trials=8, seconds=1.0)
+    limits = BudgetLimits(parse_budget("8trials"), round_size=8)
+    assert AnyOf([Waits(1), limits]).decide(ledger).stop
 
 
 def test_diminishing_returns_wait_while_a_task_can_catch_up_with_its_kind():

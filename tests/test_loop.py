@@ -19,7 +19,7 @@ from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.run.loop import LoopParts, LoopRules, LoopStart, TuningLoop
-from tune_orchestrator.run.scheduler import GainScheduler, TaskState
+from tune_orchestrator.run.scheduler import GainScheduler, RoundPlan, Scheduler, TaskState
 from tune_orchestrator.search import TaskSearch
 
 
@@ -77,6 +77,20 @@ class HashDevice(Engine):
         return out
 
 
+class FlatDevice(HashDevice):
+    """Every schedule takes 0.1 ms: the tuning curve is flat after each task's first round,
+    whichever schedules the search happened to find."""
+
+    def measure(self, inputs, on_result=None, best_s=None):
+        out = []
+        for i, item in enumerate(inputs):
+            self.measured.append(item.artifact)
+            out.append(Measurement((1e-4,)))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+
+
 class HalfFilter(Filter):
     """Keeps the half of what it is offered that it has been offered most often (it favours
     what waited); records every offer and every lesson."""
@@ -123,11 +137,13 @@ def make_loop(
     bests=None,
     parked=None,
     stops=None,
+    engine=None,
+    scheduler=None,
     **settings,
 ):
     target, found = tasks
     states = [TaskState(t, baseline_s=1e-3 * (len(found) - t.index)) for t in found[:tasks_used]]
-    engine = HashDevice()
+    engine = engine or HashDevice()
     loop = TuningLoop(
         LoopRules(
             target=target,
@@ -142,7 +158,7 @@ def make_loop(
             candidate_filter=flt or NoFilter(),
             builder=builder or KeyBuilder(),
             engine=engine,
-            scheduler=GainScheduler(),
+            scheduler=scheduler or GainScheduler(),
         ),
         LoopStart(states=states, measured={}, rand_state=0, bests=bests, parked=parked),
         ledger=ledger or Ledger(),
@@ -474,21 +490,34 @@ def tasks_of(n):
     return [Task(i, f"t{i}", 1, 1e6, None, f"{i:016x}") for i in range(n)]
 
 
-def test_the_early_stop_waits_for_the_heavy_tasks_floors(tasks, fast_config):
-    """Floors do not order the rounds, but the early stop may not end the run before the tasks
-    holding `heavy_share` of the latency have had `heavy_trials` trials each."""
+class LastTaskFirst(Scheduler):
+    """Rounds of 8: a first round for every task, then the last task it may pick, always (a
+    scheduler that never serves the floors)."""
+
+    def pick(self, states, sizes, exclude=()):
+        active = [s for s in states if s.retired is None and s.task.index not in exclude]
+        new = [s for s in active if s.rounds == 0]
+        return RoundPlan((new or active)[-1], 8, 1.0, 1.0) if active else None
+
+
+def test_the_early_stop_waits_for_the_heavy_tasks_floors_and_the_rounds_go_to_them(
+    tasks, fast_config
+):
+    """The early stop may not end the run before the tasks holding `heavy_share` of the
+    latency have had `heavy_trials` trials each; while it would stop but for them, the rounds
+    go to them, whatever the scheduler prefers, not on to the trial budget."""
     from tune_orchestrator.budget.diminishing import DiminishingReturns
 
     budget = parse_budget("400trials")
     early = DiminishingReturns(budget.limits[0], min_rounds=2, min_share=1.0, min_measured_rounds=0)
     loop, _ = make_loop(
-        tasks, fast_config, budget="400trials", tasks_used=3, stops=early,
-        **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
+        tasks, fast_config, budget="400trials", tasks_used=3, stops=early, engine=FlatDevice(),
+        scheduler=LastTaskFirst(), **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
     )  # fmt: skip
-    stopped = loop.run()
+    stopped = loop.run()  # every schedule is as fast: only the floors keep the run going
     assert stopped.code == "stopped-paying"  # the early stop ended it, not the trial budget
     floored = [s for s in loop.states if s.floor]
-    assert floored and all(s.trials >= s.floor or s.retired for s in floored)
+    assert floored and all(s.floor <= s.trials < s.floor + 8 for s in floored)
 
 
 def test_given_schedules_are_measured_committed_and_made_parents_within_the_budget(

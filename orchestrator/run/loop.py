@@ -279,7 +279,7 @@ class TuningLoop:
                     return decision
                 current, ahead = ahead, None
                 if current is None:
-                    plan = self.scheduler.pick(self.states, self.sizes)
+                    plan = self._pick(decision.waiting_on)
                     if plan is None:
                         retired = "; ".join(sorted({s.retired for s in self.states if s.retired}))
                         return Decision(True, f"every task is retired: {retired}", TASKS_DONE)
@@ -295,7 +295,11 @@ class TuningLoop:
                 self.measured.setdefault(current.state.task.index, set()).update(
                     c.key for c in current.chosen
                 )
-                upcoming = self._look_ahead(current, background) if self.pipeline else None
+                upcoming = (
+                    self._look_ahead(current, background, decision.waiting_on)
+                    if self.pipeline
+                    else None
+                )
                 busy_before = self._device_busy()
                 measurements = self._measure_round(current)
                 if upcoming is not None:
@@ -309,11 +313,14 @@ class TuningLoop:
                 self._learn_round(current, measurements)
 
     def _look_ahead(
-        self, current: Round, background: concurrent.futures.ThreadPoolExecutor
+        self,
+        current: Round,
+        background: concurrent.futures.ThreadPoolExecutor,
+        waiting_on: Sequence[int] = (),
     ) -> concurrent.futures.Future[Round | None] | None:
         """Start preparing the next round in `background` while `current` is measured, and
         the searches of the rounds after it; None when the budget would throw it away."""
-        nxt = self._next_plans({current.state.task.index}, 1 + self.ahead)
+        nxt = self._next_plans({current.state.task.index}, 1 + self.ahead, waiting_on)
         allowed = self._allowed_after([len(current.chosen)], nxt[0].size) if nxt else 0
         if not (nxt and allowed):
             return None
@@ -447,12 +454,28 @@ class TuningLoop:
             self.builder.release(prepared.builds)
             self.proposer.put_back(prepared.state.task, prepared.chosen)
 
-    def _next_plans(self, exclude: set[int], count: int) -> list[RoundPlan]:
+    def _pick(
+        self, waiting_on: Sequence[int], exclude: frozenset[int] | set[int] = frozenset()
+    ) -> RoundPlan | None:
+        """The scheduler's next round (no task in `exclude`); while a stopping rule would stop
+        but for some tasks (positions in `states`), one of theirs if it can, so the run
+        spends on what it waits for rather than running on to its budget."""
+        if waiting_on:
+            waited = {self.states[i].task.index for i in waiting_on}
+            others = {s.task.index for s in self.states} - waited
+            plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude | others)
+            if plan is not None:
+                return plan
+        return self.scheduler.pick(self.states, self.sizes, exclude=exclude)
+
+    def _next_plans(
+        self, exclude: set[int], count: int, waiting_on: Sequence[int] = ()
+    ) -> list[RoundPlan]:
         """The rounds the scheduler would plan next, in order (no task twice, none
-        excluded)."""
+        excluded; `_pick`)."""
         picked: list[RoundPlan] = []
         while len(picked) < count:
-            plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude)
+            plan = self._pick(waiting_on, exclude)
             if plan is None:
                 break
             picked.append(plan)

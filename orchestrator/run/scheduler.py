@@ -230,7 +230,8 @@ class GainScheduler(Scheduler):
     split into a fixed part (search and filter) and a part per candidate, or the run's
     typical round before it has any.
 
-    Floors of trials (assign_floors) only gate the stopping rules, never this order.
+    Floors of trials (assign_floors) gate the stopping rules, not this order; the loop turns
+    to the tasks short of theirs only when the early stop would end the run but for them.
     """
 
     def __init__(
