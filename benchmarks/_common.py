@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import statistics
@@ -284,4 +285,7 @@ def head_rev() -> str:
 
 
 def scratch() -> Path:
-    return Path(tempfile.mkdtemp(prefix="bench-db-"))
+    """A scratch folder, removed when the benchmark exits (its figures are in its results)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-db-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
