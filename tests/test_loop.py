@@ -520,6 +520,18 @@ def test_the_early_stop_waits_for_the_heavy_tasks_floors_and_the_rounds_go_to_th
     assert floored and all(s.floor <= s.trials < s.floor + 8 for s in floored)
 
 
+def test_a_waited_for_task_whose_search_came_back_empty_is_left_to_the_scheduler(
+    tasks, fast_config
+):
+    loop, _ = make_loop(
+        tasks, fast_config, budget="400trials", tasks_used=3, scheduler=LastTaskFirst()
+    )
+    assert loop._pick((0,)).state.task.index == 0  # the scheduler alone would pick task 2
+    loop.states[0].empty_searches = 1
+    assert loop._pick((0,)).state.task.index == 2
+    assert loop._pick((0, 1)).state.task.index == 1
+
+
 def test_given_schedules_are_measured_committed_and_made_parents_within_the_budget(
     tasks, fast_config
 ):

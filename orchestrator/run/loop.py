@@ -459,9 +459,13 @@ class TuningLoop:
     ) -> RoundPlan | None:
         """The scheduler's next round (no task in `exclude`); while a stopping rule would stop
         but for some tasks (positions in `states`), one of theirs if it can, so the run
-        spends on what it waits for rather than running on to its budget."""
+        spends on what it waits for rather than running on to its budget. A waited-for task
+        whose last search came back empty is left to the scheduler's own order, which looks
+        elsewhere first (a search that keeps coming back empty is not asked again and again)."""
         if waiting_on:
-            waited = {self.states[i].task.index for i in waiting_on}
+            waited = {
+                self.states[i].task.index for i in waiting_on if not self.states[i].empty_searches
+            }
             others = {s.task.index for s in self.states} - waited
             plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude | others)
             if plan is not None:
