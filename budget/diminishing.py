@@ -99,18 +99,18 @@ class DiminishingReturns(StoppingRule):
             and (
                 t.trials < t.floor
                 or t.catch_up >= self.min_gain
-                or (
-                    t.share is not None
-                    and t.share >= self.min_share
-                    and t.measured_rounds < self.min_measured_rounds
-                )
+                or (self._weighty(t) and t.measured_rounds < self.min_measured_rounds)
             )
         )
+
+    def _weighty(self, task: TaskProgress) -> bool:
+        """It holds `min_share` or more of the untuned latency."""
+        return task.share is not None and task.share >= self.min_share
 
     def evidence(self, tasks: Sequence[TaskProgress]) -> str:
         """What entitled the rule to judge, once no task is waited on ("" when told nothing
         about the tasks)."""
-        weighty = [t for t in tasks if t.share is not None and t.share >= self.min_share]
+        weighty = [t for t in tasks if self._weighty(t)]
         parts = []
         if weighty:
             held = sum(t.share or 0.0 for t in weighty)
