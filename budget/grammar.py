@@ -1,6 +1,8 @@
 """Budget strings: a number and a unit, several limits joined with commas (first reached wins).
 
 2gpu-h  90gpu-min  $5  5usd  45min  1.5h  300s  500trials  200kJ  0.1kWh
+
+Wall-clock time may also come in parts, largest first, as the report writes it: 1h30min, 3m30s.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ WALL, DEVICE_HOURS, DOLLARS, TRIALS, ENERGY = "wall_s", "device_h", "usd", "tria
 
 _UNITS: dict[str, tuple[str, float]] = {
     **{u: (WALL, 1.0) for u in ("s", "sec", "secs", "second", "seconds")},
-    **{u: (WALL, 60.0) for u in ("min", "mins", "minute", "minutes")},
+    **{u: (WALL, 60.0) for u in ("m", "min", "mins", "minute", "minutes")},
     **{u: (WALL, 3600.0) for u in ("h", "hr", "hrs", "hour", "hours")},
     **{u: (DEVICE_HOURS, 1.0) for u in ("gpu-h", "gpu-hr", "gpu-hour", "gpu-hours")},
     **{u: (DEVICE_HOURS, 1 / 60) for u in ("gpu-min", "gpu-mins", "gpu-minutes")},
@@ -41,6 +43,12 @@ _LIMIT = re.compile(
     r"^(?:\$\s*(?P<dollars>\d+(?:\.\d*)?|\.\d+)"
     r"|(?P<number>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?\s*(?P<unit>[a-z$-]+))$"
 )
+
+
+# A duration in two or three parts (1h30min, 3m30s, 1h02m05s); each part is read by _PART.
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_PARTS = re.compile(rf"(?:{_NUMBER}\s*[a-z]+\s*){{2,3}}")
+_PART = re.compile(rf"({_NUMBER})\s*([a-z]+)")
 
 
 class BudgetError(ValueError):
@@ -102,6 +110,19 @@ def parse_budget(text: str) -> Budget:
 
 
 def _parse_limit(part: str, whole: str) -> Limit:
+    if _LIMIT.match(part.lower()) is None and _PARTS.fullmatch(part.lower()):
+        kind, amount = WALL, _duration_s(part, whole)
+    else:
+        kind, amount = _amount(part, whole)
+    if not (math.isfinite(amount) and amount > 0):
+        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
+    if kind == TRIALS and amount != int(amount):
+        raise BudgetError(f"budget {whole!r}: a number of trials must be whole, got {part!r}")
+    return Limit(kind, amount, part)
+
+
+def _amount(part: str, whole: str) -> tuple[str, float]:
+    """One number and its unit: the limit's kind and the amount in the kind's base unit."""
     match = _LIMIT.match(part.lower())
     if match is None:
         raise BudgetError(
@@ -120,9 +141,19 @@ def _parse_limit(part: str, whole: str) -> Limit:
             f"gpu-h, gpu-min, $ / usd, trials, J, kJ, Wh, kWh (e.g. {EXAMPLES})"
         )
     kind, scale = _UNITS[unit]
-    amount = value * scale
-    if not (math.isfinite(amount) and amount > 0):
-        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
-    if kind == TRIALS and amount != int(amount):
-        raise BudgetError(f"budget {whole!r}: a number of trials must be whole, got {part!r}")
-    return Limit(kind, amount, part)
+    return kind, value * scale
+
+
+def _duration_s(part: str, whole: str) -> float:
+    """Seconds of a wall-clock time in parts, hours before minutes before seconds, each once."""
+    seconds, last_scale = 0.0, math.inf
+    for number, unit in _PART.findall(part.lower()):
+        kind, scale = _UNITS.get(unit, ("", 0.0))
+        if kind != WALL or scale >= last_scale:
+            raise BudgetError(
+                f"budget {whole!r}: cannot read {part!r}; a time in parts gives hours, minutes "
+                "and seconds in that order, each once, e.g. 1h30min or 3m30s"
+            )
+        seconds += float(number) * scale
+        last_scale = scale
+    return seconds

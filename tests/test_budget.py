@@ -32,6 +32,7 @@ from tune_orchestrator.budget.limits import (
 )
 from tune_orchestrator.budget.plateau import TaskPlateau
 from tune_orchestrator.budget.prices import run_price
+from tune_orchestrator.budget.units import fmt_duration
 
 
 class FakeClock:
@@ -77,6 +78,25 @@ def test_every_unit_of_the_design_parses(text, kind, amount):
     assert budget.get(kind) == pytest.approx(amount)
 
 
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("3m30s", 210.0),
+        ("1h30min", 5400.0),
+        ("1h02m05s", 3725.0),
+        ("5 min 30 s", 330.0),
+        ("5m", 300.0),
+    ],
+)
+def test_wall_clock_time_reads_in_parts_as_the_report_writes_it(text, seconds):
+    assert parse_budget(text).get(WALL) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("seconds", [42.5, 210.0, 5400.0])
+def test_a_duration_the_report_prints_reads_back_as_a_budget(seconds):
+    assert parse_budget(fmt_duration(seconds)).get(WALL) == pytest.approx(seconds)
+
+
 def test_several_limits_join_with_commas():
     budget = parse_budget("2gpu-h,$4, 500trials")
     assert (budget.get(DEVICE_HOURS), budget.get(DOLLARS), budget.get(TRIALS)) == (2.0, 4.0, 500)
@@ -94,6 +114,10 @@ def test_several_limits_join_with_commas():
         ("1.5trials", "must be whole"),
         ("5min,10min", "gives wall-clock time twice"),
         ("5min,", "cannot read ''"),
+        ("30s5min", "hours, minutes and seconds in that order"),
+        ("1h1h", "hours, minutes and seconds in that order"),
+        ("5min30trials", "hours, minutes and seconds in that order"),
+        ("0m0s", "must be a positive, finite amount"),
     ],
 )
 def test_bad_budgets_say_what_is_expected(text, message):

@@ -159,7 +159,7 @@ PRICE = click.option(
 @click.option(
     "--budget",
     type=BudgetType(),
-    help="Limits, first reached wins: 45min, 1.5h, 500trials, 2gpu-h, $5, 100Wh (several "
+    help="Limits, first reached wins: 45min, 1h30min, 500trials, 2gpu-h, $5, 100Wh (several "
     f"joined with commas).  [default: {default_of('tune.budget')}]",
 )
 @TARGET
