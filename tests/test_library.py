@@ -285,10 +285,41 @@ def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
         target=TARGET,
     )
     state = restored.states[0]
-    assert restored.library_rounds == {0}  # the session passes these as done: no second one
+    assert restored.library.done == {0}  # the session passes these as done: no second one
     assert state.history == [5e-6] and state.round_trials == [0] and state.round_s == [1.2]
     assert (state.library_trials, state.plateau, state.measured_rounds) == (40, True, 1)
     assert restored.states[1].rounds == 0
+
+
+def test_a_resumed_run_reports_what_its_earlier_sessions_took_from_the_library(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from tune_orchestrator.rundir.restore import restore
+
+    tasks = [Task(0, "double", 1, 64.0, workload(64), "0"), Task(1, "x", 1, 8.0, workload(8), "1")]
+    tally = {"tried": 3, "as_is": 1, "re_derived": 1, "failed": 1, "measured": 2}
+    journal = [
+        {"type": "session"},
+        {"type": "library_round", "task": 0, "best_s": 5e-6, "measured": 3, "failed": 1,
+         "library_trials": 40, "plateau": True},
+        {"type": "round", "kind": "transfer", "task": 1, "best_s": 2e-6, "trials": 2,
+         "measured": 2, "transfer": {**tally, "best_s": 2e-6, "default_s": 4e-6}},
+    ]  # fmt: skip
+    restored = restore(
+        tasks,
+        journal,
+        ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+        target=TARGET,
+    )
+    library = RunLibrary(Library(tmp_path / "library"), Settings.load())
+    library.resume(restored.library, restored.states)
+    report = library.report()
+    assert (report["reused_records"], report["reused_tasks"], report["plateau_tasks"]) == (4, 1, 1)
+    assert report["transferred"]["x"]["tried"] == 3
+    line = describe_library(report)
+    assert line.startswith("4 records of 1 tasks reused (1 at a plateau there); 3 schedules")
+    assert "beating the default schedule on 1" in line
 
 
 def test_the_library_round_event_validates_and_prints(capsys):

@@ -4,6 +4,7 @@ and add the run's own records at the end, when the tuned model passed its output
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -130,6 +131,19 @@ class RunLibrary:
         if fit and self.trained_records:
             fit_warm(predictors)
 
+    def resume(self, earlier: Any, states: Sequence[TaskState]) -> None:
+        """Count what the run's earlier sessions took from the library (`earlier`:
+        rundir.restore.LibraryUse), so a resumed run's report says what the whole run reused."""
+        for entry in earlier.rounds.values():
+            self.reused_records += int(entry.get("measured", 0)) + int(entry.get("failed", 0))
+            self.reused_tasks += 1
+            self.plateau_tasks += bool(entry.get("plateau"))
+        fields = {f.name for f in dataclasses.fields(Transferred)}
+        names = {s.task.index: s.task.name for s in states}
+        for index, tally in earlier.transferred.items():
+            kept = {k: v for k, v in tally.items() if k in fields}
+            self.transferred[names[index]] = Transferred(**kept)
+
     def reuse(
         self,
         loop: Any,
@@ -180,7 +194,7 @@ class RunLibrary:
                 per_workload=lib.transfer_per_workload,
             )  # fmt: skip
         names = {s.task.index: s.task.name for s in states}
-        self.transferred = {names[i]: tally for i, tally in stats.items()}
+        self.transferred.update({names[i]: tally for i, tally in stats.items()})
         if not any(given.values()):
             return
         start = ledger.clock()

@@ -510,8 +510,9 @@ class Session:
         )
         try:
             # Exact reuse first: the library's fastest records of each task it knows.
+            self.library.resume(restored.library, restored.states)
             self.library.reuse(
-                loop, restored.states, restored.library_rounds, ledger, self.run.append, self.emit
+                loop, restored.states, restored.library.done, ledger, self.run.append, self.emit
             )
             # Then transfer: what tasks of the same kind reached, replayed on those untouched.
             self.library.transfer(loop, restored.states, ledger, self.run.append)

@@ -26,6 +26,19 @@ from ..search.transfer import one_line
 
 
 @dataclasses.dataclass
+class LibraryUse:
+    """What earlier sessions of a run took from the tuning library, read from its journal."""
+
+    rounds: dict[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # by task
+    transferred: dict[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def done(self) -> set[int]:
+        """The tasks that had their library round: none again."""
+        return set(self.rounds)
+
+
+@dataclasses.dataclass
 class Restored:
     states: list[TaskState]
     measured: dict[int, set[int]]  # task index -> candidate keys already in the database
@@ -39,7 +52,7 @@ class Restored:
     # first: a resumed task's search starts from them, as the earlier session's search would
     # have gone on from them
     bests: dict[int, list[tuple[Any, float]]] = dataclasses.field(default_factory=dict)
-    library_rounds: set[int] = dataclasses.field(default_factory=set)  # tasks that had theirs
+    library: LibraryUse = dataclasses.field(default_factory=LibraryUse)
 
     @property
     def trials(self) -> int:
@@ -77,7 +90,7 @@ def restore(
         database, tasks, states, measured, baselines, skipped or Skipped()
     )
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
-    sessions, untuned, points, library_rounds = _read_journal(journal, states, measured, baselines)
+    sessions, untuned, points, library = _read_journal(journal, states, measured, baselines)
     # 3. The cost model and the filter relearn everything measured before.
     if learn:
         _retrain(cost_model, candidate_filter, tasks, target, learn)
@@ -100,7 +113,7 @@ def restore(
         default_records,
         unrecorded,
         bests,
-        library_rounds,
+        library,
     )
 
 
@@ -174,10 +187,10 @@ def _read_journal(
     states: Sequence[TaskState],
     measured: Mapping[int, set[int]],
     baselines: Mapping[int, Mapping[str, Any]],
-) -> tuple[int, dict[str, Any] | None, list[Point], set[int]]:
+) -> tuple[int, dict[str, Any] | None, list[Point], LibraryUse]:
     """Replay the journal onto the task states: (earlier sessions, the untuned model's
-    latency and check, the convergence curve, the tasks that had their library round)."""
-    sessions, untuned, points, library_rounds = 0, None, [], set()
+    latency and check, the convergence curve, what the tuning library gave)."""
+    sessions, untuned, points, library = 0, None, [], LibraryUse()
     for index, entry in baselines.items():
         states[index].baseline_s = entry.get("latency_s")
         states[index].untuned_finite = entry.get("finite")
@@ -187,9 +200,11 @@ def _read_journal(
             sessions += 1
         elif kind == "round" and entry.get("task") in measured:
             _round(states[entry["task"]], entry)
+            if entry.get("kind") == "transfer" and isinstance(entry.get("transfer"), dict):
+                library.transferred[entry["task"]] = entry["transfer"]
         elif kind == "library_round" and entry.get("task") in measured:
             _library_round(states[entry["task"]], entry)
-            library_rounds.add(entry["task"])
+            library.rounds[entry["task"]] = entry
         elif kind == "empty_search" and entry.get("task") in measured:
             states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
@@ -201,7 +216,7 @@ def _read_journal(
         if kind in ("round", "point") and entry.get("model_latency_s") and "spend" in entry:
             spend = Spend.from_dict(entry["spend"])
             points.append(Point.at(spend, float(entry["model_latency_s"])))
-    return sessions, untuned, points, library_rounds
+    return sessions, untuned, points, library
 
 
 def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
