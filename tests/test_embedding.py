@@ -367,6 +367,15 @@ def test_a_terminal_gets_a_progress_bar_and_a_log_gets_plain_lines(capsys):
     plain(round_event(1, 0.25))
     out = capsys.readouterr().out
     assert "\r" not in out and out.startswith("round   1  conv [1/2]  8 measured")
+    assert "early stop" not in out
+
+
+def test_a_round_the_early_stop_waited_for_says_so(capsys):
+    Printer(tty=False)({**round_event(3, 0.75), "early_stop_waits": True})
+    out = capsys.readouterr().out
+    assert out.startswith("round   3  conv") and out.rstrip().endswith(
+        "24 trials  (the early stop waits for this task)"
+    )
 
 
 @pytest.mark.slow

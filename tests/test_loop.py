@@ -507,14 +507,23 @@ def test_the_early_stop_waits_for_the_heavy_tasks_floors_and_the_rounds_go_to_th
 
     budget = parse_budget("400trials")
     early = DiminishingReturns(budget.limits[0], min_rounds=2, min_share=1.0, min_measured_rounds=0)
+    journal = []
     loop, _ = make_loop(
         tasks, fast_config, budget="400trials", tasks_used=3, stops=early, engine=FlatDevice(),
-        scheduler=LastTaskFirst(), **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
+        scheduler=LastTaskFirst(), journal=journal.append,
+        **{"stopping.heavy_share": 0.6, "stopping.heavy_trials": 40},
     )  # fmt: skip
     stopped = loop.run()  # every schedule is as fast: only the floors keep the run going
     assert stopped.code == "stopped-paying"  # the early stop ended it, not the trial budget
     floored = [s for s in loop.states if s.floor]
     assert floored and all(s.floor <= s.trials < s.floor + 8 for s in floored)
+    # The journal (and rounds.csv, the events) say which rounds the early stop waited for:
+    # the scheduler's own (the last task) first, then the floored tasks' catching up.
+    rounds = [e for e in journal if e["type"] == "round"]
+    waited = [e for e in rounds if e["early_stop_waits"]]
+    floored_at = {s.task.index for s in floored}
+    assert waited and {e["task"] for e in waited} <= floored_at
+    assert not rounds[0]["early_stop_waits"]
 
 
 def test_a_waited_for_task_whose_search_came_back_empty_is_left_to_the_scheduler(

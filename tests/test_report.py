@@ -686,14 +686,15 @@ def test_rounds_csv_has_a_line_per_round_of_the_journal(tmp_path):
             run.append(
                 {"type": "round", "round": n, "task": task, "task_key": f"k{task}", "trials": 64,
                  "measured": 60, "failed": 4, "best_s": best, "round_best_s": best,
-                 "model_latency_s": 3.2e-3, "seconds": 30.25, "spend": spend}
+                 "model_latency_s": 3.2e-3, "seconds": 30.25, "spend": spend,
+                 "early_stop_waits": task == 1}
             )  # fmt: skip
         written = write_report(run, report)
     lines = written["rounds"].read_text().splitlines()
     assert written["rounds"] == tmp_path / "run" / "rounds.csv"
     assert lines == [
         "round,task,task_index,trials,measured,failed,best_s,round_best_s,model_latency_s,"
-        "round_s,wall_s,trials_so_far,device_h,usd,energy_j",
-        "1,conv,0,64,60,4,0.0009,0.0009,0.0032,30.25,61.5,64,0.017,,",
-        "2,dense,1,64,60,4,,,0.0032,30.25,61.5,64,0.017,,",
+        "round_s,wall_s,trials_so_far,device_h,usd,energy_j,early_stop_waits",
+        "1,conv,0,64,60,4,0.0009,0.0009,0.0032,30.25,61.5,64,0.017,,,False",
+        "2,dense,1,64,60,4,,,0.0032,30.25,61.5,64,0.017,,,True",
     ]

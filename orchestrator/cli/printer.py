@@ -134,6 +134,7 @@ class Printer:
             f"{e['measured']} measured{failed}  task best {fmt_latency(e['best_s'])}  "
             f"model ~{fmt_latency(e['model_latency_s'])}  "
             f"{fmt_duration(spend['wall_s'])}, {spend['trials']} trials"
+            + ("  (the early stop waits for this task)" if e.get("early_stop_waits") else "")
         )
         if not self.tty:
             self._say(line)

@@ -65,6 +65,7 @@ class Round:
     searched: SearchTimes  # where this round's search time went
     started: float
     planned: int  # the size the scheduler gave it
+    waited: bool = False  # the early stop waits for its task (RoundPlan.waited)
 
     def trim(self, allowed: int, builder: Builder, proposer: Proposer) -> None:
         """Measure no more than `allowed` of the chosen candidates; the rest wait."""
@@ -469,7 +470,7 @@ class TuningLoop:
             others = {s.task.index for s in self.states} - waited
             plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude | others)
             if plan is not None:
-                return plan
+                return dataclasses.replace(plan, waited=True)
         return self.scheduler.pick(self.states, self.sizes, exclude=exclude)
 
     def _next_plans(
@@ -584,6 +585,7 @@ class TuningLoop:
             searched=topped.searched,
             started=started,
             planned=plan.size,
+            waited=plan.waited,
         )
 
     def _build_deadline(self) -> Callable[[], bool] | None:
@@ -753,6 +755,7 @@ class TuningLoop:
             "audited": audited,
             "over_budget": max(0, r.kept - len(chosen)),
             "waiting": state.waiting,
+            "early_stop_waits": r.waited,
             "search": r.searched.to_dict(),
             "built": sum(b.ok for b in builds),
             "measured": sum(m.ok for m in measurements),
@@ -779,4 +782,5 @@ class TuningLoop:
             model_latency_s=entry["model_latency_s"],
             spend=spend_fields(self.ledger),
             budget_used=self.stopping.progress(self.ledger),
+            early_stop_waits=r.waited,
         )

@@ -46,6 +46,7 @@ ROUND_COLUMNS = (
     "device_h",
     "usd",
     "energy_j",
+    "early_stop_waits",
 )
 
 
@@ -67,6 +68,7 @@ def rounds_csv(journal: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str
             "round_s": e.get("seconds"),
             **{k: spend.get(k) for k in ("wall_s", "device_h", "usd", "energy_j")},
             "trials_so_far": spend.get("trials"),
+            "early_stop_waits": e.get("early_stop_waits"),
         }
         writer.writerow(["" if row[c] is None else row[c] for c in ROUND_COLUMNS])
     return out.getvalue()

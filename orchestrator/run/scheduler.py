@@ -176,6 +176,7 @@ class RoundPlan:
     size: int
     gain_s: float  # expected cut of the model's kernel time (seconds per inference)
     cost_s: float  # expected seconds the round takes
+    waited: bool = False  # given to a task the early stop waits for (TuningLoop._pick)
 
     @property
     def per_second(self) -> float:
