@@ -54,7 +54,6 @@ class DiminishingReturns(StoppingRule):
         self.min_rounds = min_rounds
         self.min_share = min_share
         self.min_measured_rounds = min_measured_rounds
-        self.last_forecast: float | None = None
 
     def decide(self, ledger: Ledger, tasks: Sequence[TaskProgress] = ()) -> Decision:
         reason = self._judge(ledger)
@@ -83,7 +82,6 @@ class DiminishingReturns(StoppingRule):
         curve = fit_curve([x for x, _ in points], [lat for _, lat in points])
         left = max(0.0, self.limit.amount - x_now)
         forecast = curve.gain(x_now, x_now + left) if curve is not None else None
-        self.last_forecast = forecast
         if windowed >= self.min_gain or forecast is None or forecast >= self.min_gain:
             return None
         return self._reason(ledger, x_now, left, windowed, forecast)
