@@ -457,8 +457,17 @@ def _check_layer(source: str, layer: Mapping[str, Any]) -> None:
             if not _has_type(value, expected):
                 raise InputError(
                     f"{source}: [{section}] {key} must be {expected.__name__} "
-                    f"but got {type(value).__name__} {value!r}"
+                    f"but got {type(value).__name__} {value!r}; {_type_fix(key, value, expected)}"
                 )
+
+
+def _type_fix(key: str, value: Any, expected: type) -> str:
+    """How to write `key` as the `expected` type in TOML."""
+    if expected is str:
+        return f'write it in quotes: {key} = "{value}"'
+    if expected is bool:
+        return f"write {key} = true or {key} = false, without quotes"
+    return f"write {key} as a number, without quotes"
 
 
 def _has_type(value: Any, expected: type) -> bool:

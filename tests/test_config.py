@@ -31,8 +31,18 @@ def test_file_then_overrides_take_precedence(tmp_path):
     [
         ("[tunes]\nseed = 1\n", "unknown section [tunes]"),
         ("[tune]\nsed = 1\n", "unknown key [tune] sed; known keys: budget"),
-        ('[tune]\nseed = "one"\n', "[tune] seed must be int but got str 'one'"),
-        ("[measure]\ncpu_cache_flush = 1\n", "[measure] cpu_cache_flush must be bool"),
+        (
+            '[tune]\nseed = "one"\n',
+            "[tune] seed must be int but got str 'one'; write seed as a number",
+        ),
+        (
+            "[measure]\ncpu_cache_flush = 1\n",
+            "cpu_cache_flush must be bool but got int 1; write cpu",
+        ),
+        (
+            "[tune]\nbudget = 5\n",
+            'budget must be str but got int 5; write it in quotes: budget = "5"',
+        ),
         ("[search]\npopulation = 1\n", "population must be 0 (sized to the round) or at least 2"),
         ("[search]\neps_greedy = 1.5\n", "eps_greedy must be within [0, 1] but got 1.5"),
         ("[tune]\nseed = true\n", "[tune] seed must be int but got bool"),
