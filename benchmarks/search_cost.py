@@ -67,26 +67,11 @@ PRESETS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=ROOT / "examples" / "smallcnn.onnx")
-    parser.add_argument("--trials", type=int, default=256)
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--presets", default="tvm-default,sized")
-    parser.add_argument("--filter", default="xgb")
-    parser.add_argument("--target", default=None, help="llvm, or nvidia/nvidia-h100 simulated")
-    parser.add_argument("--simulate", action="store_true", help="the simulated GPU, no GPU")
-    parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
-    parser.add_argument("--repeats", type=int, default=20, help="latency samples per run")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
+    """Tunes one run when started as a child (`--child`), else every preset x seed in turn,
+    times their databases, prints the tables and writes the result file."""
+    args = parse_args()
     if args.child:  # one run in a fresh process: print its figures as JSON
-        target_json, seed, config, work = args.child
-        extra = [f"filter={args.filter}", f"config={config}"]
-        figures = tune_ours(
-            str(args.model), target_json, args.trials, int(seed), work, extra, args.simulate
-        )
-        print(json.dumps(figures))
+        run_preset_child(args)
         return
 
     from tune_orchestrator.model.targets import resolve_target
@@ -98,6 +83,59 @@ def main() -> None:
     base.mkdir(parents=True)
     presets = args.presets.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
+    runs = tune_runs(args, base, target_json, presets, seeds)
+    latency: dict[str, dict | None] = {name: None for name in runs}
+    if not args.simulate:
+        latency.update(
+            time_databases(
+                args.model,
+                target_json,
+                {name: base / name for name in runs},
+                args.repeats,
+                device_type=resolved.device_type,
+            )
+        )
+    print_runs(args, resolved.describe(), runs, latency)
+    if not args.simulate:
+        print_equal_wall(runs, presets, seeds)
+    summary = summarize(runs, presets, args.simulate)
+    print_summary(summary, presets[0], seeds)
+    out = write_result(args, resolved.describe(), presets, seeds, runs, summary)
+    print(f"raw figures: {out.relative_to(ROOT)}")
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line: the user's flags, and the hidden one a child process is given."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "examples" / "smallcnn.onnx")
+    parser.add_argument("--trials", type=int, default=256)
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--presets", default="tvm-default,sized")
+    parser.add_argument("--filter", default="xgb")
+    parser.add_argument("--target", default=None, help="llvm, or nvidia/nvidia-h100 simulated")
+    parser.add_argument("--simulate", action="store_true", help="the simulated GPU, no GPU")
+    parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
+    parser.add_argument("--repeats", type=int, default=20, help="latency samples per run")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def run_preset_child(args: argparse.Namespace) -> None:
+    """In a child process: tunes the one run `--child TARGET_JSON SEED CONFIG WORK` names and
+    prints its figures as one JSON line."""
+    target_json, seed, config, work = args.child
+    extra = [f"filter={args.filter}", f"config={config}"]
+    figures = tune_ours(
+        str(args.model), target_json, args.trials, int(seed), work, extra, args.simulate
+    )
+    print(json.dumps(figures))
+
+
+def tune_runs(
+    args: argparse.Namespace, base: Path, target_json: str, presets: list[str], seeds: list[int]
+) -> dict[str, dict]:
+    """Tunes every preset x seed, each in a child process with its preset's config file and its
+    folder under `base`: "<preset>-seed<seed>" -> its figures, with its preset and seed."""
     runs: dict[str, dict] = {}
     for seed in seeds:  # seeds outermost: drift on the machine hits every preset alike
         for preset in presets:
@@ -115,19 +153,16 @@ def main() -> None:
                 ],
             )  # fmt: skip
             runs[name]["preset"], runs[name]["seed"] = preset, seed
-    latency: dict[str, dict | None] = {name: None for name in runs}
-    if not args.simulate:
-        latency.update(
-            time_databases(
-                args.model,
-                target_json,
-                {name: base / name for name in runs},
-                args.repeats,
-                device_type=resolved.device_type,
-            )
-        )
+    return runs
 
-    print(f"\n{args.model.name}, {args.trials} trials, filter {args.filter}, {resolved.describe()}")
+
+def print_runs(
+    args: argparse.Namespace, target: str, runs: dict[str, dict], latency: dict[str, dict | None]
+) -> None:
+    """Prints the heading and a line per run: its wall, the time it waited on search and its
+    share of the run, search time per search and by part, and its latency (`target` describes
+    the resolved target). Stores each run's `latency` and `search_share` in the run."""
+    print(f"\n{args.model.name}, {args.trials} trials, filter {args.filter}, {target}")
     print(
         f"  {'run':<26}{'wall':>8}{'search':>8}{'share':>7}{'per search':>11}"
         f"{'sampling':>9}{'mutation':>9}{'predict':>8}{'features':>9}{'verify':>8}"
@@ -146,9 +181,11 @@ def main() -> None:
             f"{s.get('mutation', 0):>8.1f}s{s.get('prediction', 0):>7.1f}s"
             f"{s.get('features', 0):>8.1f}s{s.get('verify', 0):>7.1f}s{shown}"
         )
-    first = presets[0]
-    if not args.simulate:
-        print_equal_wall(runs, presets, seeds)
+
+
+def summarize(runs: dict[str, dict], presets: list[str], simulate: bool) -> dict[str, dict]:
+    """Per preset, the medians over its seeds: wall, search time and share, latency (none when
+    simulated) and the time-to-quality ratios print_equal_wall stored in the runs."""
     summary = {}
     for preset in presets:
         mine = [r for r in runs.values() if r["preset"] == preset]
@@ -157,11 +194,16 @@ def main() -> None:
             "search_s": statistics.median(search_on_critical_path(r) for r in mine),
             "search_share": statistics.median(r["search_share"] for r in mine),
             "latency_s": (
-                None if args.simulate else statistics.median(r["latency"]["median_s"] for r in mine)
+                None if simulate else statistics.median(r["latency"]["median_s"] for r in mine)
             ),
             "at_equal_wall": _median([r.get("at_equal_wall") for r in mine]),
             "to_first_final": _median([r.get("to_first_final") for r in mine]),
         }
+    return summary
+
+
+def print_summary(summary: dict[str, dict], first: str, seeds: list[int]) -> None:
+    """Prints a line per preset: its medians, and their ratios to the `first` preset's."""
     print(f"  medians over seeds {seeds}, as ratios to {first}:")
     for preset, m in summary.items():
         f = summary[first]
@@ -179,7 +221,19 @@ def main() -> None:
             f"{m['search_s']:.0f}s ({m['search_s'] / max(f['search_s'], 1e-9):.2f}, "
             f"{m['search_share']:.0%} of the run){quality}"
         )
-    machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
+
+
+def write_result(
+    args: argparse.Namespace,
+    target: str,
+    presets: list[str],
+    seeds: list[int],
+    runs: dict[str, dict],
+    summary: dict[str, dict],
+) -> Path:
+    """Writes the raw figures to benchmarks/results/search_cost-<model>-<trials>trials
+    [-simulated]-<presets>-<label>-<date>.json; its path."""
+    machine = f"{platform.processor() or platform.machine()}, {target}"
     kind = ("-simulated" if args.simulate else "") + "-" + "-vs-".join(presets)
     out = (
         ROOT
@@ -204,7 +258,7 @@ def main() -> None:
             indent=2,
         )
     )
-    print(f"raw figures: {out.relative_to(ROOT)}")
+    return out
 
 
 def print_equal_wall(runs: dict[str, dict], presets: list[str], seeds: list[int]) -> None:

@@ -44,6 +44,36 @@ from models import MODELS, write
 
 
 def main() -> None:
+    """Tunes one side when started as a child (`--side`), else both sides in turn, times
+    their databases, prints the table and writes the result file."""
+    args = parse_args()
+    if args.side:  # a child process: tune one side, print its figures as JSON
+        run_side_child(args)
+        return
+
+    from tune_orchestrator.model.targets import resolve_target
+
+    resolved = resolve_target(args.target)
+    target_json = json.dumps(resolved.to_json())
+    base = (
+        args.resume.resolve()
+        if args.resume
+        else ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
+    )
+    works, figures = tune_sides(args, base, target_json)
+    latency, quality = time_sides(args, works, figures, target_json, resolved.device_type)
+    machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
+    print_table(args, machine, figures, latency, quality)
+    out = write_result(args, machine, resolved.device_type, figures, latency, quality)
+    print(
+        f"  (time to quality: until a checkpoint's database compiles to a model within "
+        f"{QUALITY_TOLERANCE:.0%} of vanilla's final latency, seconds since the call began)"
+    )
+    print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line: the user's flags, and the hidden ones a child process is given."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model",
@@ -73,9 +103,13 @@ def main() -> None:
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
     parser.add_argument("--target-json", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    if args.side == "vanilla":  # a child process: tune one side, print its figures as JSON
+
+def run_side_child(args: argparse.Namespace) -> None:
+    """In a child process: tunes the side `--side` names and prints its figures as one JSON
+    line. Ours with a budget below our up-front minimum prints {"refused": why} instead."""
+    if args.side == "vanilla":
         print(
             json.dumps(
                 tune_vanilla(
@@ -90,60 +124,72 @@ def main() -> None:
             )
         )
         return
-    if args.side == "ours":
-        from tune_orchestrator.errors import BudgetTooSmall
+    from tune_orchestrator.errors import BudgetTooSmall
 
-        try:
-            figures = tune_ours(
-                str(args.model),
-                args.target_json,
-                args.trials,
-                args.seed,
-                args.work,
-                [f"candidate_filter={args.filter}"],
-                budget=args.budget,
-            )
-        except BudgetTooSmall as refused:  # a tenth of vanilla's wall below our minimum
-            figures = {"refused": str(refused)}
-        print(json.dumps(figures))
-        return
+    try:
+        figures = tune_ours(
+            str(args.model),
+            args.target_json,
+            args.trials,
+            args.seed,
+            args.work,
+            [f"candidate_filter={args.filter}"],
+            budget=args.budget,
+        )
+    except BudgetTooSmall as refused:  # a tenth of vanilla's wall below our minimum
+        figures = {"refused": str(refused)}
+    print(json.dumps(figures))
 
-    from tune_orchestrator.model.targets import resolve_target
 
-    resolved = resolve_target(args.target)
-    target_json = json.dumps(resolved.to_json())
-    base = (
-        args.resume.resolve()
-        if args.resume
-        else ROOT / "benchmarks" / "work" / time.strftime("%Y%m%d-%H%M%S")
-    )
+def tune_sides(
+    args: argparse.Namespace, base: Path, target_json: str
+) -> tuple[dict[str, Path], dict[str, dict]]:
+    """Tunes vanilla, then ours, then with `--fraction` ours again for vanilla's whole call /
+    FRACTION, each in its folder under `base`: side -> run folder, and side -> its figures.
+    A run of ours refused up front keeps its figures but has no folder to time."""
     works = {"vanilla": base / "vanilla", "ours": base / "ours"}
     figures = {}
-
-    def tune_side(side: str, budget: str | None = None) -> None:
-        print(f"tuning with {side}{f' for {budget}' if budget else ''} ...", flush=True)
-        works[side] = base / side
-        child = ["--side", side.split("-")[0], "--model", str(args.model), "--trials",
-                 str(args.trials), "--seed", str(args.seed), "--filter", args.filter,
-                 "--builder-timeout", str(args.builder_timeout), "--target-json", target_json,
-                 "--per-iter", str(args.per_iter),
-                 "--work", str(works[side])]  # fmt: skip
-        kept = works[side] / "figures.json"  # a side finished before, for --resume
-        if kept.is_file():
-            figures[side] = json.loads(kept.read_text())
-            return
-        figures[side] = run_child(Path(__file__), child + (["--budget", budget] if budget else []))
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(json.dumps(figures[side]))
-
-    tune_side("vanilla")
-    tune_side("ours")
+    for side in ("vanilla", "ours"):
+        figures[side] = tune_side(args, side, works[side], target_json)
     if args.fraction:
-        tune_side("ours-time", f"{figures['vanilla']['whole_s'] / args.fraction:.0f}s")
+        budget = f"{figures['vanilla']['whole_s'] / args.fraction:.0f}s"
+        works["ours-time"] = base / "ours-time"
+        figures["ours-time"] = tune_side(args, "ours-time", works["ours-time"], target_json, budget)
         if "refused" in figures["ours-time"]:
             del works["ours-time"]  # nothing to time
-    # Every checkpoint's database, both sides, timed with the finals and the libraries we
-    # shipped in one interleaved pass.
+    return works, figures
+
+
+def tune_side(
+    args: argparse.Namespace, side: str, work: Path, target_json: str, budget: str | None = None
+) -> dict:
+    """One side's figures: those kept in `work` by an earlier run (for --resume), else those
+    of a child process that tunes it into `work`, then kept there."""
+    print(f"tuning with {side}{f' for {budget}' if budget else ''} ...", flush=True)
+    kept = work / "figures.json"  # a side finished before, for --resume
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    child = ["--side", side.split("-")[0], "--model", str(args.model), "--trials",
+             str(args.trials), "--seed", str(args.seed), "--filter", args.filter,
+             "--builder-timeout", str(args.builder_timeout), "--target-json", target_json,
+             "--per-iter", str(args.per_iter),
+             "--work", str(work)]  # fmt: skip
+    figures = run_child(Path(__file__), child + (["--budget", budget] if budget else []))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(figures))
+    return figures
+
+
+def time_sides(
+    args: argparse.Namespace,
+    works: dict[str, Path],
+    figures: dict[str, dict],
+    target_json: str,
+    device_type: str,
+) -> tuple[dict[str, dict], dict]:
+    """Every checkpoint's database, both sides, timed with the finals and the libraries we
+    shipped in one interleaved pass: the latency of each final database and shipped library
+    (name -> figures), and time to quality."""
     prefixes = checkpoint_databases(works, figures)
     shipped = {f"{side}.so": Path(f["library"]) for side, f in figures.items() if f.get("library")}
     timed = time_databases(
@@ -151,19 +197,48 @@ def main() -> None:
         target_json,
         {**works, **{name: folder for name, (_, folder) in prefixes.items()}},
         args.repeats,
-        device_type=resolved.device_type,
+        device_type=device_type,
         jobs=os.cpu_count() or 1,
         libraries={name: path for name, path in shipped.items() if path.is_file()},
     )
     latency = {name: timed[name] for name in [*works, *shipped] if name in timed}
     finals = {"vanilla": figures["vanilla"]["whole_s"], "ours": figures["ours"]["total_s"]}
-    quality = time_to_quality(prefixes, timed, finals)
+    return latency, time_to_quality(prefixes, timed, finals)
 
+
+def print_table(
+    args: argparse.Namespace,
+    machine: str,
+    figures: dict[str, dict],
+    latency: dict[str, dict],
+    quality: dict,
+) -> None:
+    """Prints the run's heading, vanilla against ours as a table, a line per further run of
+    ours, and where vanilla's and our time went."""
     v, o = figures["vanilla"], figures["ours"]
+    print(f"\n{args.model.name}, {args.trials} trials, seed {args.seed}, {machine}")
+    for row in table_rows(args.filter, v, o, latency, quality):
+        print(f"  {row[0]:<20}{row[1]:>20}{row[2]:>22}{row[3]:>16}")
+    phases = ", ".join(
+        f"{k} {s:.1f}s" for k, s in sorted(o["phases"].items(), key=lambda kv: -kv[1])
+    )
+    for side, f in figures.items():
+        if side != "vanilla":
+            print(side_line(side, f, latency))
+    print(
+        f"  (vanilla: tune_relax {v['tune_s']:.1f} s of its whole call, builder timeout "
+        f"{v['builder_timeout_s']:.0f} s; ours by phase: {phases})"
+    )
+
+
+def table_rows(
+    filter_name: str, v: dict, o: dict, latency: dict[str, dict], quality: dict
+) -> list[tuple[str, str, str, str]]:
+    """The table's rows, heading first: each figure for vanilla (`v`), ours (`o`) and their
+    ratio."""
     lv, lo = latency["vanilla"]["median_s"], latency["ours"]["median_s"]
-    machine = f"{platform.processor() or platform.machine()}, {resolved.describe()}"
-    rows = [
-        ("", "vanilla", f"orchestrate ({args.filter})", "vanilla / ours"),
+    return [
+        ("", "vanilla", f"orchestrate ({filter_name})", "vanilla / ours"),
         (
             "whole call",
             f"{v['whole_s']:.1f} s",
@@ -186,35 +261,39 @@ def main() -> None:
         ("measured", str(v["checkpoints"][-1][1]), str(o["trials"]), ""),
         ("failed", str(v["failed"]), str(o["failed"]), ""),
     ]
-    print(f"\n{args.model.name}, {args.trials} trials, seed {args.seed}, {machine}")
-    for row in rows:
-        print(f"  {row[0]:<20}{row[1]:>20}{row[2]:>22}{row[3]:>16}")
-    phases = ", ".join(
-        f"{k} {s:.1f}s" for k, s in sorted(o["phases"].items(), key=lambda kv: -kv[1])
+
+
+def side_line(side: str, f: dict, latency: dict[str, dict]) -> str:
+    """A run of ours in one line: refused up front, or its wall, trials, tasks tuned, the
+    latency of its database against vanilla's and that of the model.so it shipped."""
+    if "refused" in f:
+        return f"  {side}: refused up front: {f['refused']}"
+    lv = latency["vanilla"]["median_s"]
+    so = latency.get(f"{side}.so", {}).get("median_s")
+    return (
+        f"  {side}: {f['total_s']:.1f} s, {f['trials']} trials, {f['tasks_tuned']} of "
+        f"{f['tasks']} tasks tuned, {latency[side]['median_s'] * 1e3:.3f} ms from its "
+        f"database (vanilla / it {lv / latency[side]['median_s']:.3f})"
+        + (f", {so * 1e3:.3f} ms its model.so ({f['shipped']})" if so else "")
     )
-    for side, f in figures.items():
-        if side == "vanilla":
-            continue
-        if "refused" in f:
-            print(f"  {side}: refused up front: {f['refused']}")
-            continue
-        so = latency.get(f"{side}.so", {}).get("median_s")
-        print(
-            f"  {side}: {f['total_s']:.1f} s, {f['trials']} trials, {f['tasks_tuned']} of "
-            f"{f['tasks']} tasks tuned, {latency[side]['median_s'] * 1e3:.3f} ms from its "
-            f"database (vanilla / it {lv / latency[side]['median_s']:.3f})"
-            + (f", {so * 1e3:.3f} ms its model.so ({f['shipped']})" if so else "")
-        )
-    print(
-        f"  (vanilla: tune_relax {v['tune_s']:.1f} s of its whole call, builder timeout "
-        f"{v['builder_timeout_s']:.0f} s; ours by phase: {phases})"
-    )
+
+
+def write_result(
+    args: argparse.Namespace,
+    machine: str,
+    device_type: str,
+    figures: dict[str, dict],
+    latency: dict[str, dict],
+    quality: dict,
+) -> Path:
+    """Writes the raw figures to
+    benchmarks/results/vs_vanilla-<model>-<trials>trials-<device>-<label>-<date>.json; its path."""
     out = (
         ROOT
         / "benchmarks"
         / "results"
         / (
-            f"vs_vanilla-{args.model.stem}-{args.trials}trials-{resolved.device_type}-{args.label}-{dt.date.today().isoformat()}.json"
+            f"vs_vanilla-{args.model.stem}-{args.trials}trials-{device_type}-{args.label}-{dt.date.today().isoformat()}.json"
         )
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -236,11 +315,7 @@ def main() -> None:
             indent=2,
         )
     )
-    print(
-        f"  (time to quality: until a checkpoint's database compiles to a model within "
-        f"{QUALITY_TOLERANCE:.0%} of vanilla's final latency, seconds since the call began)"
-    )
-    print(f"raw figures: {out.relative_to(ROOT)}; run directories: {base.relative_to(ROOT)}")
+    return out
 
 
 def model_path(text: str) -> Path:
@@ -293,6 +368,7 @@ def time_to_quality(
 
 
 def fmt_s(seconds: float | None) -> str:
+    """Seconds as the table shows them; "-" for none."""
     return "-" if seconds is None else f"{seconds:.1f} s"
 
 
