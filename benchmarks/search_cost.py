@@ -124,7 +124,7 @@ def run_preset_child(args: argparse.Namespace) -> None:
     """In a child process: tunes the one run `--child TARGET_JSON SEED CONFIG WORK` names and
     prints its figures as one JSON line."""
     target_json, seed, config, work = args.child
-    extra = [f"filter={args.filter}", f"config={config}"]
+    extra = [f"candidate_filter={args.filter}", f"config={config}"]
     figures = tune_ours(
         str(args.model), target_json, args.trials, int(seed), work, extra, args.simulate
     )
@@ -281,12 +281,24 @@ def print_equal_wall(runs: dict[str, dict], presets: list[str], seeds: list[int]
             at, to = _estimate_at(r, wall), reached(r["estimates"], final)
             r["at_equal_wall"] = at / base_at if at and base_at else None
             r["to_first_final"] = to / base_to if to and base_to else None
-            shown_to = f"{to:>10.0f}s{r['to_first_final']:>7.2f}" if to else f"{'never':>11}{'':>7}"
             print(
                 f"  {preset + f'-seed{seed}':<26}{wall:>8.0f}s"
-                + (f"{at * 1e6:>8.0f}us{r['at_equal_wall']:>7.3f}" if at else f"{'-':>10}{'':>7}")
-                + shown_to
+                + (
+                    f"{at * 1e6:>8.0f}us{_ratio(r['at_equal_wall'], 3)}"
+                    if at
+                    else f"{'-':>10}{'':>7}"
+                )
+                + (
+                    f"{to:>10.0f}s{_ratio(r['to_first_final'], 2)}"
+                    if to
+                    else f"{'never':>11}{'':>7}"
+                )
             )
+
+
+def _ratio(value: float | None, digits: int) -> str:
+    """A ratio in a 7-wide column; '-' where the first preset's run has none to compare."""
+    return f"{value:>7.{digits}f}" if value is not None else f"{'-':>7}"
 
 
 def _estimate_at(run: dict, wall: float) -> float | None:
