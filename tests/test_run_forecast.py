@@ -386,6 +386,7 @@ def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_con
     assert short == {**short, "refused": True, "minimum": "2min"}
     assert not hour["refused"] and hour["trials"] > 0 and hour["latency_s"] is None
     assert "no device here: the tasks' shares are their FLOPs'" in estimate["trust"]
+    assert "; the tuning curve: built-in curve from CPU runs" in estimate["trust"]
 
 
 def test_a_typical_candidate_is_forecast_from_the_baseline_by_the_targets_own_ratio():
