@@ -444,8 +444,7 @@ def _trust(prior: TuningPrior, costs_seen: bool, unmeasured: str, cut_seen: bool
     if not cut_seen:
         parts.append("that factor is a guess until a run here has tuned")
     parts.append(
-        f"the tuning curve: {prior.source}"
-        + (f" ({prior.points} points)" if prior.points else "")
+        f"the tuning curve: {prior.source}" + (f" ({prior.points} points)" if prior.points else "")
     )
     if unmeasured == "all":
         parts.append(
