@@ -307,7 +307,9 @@ def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_c
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "twins on llvm" in out and "untuned model:" in out and "outputs match onnxruntime" in out
+    assert (
+        "twins on llvm" in out and " per inference, outputs match onnxruntime on 3 samples" in out
+    )
     assert "rounds of 8 candidates" in out and "(round costs from 1 earlier run(s))" in out
     assert [
         line.split(":")[0].strip() for line in out.splitlines() if "of the attainable gain" in line
@@ -316,7 +318,7 @@ def test_estimate_learns_round_costs_from_earlier_runs(tuned, fast_config, two_c
         "95% of the attainable gain",
         "99% of the attainable gain",
     ]
-    assert "trust: rough" in out
+    assert "trust: rough" in out and "; the tuning curve: built-in curve" in out
     assert "every run: import" in out and "(measured now)" in out
     assert "--budget 10s: refused up front; give --budget 1min or more" in out
     (ten,) = [line for line in out.splitlines() if "--budget 10min: ~" in line]

@@ -297,8 +297,8 @@ def print_estimate(estimate: dict[str, Any]) -> None:
     untuned = estimate["untuned"]
     if untuned:
         click.echo(
-            f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference "
-            f"({describe_check(untuned['check'])})"
+            f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference, "
+            f"{describe_check(untuned['check'])}"
         )
     else:
         click.echo("untuned model: not measured (no device here to run it)")
