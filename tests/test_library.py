@@ -269,20 +269,26 @@ def test_the_scheduler_sees_a_task_at_a_plateau_in_the_library_as_deep():
     assert flat.trials_after == [512] and flat.depth == 516
 
 
-def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
+def restored_from(journal: list[dict]):
+    """A run of two tasks ("double", "x") restored from `journal` and an empty database."""
     from tvm.s_tir import meta_schedule as ms
 
     from tune_orchestrator.rundir.restore import restore
 
     tasks = [Task(0, "double", 1, 64.0, workload(64), "0"), Task(1, "x", 1, 8.0, workload(8), "1")]
-    entry = {"type": "library_round", "task": 0, "best_s": 5e-6, "measured": 3, "seconds": 1.2}
-    journal = [{"type": "session"}, {**entry, "library_trials": 40, "plateau": True}]
-    restored = restore(
+    return restore(
         tasks,
         journal,
         ms.database.MemoryDatabase(),
         cost_model=ms.cost_model.RandomModel(),
         target=TARGET,
+    )
+
+
+def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
+    entry = {"type": "library_round", "task": 0, "best_s": 5e-6, "measured": 3, "seconds": 1.2}
+    restored = restored_from(
+        [{"type": "session"}, {**entry, "library_trials": 40, "plateau": True}]
     )
     state = restored.states[0]
     assert restored.library.done == {0}  # the session passes these as done: no second one
@@ -292,11 +298,6 @@ def test_a_resumed_run_keeps_its_library_rounds_and_has_none_again():
 
 
 def test_a_resumed_run_reports_what_its_earlier_sessions_took_from_the_library(tmp_path):
-    from tvm.s_tir import meta_schedule as ms
-
-    from tune_orchestrator.rundir.restore import restore
-
-    tasks = [Task(0, "double", 1, 64.0, workload(64), "0"), Task(1, "x", 1, 8.0, workload(8), "1")]
     tally = {"tried": 3, "as_is": 1, "re_derived": 1, "failed": 1, "measured": 2}
     journal = [
         {"type": "session"},
@@ -305,13 +306,7 @@ def test_a_resumed_run_reports_what_its_earlier_sessions_took_from_the_library(t
         {"type": "round", "kind": "transfer", "task": 1, "best_s": 2e-6, "trials": 2,
          "measured": 2, "transfer": {**tally, "best_s": 2e-6, "default_s": 4e-6}},
     ]  # fmt: skip
-    restored = restore(
-        tasks,
-        journal,
-        ms.database.MemoryDatabase(),
-        cost_model=ms.cost_model.RandomModel(),
-        target=TARGET,
-    )
+    restored = restored_from(journal)
     library = RunLibrary(Library(tmp_path / "library"), Settings.load())
     library.resume(restored.library, restored.states)
     report = library.report()
