@@ -110,10 +110,7 @@ def parse_budget(text: str) -> Budget:
 
 
 def _parse_limit(part: str, whole: str) -> Limit:
-    if _LIMIT.match(part.lower()) is None and _PARTS.fullmatch(part.lower()):
-        kind, amount = WALL, _duration_s(part, whole)
-    else:
-        kind, amount = _amount(part, whole)
+    kind, amount = _amount(part, whole)
     if not (math.isfinite(amount) and amount > 0):
         raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
     if kind == TRIALS and amount != int(amount):
@@ -122,8 +119,11 @@ def _parse_limit(part: str, whole: str) -> Limit:
 
 
 def _amount(part: str, whole: str) -> tuple[str, float]:
-    """One number and its unit: the limit's kind and the amount in the kind's base unit."""
+    """One number and its unit (or a wall-clock time in parts): the limit's kind and the
+    amount in the kind's base unit."""
     match = _LIMIT.match(part.lower())
+    if match is None and _PARTS.fullmatch(part.lower()):
+        return WALL, _duration_s(part, whole)
     if match is None:
         raise BudgetError(
             f"budget {whole!r}: cannot read {part!r}; expected a number and a unit, "
