@@ -81,6 +81,9 @@ def models(tmp_path):
         (["--config", "unknown_key.toml", "tiny.onnx"], "unknown key [tune] budgte"),
         (["--frobnicate", "tiny.onnx"], "No such option '--frobnicate'"),
         (["--trials-per-round", "0", "tiny.onnx"], "0 is not in the range x>=1"),
+        (["--price", "-3", "tiny.onnx"], "--price must be a finite, non-negative number"),
+        (["--price", "inf", "tiny.onnx"], "of US dollars per hour, not inf"),
+        (["--price", "nan", "tiny.onnx"], "of US dollars per hour, not nan"),
         (
             ["--check-inputs", "other_name.npz", "tiny.onnx"],
             "--check-inputs other_name.npz has no array for input 'x'; name one array after each "

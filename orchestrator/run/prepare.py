@@ -5,6 +5,7 @@ and its MLflow logger."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import stat
 import time
@@ -123,9 +124,9 @@ def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cos
 
     from ..model.targets import host_cores
 
-    if override is not None and not override >= 0:
+    if override is not None and not 0 <= override < math.inf:
         raise InputError(
-            f"--price must be a non-negative number of US dollars per hour, not {override}"
+            f"--price must be a finite, non-negative number of US dollars per hour, not {override}"
         )
     devices = fleet.devices(resolved.device_type)
     price = run_price(
