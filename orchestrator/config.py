@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -16,13 +17,13 @@ from .errors import InputError
 
 
 def _positive(section: str, name: str, value: float) -> None:
-    if not value > 0:  # NaN too
-        raise ValueError(f"[{section}] {name} must be positive but got {value}.")
+    if not 0 < value < math.inf:  # NaN too; inf would reach the run's JSON files as Infinity
+        raise ValueError(f"[{section}] {name} must be a finite positive number but got {value}.")
 
 
 def _non_negative(section: str, name: str, value: float) -> None:
-    if not value >= 0:  # NaN too
-        raise ValueError(f"[{section}] {name} cannot be negative but got {value}.")
+    if not 0 <= value < math.inf:  # NaN too
+        raise ValueError(f"[{section}] {name} must be finite and not negative but got {value}.")
 
 
 def _tolerance(section: str, name: str, value: float) -> None:

@@ -79,9 +79,20 @@ def test_an_output_tolerance_outside_0_1_is_refused_from_a_file_or_the_environme
         Settings.load(env={"ORCHESTRATE_CHECK_RTOL": value})
 
 
-def test_nan_is_not_a_positive_number():
-    with pytest.raises(InputError, match="latency_max_s must be positive but got nan"):
-        Settings.load(env={"ORCHESTRATE_CHECK_LATENCY_MAX_S": "nan"})
+@pytest.mark.parametrize(
+    "key, value, refused",
+    [
+        ("CHECK_LATENCY_MAX_S", "nan", r"\[check\] latency_max_s must be a finite positive number"),
+        ("BUILD_TIMEOUT_S", "inf", r"\[build\] timeout_s must be a finite positive number"),
+        ("MEASURE_RACE_MARGIN", "inf", r"\[measure\] race_margin must be finite and not negative"),
+        ("DOP_OUTLIER_Z", "inf", r"\[dop\] outlier_z must be a finite positive number"),
+    ],
+)
+def test_nan_and_inf_are_refused_where_a_number_is_a_limit(key, value, refused):
+    """inf ran, but wrote Infinity into config.json and report.json, which strict JSON readers
+    (a pipeline's) refuse."""
+    with pytest.raises(InputError, match=refused + f" but got {value}"):
+        Settings.load(env={f"ORCHESTRATE_{key}": value})
 
 
 def test_the_integer_range_of_the_check_comes_from_the_file_or_the_environment(tmp_path):
