@@ -233,7 +233,7 @@ def run(
 
     env = os.environ if env is None else env
     given = prepare.describe(model, budget, target, out, options, env=env, command=command)
-    emit = Emitter(on_event, given.invocation.logger)
+    emit = Emitter(on_event, given.invocation.logger, on_gone=given.stopping.interrupt.request)
     out_dir = given.invocation.out
     if given.invocation.fresh:
         aside = RunDir.move_aside(out_dir)

@@ -10,7 +10,10 @@ kind are in `orchestrator/events.schema.json`:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,10 +32,20 @@ def schema() -> dict[str, Any]:
 
 
 class Emitter:
-    """Stamps events and hands them to every subscriber, in order."""
+    """Stamps events and hands them to every subscriber, in order.
 
-    def __init__(self, *subscribers: Callback | None) -> None:
+    A subscriber that raises BrokenPipeError writes to a reader that went away (`| head`, a
+    pipeline's consumer that died): it gets no more events, and `on_gone` is told why, once
+    (the run stops after its round, as on SIGTERM). Any other exception is the caller's.
+    """
+
+    GONE = "the reader of the event stream went away (broken pipe)"
+
+    def __init__(
+        self, *subscribers: Callback | None, on_gone: Callable[[str], None] | None = None
+    ) -> None:
         self.subscribers = [s for s in subscribers if s is not None]
+        self.on_gone = on_gone
 
     def __call__(self, event: str, **fields: Any) -> None:
         stamped = {
@@ -42,8 +55,32 @@ class Emitter:
             "time": time.time(),
             **fields,
         }
-        for subscriber in self.subscribers:
-            subscriber(stamped)
+        for subscriber in list(self.subscribers):
+            try:
+                subscriber(stamped)
+            except BrokenPipeError:
+                if subscriber in self.subscribers:
+                    self.subscribers.remove(subscriber)
+                if self.on_gone is not None:
+                    self.on_gone(self.GONE)
+
+
+def onto_stdout(subscriber: Callback) -> Callback:
+    """`subscriber`, which writes to stdout, made safe for when stdout's reader goes away: stdout
+    is pointed at /dev/null (later writes, and Python's flush at exit, then fail no more) and
+    the BrokenPipeError is raised once, for the Emitter."""
+
+    def deliver(event: Event) -> None:
+        try:
+            subscriber(event)
+        except BrokenPipeError:
+            with contextlib.suppress(OSError, ValueError):  # no file descriptor: nothing to mend
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, sys.stdout.fileno())
+                os.close(null)
+            raise
+
+    return deliver
 
 
 class JsonLines:

@@ -256,6 +256,42 @@ def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, f
     assert report["summary"]["interrupted"] is True and report["summary"]["rounds"] <= 2
 
 
+@pytest.mark.slow
+def test_a_json_reader_that_goes_away_stops_the_run_as_sigterm_would(tmp_path, fast_config):
+    """`orchestrate --json ... | head -1`: the run once died at its next event with exit 1 and
+    no word, mid-phase, with no report."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    run = tmp_path / "run"
+    proc = orchestrate_process(*tune_args(model, run, fast_config, "--json", budget="30min"))
+    assert json.loads(proc.stdout.readline())["event"] == "run_started"
+    proc.stdout.close()  # the reader is gone: the next event meets a broken pipe
+    assert proc.wait(timeout=600) == 130
+    stderr = proc.stderr.read()
+    assert "the reader of the event stream went away (broken pipe): the report is written" in (
+        stderr
+    )
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    summary = json.loads((run / "report.json").read_text())["summary"]
+    assert summary["interrupted"] is True and summary["rounds"] <= 1
+
+
+def test_a_subscriber_with_a_broken_pipe_is_dropped_and_the_others_go_on():
+    from tune_orchestrator.events import Emitter
+
+    gone, seen, calls = [], [], []
+
+    def closed(event):
+        calls.append(event["event"])
+        raise BrokenPipeError(32, "Broken pipe")
+
+    emit = Emitter(closed, seen.append, on_gone=gone.append)
+    emit("run_started")
+    emit("round")
+    assert calls == ["run_started"]  # no more writes to a closed stream
+    assert [e["event"] for e in seen] == ["run_started", "round"]
+    assert gone == [Emitter.GONE]
+
+
 def test_exit_1_for_an_internal_error_with_its_traceback(tmp_path):
     """A broken environment: the TVM on the path fails while it loads its library."""
     broken = tmp_path / "site" / "tvm"

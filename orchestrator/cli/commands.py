@@ -286,7 +286,7 @@ def tune_command(
     """Tune MODEL (an ONNX file) and leave a run directory with the tuned library, a stock TVM
     tuning database, a journal and the cost report. Run again with the same --out to resume."""
     from ..api import run
-    from ..events import JsonLines
+    from ..events import JsonLines, onto_stdout
     from .printer import Printer
 
     printer = None if json_events else Printer(quiet=quiet)
@@ -297,7 +297,7 @@ def tune_command(
         target=target,
         out=out,
         options=_options(**given),
-        on_event=JsonLines(sys.stdout) if json_events else printer,
+        on_event=onto_stdout(JsonLines(sys.stdout) if json_events else printer),
         started=context.get("started"),
         command=context.get("command"),
     )
