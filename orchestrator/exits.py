@@ -2,7 +2,8 @@
 event (tests/test_exits.py holds them to agreeing)."""
 
 OK = 0  # tuned (or compiled, with --build-only), checked, report written
-INTERNAL = 1  # a bug or a broken environment: the message and traceback are on stderr
+INTERNAL = 1  # a bug or a broken environment: the message and traceback are on stderr (a full
+# disk: one line)
 INPUT = 2  # bad input or configuration: one line on stderr, nothing was changed
 BUDGET_TOO_SMALL = 3  # the budget ran out before a single candidate was measured
 CHECK_FAILED = 4  # the tuned build failed its output check (its outputs differ, or it failed

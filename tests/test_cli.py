@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -128,6 +129,33 @@ def test_a_tolerance_from_the_environment_that_passes_anything_or_nothing_is_ref
         f"[check] rtol must be a relative tolerance in (0, 1), e.g. 1e-3, but got {float(rtol)}",
     )
     assert not (models / "runs").exists()
+
+
+def _out_of_space(*_args, **_kwargs):
+    """A full disk as the run met it: the predictor's save failed, then the checkpoint too."""
+    try:
+        raise RuntimeError("FileStream.Write incomplete")  # xgboost's words for it
+    except RuntimeError:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from None
+
+
+def _failed_after_the_disk_filled(*_args, **_kwargs):
+    try:
+        _out_of_space()
+    except OSError as exc:
+        raise RuntimeError("could not save the model") from exc
+
+
+@pytest.mark.parametrize("fails", [_out_of_space, _failed_after_the_disk_filled])
+def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monkeypatch, fails):
+    """It was an internal error with a 100-line traceback; the run resumes once there is room."""
+    monkeypatch.setattr("tune_orchestrator.api.run", fails)
+    result = CliRunner().invoke(main, ["--budget", "1min", str(models / "tiny.onnx")])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: No space left on device; free some space (or give --out on another disk) and "
+        "run the same command again: the run resumes where it stopped"
+    ]
 
 
 def test_cuda_without_a_gpu_is_refused(models, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -84,12 +85,31 @@ class DefaultGroup(click.Group):
             click.echo("aborted; resume the run with the same --out", err=True)
             code = exits.INTERRUPTED
         except Exception as exc:  # a bug or a broken environment
-            click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
-            click.echo(traceback.format_exc(), err=True, nl=False)
+            full = disk_full(exc)
+            if full is None:
+                click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+                click.echo(traceback.format_exc(), err=True, nl=False)
+            else:  # the environment, in one line: no traceback to read
+                click.echo(f"error: {full}", err=True)
             code = exits.INTERNAL
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What to do, where `exc` or an exception it arose from is a full disk or quota; None
+    where none is. The run's files are written in whole steps, so the run resumes."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" writing {seen.filename}" if seen.filename else ""
+            return (
+                f"{os.strerror(seen.errno)}{where}; free some space (or give --out on another "
+                "disk) and run the same command again: the run resumes where it stopped"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 MAIN_HELP = f"""Tune an ONNX model with TVM MetaSchedule within a budget, then compile and check it.
