@@ -43,9 +43,7 @@ class DopConfig:
         if not 0 < self.backoff < 1:
             raise ValueError(f"backoff must be in (0, 1) but got {self.backoff}.")
         if not 0 < self.outlier_z < math.inf:
-            raise ValueError(
-                f"outlier_z must be a finite positive number but got {self.outlier_z}."
-            )
+            raise ValueError(f"outlier_z must be positive and finite but got {self.outlier_z}.")
         for name in ("max_rel_error", "max_failure_rate", "sample_share", "target_busy"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in (0, 1] but got {getattr(self, name)}.")

@@ -17,13 +17,21 @@ from .errors import InputError
 
 
 def _positive(section: str, name: str, value: float) -> None:
-    if not 0 < value < math.inf:  # NaN too; inf would reach the run's JSON files as Infinity
-        raise ValueError(f"[{section}] {name} must be a finite positive number but got {value}.")
+    if not value > 0:  # NaN too
+        raise ValueError(f"[{section}] {name} must be positive but got {value}.")
+    _finite(section, name, value)
 
 
 def _non_negative(section: str, name: str, value: float) -> None:
-    if not 0 <= value < math.inf:  # NaN too
-        raise ValueError(f"[{section}] {name} must be finite and not negative but got {value}.")
+    if not value >= 0:  # NaN too
+        raise ValueError(f"[{section}] {name} cannot be negative but got {value}.")
+    _finite(section, name, value)
+
+
+def _finite(section: str, name: str, value: float) -> None:
+    """inf would run, but reach the run's JSON files as Infinity, which strict readers refuse."""
+    if value == math.inf:
+        raise ValueError(f"[{section}] {name} must be a finite number but got inf.")
 
 
 def _tolerance(section: str, name: str, value: float) -> None:
