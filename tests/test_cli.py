@@ -384,6 +384,10 @@ def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config
         "sm_90"
     )
     assert "no device here to run it" in result.stdout
+    # A new --out holds no records: the summary does not let "the tuned build" mislead.
+    assert "schedules           TVM's defaults: the run directory holds no tuned records" in (
+        result.stdout
+    )
 
 
 def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it(monkeypatch):

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from tune_orchestrator.budget.base import BUILD_ONLY
 from tune_orchestrator.budget.render import (
     describe_change,
     describe_check,
@@ -202,6 +203,11 @@ def _outcome_lines(result: Result) -> list[str]:
             )
     if result.trials:
         lines.append(f"  schedules           {describe_schedules(result)}")
+    elif result.stop == BUILD_ONLY:  # e.g. a GPU build on a new --out: a plain compile
+        lines.append(
+            "  schedules           TVM's defaults: the run directory holds no tuned records, "
+            "so the tuned build is the untuned model"
+        )
     if result.kernels is not None:
         lines.append(f"  CUDA kernels        {describe_kernels(result.kernels)}")
     simulated = describe_simulated(result.report.get("simulated"))
