@@ -463,10 +463,10 @@ class TuningLoop:
         spends on what it waits for rather than running on to its budget. A waited-for task
         whose last search came back empty is left to the scheduler's own order, which looks
         elsewhere first (a search that keeps coming back empty is not asked again and again)."""
-        if waiting_on:
-            waited = {
-                self.states[i].task.index for i in waiting_on if not self.states[i].empty_searches
-            }
+        waited = {
+            self.states[i].task.index for i in waiting_on if not self.states[i].empty_searches
+        }
+        if waited - exclude:
             others = {s.task.index for s in self.states} - waited
             plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude | others)
             if plan is not None:
