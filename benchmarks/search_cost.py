@@ -241,6 +241,7 @@ def write_result(
         / "results"
         / f"search_cost-{args.model.stem}-{args.trials}trials{kind}-{args.label}-{dt.date.today()}.json"
     )
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
