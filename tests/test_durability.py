@@ -105,6 +105,26 @@ def test_a_second_process_on_the_same_device_is_noticed(tmp_path):
         assert again.shared_with is None  # released
 
 
+def test_the_holder_learns_of_a_run_that_came_later_and_is_told_once(tmp_path):
+    """The first run's report once said nothing of a second run measuring beside it."""
+    told = threading.Event()
+    calls = []
+
+    def joined():
+        calls.append(1)
+        told.set()
+
+    device = "test-device-" + tmp_path.name
+    with DeviceClaim(device, on_joined=joined, interval_s=0.05) as first:
+        assert not first.joined()
+        with DeviceClaim(device) as second:
+            assert second.shared_with == str(os.getpid()) and not second.joined()
+            assert first.joined()
+            assert told.wait(10)
+        assert not first.joined()  # it left
+    assert calls == [1]
+
+
 # -- kill -9 at random moments, then resume -------------------------------------------------
 
 KILLS = int(os.environ.get("KILL_TEST_KILLS", "5"))

@@ -583,6 +583,20 @@ def test_the_report_says_when_with_what_where_and_by_which_command_it_was_made(t
     assert "Run " not in markdown(document(report), {}, tmp_path)
 
 
+def test_the_warnings_are_in_the_report_a_person_reads_not_only_in_report_json(tmp_path):
+    """A second run measuring beside this one, a run directory mended after a crash: said once
+    on stderr, then only in report.json."""
+    report = synthetic_report(tmp_path)
+    report["warnings"] = [
+        "another orchestrate process began measuring on cpu during this run: the measurements "
+        "of both runs are disturbed"
+    ]
+    jsonschema.validate(report, schema())
+    said = "Warning: another orchestrate process began measuring on cpu during this run"
+    assert said in markdown(document(report), {}, tmp_path)
+    assert said in to_html(document(report), {}, tmp_path)
+
+
 def test_provenance_reads_versions_host_and_driver_and_names_the_api_or_command(monkeypatch):
     import platform
     from importlib.metadata import version

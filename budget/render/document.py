@@ -122,10 +122,11 @@ def _spent(report: Mapping[str, Any]) -> list[str]:
 
 
 def _closing(report: Mapping[str, Any]) -> list[str]:
-    """Why it stopped, what it skipped, whether the tuned model is sound, what shipped, and
-    what the rest of the budget would likely have bought."""
+    """Why it stopped, the run's warnings, what it skipped, whether the tuned model is sound,
+    what shipped, and what the rest of the budget would likely have bought."""
     s = report["summary"]
     lines = [f"Stopped because {s['stop_reason']}."]
+    lines += [f"Warning: {w.rstrip('.')}." for w in report.get("warnings") or ()]
     skipped = report.get("skipped")
     if skipped:
         counted = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in skipped.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -321,13 +322,24 @@ class Session:
             self.skipped.add("lock_files", why)
         for device in self.fleet.claims(self.target.device_type):
             claim = claims.enter_context(
-                DeviceClaim(device, on_skip=lambda why: self.skipped.add("lock_files", why))
+                DeviceClaim(
+                    device,
+                    on_skip=lambda why: self.skipped.add("lock_files", why),
+                    on_joined=functools.partial(self._joined_on, device),
+                )
             )
             if claim.shared_with:
                 self._warn(
                     f"another orchestrate process (pid {claim.shared_with}) is measuring on "
                     f"{device}: the measurements of both runs are disturbed"
                 )
+
+    def _joined_on(self, device: str) -> None:
+        """A later run began measuring on `device`, claimed by this one (told from a thread)."""
+        self._warn(
+            f"another orchestrate process began measuring on {device} during this run: the "
+            "measurements of both runs are disturbed"
+        )
 
     def _refuse_too_small(
         self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored

@@ -3,6 +3,7 @@ checkpointed while the run works, and other tuning processes on the same device 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -172,13 +173,28 @@ class DeviceClaim:
     """An advisory lock per measuring device, shared by every orchestrate process on this host,
     whichever user runs it: a second tuning process on the same device spoils both runs'
     measurements. The lock file holds its holder's pid where the holder may write it;
-    `on_skip` hears why the shared lock file could not be used (measure/lockfiles.py)."""
+    `on_skip` hears why the shared lock file could not be used (measure/lockfiles.py).
 
-    def __init__(self, device: str, *, on_skip: Callable[[str], None] | None = None) -> None:
-        name = f"device-{device.replace('/', '_')}.lock"
-        self.path = lock_folder([name], on_skip=on_skip) / name
+    A process that finds the device claimed says so on a second file, `.company`, by holding a
+    shared lock on it while it runs. The holder looks there every `interval_s` and tells
+    `on_joined` once when a later run measures on the device too (`joined`)."""
+
+    def __init__(
+        self,
+        device: str,
+        *,
+        on_skip: Callable[[str], None] | None = None,
+        on_joined: Callable[[], None] | None = None,
+        interval_s: float = 2.0,
+    ) -> None:
+        stem = f"device-{device.replace('/', '_')}"
+        folder = lock_folder([f"{stem}.lock", f"{stem}.company"], on_skip=on_skip)
+        self.path = folder / f"{stem}.lock"
         self.shared_with: str | None = None
         self._wrote = False
+        self._company: LockFile | None = None
+        self._stop = threading.Event()
+        self._watch: threading.Thread | None = None
         try:
             self._lock: LockFile | None = open_lock(self.path)
         except OSError as exc:  # made unsafe since lock_folder looked: claim nothing
@@ -186,23 +202,57 @@ class DeviceClaim:
             if on_skip is not None:
                 on_skip(f"{exc}; the device is not claimed")
             return
+        with contextlib.suppress(OSError):  # without it, only later runs go unnoticed
+            self._company = open_lock(folder / f"{stem}.company")
         fd = self._lock.fd
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self.shared_with = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        else:
-            if self._lock.writable:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-                self._wrote = True
+            if self._company is not None:
+                fcntl.flock(self._company.fd, fcntl.LOCK_SH)  # waits only while the holder looks
+            return
+        if self._lock.writable:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._wrote = True
+        if on_joined is not None and self._company is not None:
+            self._watch = threading.Thread(
+                target=self._look, args=(on_joined, interval_s), name="device-company", daemon=True
+            )
+            self._watch.start()
+
+    def joined(self) -> bool:
+        """Whether a later orchestrate process measures on the device now (only the holder of
+        the claim can tell; one that shares it knows from `shared_with`)."""
+        if self._company is None or self.shared_with is not None:
+            return False
+        try:
+            fcntl.flock(self._company.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(self._company.fd, fcntl.LOCK_UN)
+        return False
+
+    def _look(self, on_joined: Callable[[], None], interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            if self.joined():
+                on_joined()
+                return
 
     def release(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.join()
+            self._watch = None
         if self._lock is not None:
             if self._wrote:  # no pid outlives its claim: the next holder may not be able to write
                 os.ftruncate(self._lock.fd, 0)
             self._lock.close()
             self._lock = None
+        if self._company is not None:
+            self._company.close()
+            self._company = None
 
     def __enter__(self) -> DeviceClaim:
         return self
