@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,18 @@ class Heartbeat:
                 pass
 
 
+def _share(fd: int, tries: int = 50) -> None:
+    """A shared lock on `fd`, tried for up to half a second: the holder of a claim locks it
+    alone only while it looks, and no one else (another user included) can keep a run from
+    starting by holding it."""
+    for _ in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
 class DeviceClaim:
     """An advisory lock per measuring device, shared by every orchestrate process on this host,
     whichever user runs it: a second tuning process on the same device spoils both runs'
@@ -210,7 +223,7 @@ class DeviceClaim:
         except OSError:
             self.shared_with = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             if self._company is not None:
-                fcntl.flock(self._company.fd, fcntl.LOCK_SH)  # waits only while the holder looks
+                _share(self._company.fd)
             return
         if self._lock.writable:
             os.ftruncate(fd, 0)
