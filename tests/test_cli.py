@@ -56,6 +56,8 @@ def models(tmp_path):
     np.savez(tmp_path / "wrong_shape.npz", x=np.zeros((1, 3, 9, 9), "float32"))
     np.savez(tmp_path / "wrong_dtype.npz", x=x.astype("float64"))
     (tmp_path / "notes.npz").write_text("x = 1\n")
+    (tmp_path / "simulated").mkdir()  # a --simulate run's directory names its database so
+    (tmp_path / "simulated" / "SIMULATED_database_tuning_record.json").write_text("[0, {}]\n")
     return tmp_path
 
 
@@ -108,6 +110,10 @@ def models(tmp_path):
             "--check-inputs notes.npz is not an .npz file",
         ),
         (["--check-inputs", "none.npz", "tiny.onnx"], "--check-inputs none.npz does not exist"),
+        (
+            ["--warm-start", "simulated", "tiny.onnx"],
+            "--warm-start simulated is a --simulate run: its timings came from a simulated GPU",
+        ),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):

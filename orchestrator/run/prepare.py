@@ -323,6 +323,11 @@ def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None
     try:
         if path.is_dir() and (path / "database_tuning_record.json").is_file():
             return _warm_start_run(path)
+        if path.is_dir() and (path / "SIMULATED_database_tuning_record.json").is_file():
+            raise InputError(
+                f"--warm-start {path} is a --simulate run: its timings came from a simulated "
+                "GPU, not a device; give a run that measured on one"
+            )
         if path.is_file() and path.suffix == ".json":
             return _warm_start_predictor(path)
     except OSError as exc:
