@@ -7,8 +7,10 @@ the middle of a run costs a warning, not the tuning.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +30,35 @@ class MlflowLogger:
                 "--mlflow needs the mlflow client: pip install 'tune-orchestrator[mlflow]'"
             ) from None
         try:
-            self._client = MlflowClient(tracking_uri=tracking_uri)
-            found = self._client.get_experiment_by_name(experiment)
-            self._experiment = (
-                found.experiment_id if found else self._client.create_experiment(experiment)
-            )
+            with _quick_requests():
+                self._client = MlflowClient(tracking_uri=tracking_uri)
+                found = self._client.get_experiment_by_name(experiment)
+                self._experiment = (
+                    found.experiment_id if found else self._client.create_experiment(experiment)
+                )
         except Exception as exc:
-            where = tracking_uri or "the tracking URI in MLFLOW_TRACKING_URI"
-            raise InputError(f"cannot use MLflow at {where}: {exc}") from None
+            raise InputError(
+                f"cannot use MLflow at {_where(tracking_uri)}: {exc}; give a tracking server "
+                "you can reach with --mlflow-uri http://HOST:PORT (or MLFLOW_TRACKING_URI)"
+            ) from None
         self._params = {k: str(v)[:500] for k, v in params.items()}
         self._run_id: str | None = None
+        self._failed = False
 
     def __call__(self, event: dict[str, Any]) -> None:
         handler = getattr(self, "_on_" + event["event"], None)
-        if handler is None:
+        if handler is None or self._failed:
             return
         try:
-            handler(event)
+            with _quick_requests():
+                handler(event)
         except Exception as exc:  # the tracking server failing must not end the tuning
-            print(f"warning: MLflow logging failed ({exc}); tuning goes on", file=sys.stderr)
+            self._failed = True  # nor stall every later round on its retries
+            print(
+                f"warning: MLflow logging failed ({exc}); the run goes on, no longer logged "
+                "to MLflow (its report and database are in the run directory)",
+                file=sys.stderr,
+            )
 
     @property
     def run_id(self) -> str | None:
@@ -131,6 +143,35 @@ class MlflowLogger:
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
         self._client.log_batch(self._run_id, metrics=batch)
+
+
+# MLflow's own defaults try a request to a server that does not answer 8 times over minutes
+# (a 120-s timeout each, backoff doubling from 2 s): minutes of the budget for each event.
+QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+@contextlib.contextmanager
+def _quick_requests() -> Iterator[None]:
+    """MLflow's requests give up within seconds while inside, unless the user set how they
+    retry (MLflow reads these variables at each request)."""
+    added = {name: value for name, value in QUICK.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _where(tracking_uri: str | None) -> str:
+    """The tracking URI in use, and where it came from."""
+    if tracking_uri:
+        return tracking_uri
+    import mlflow
+
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"MLFLOW_TRACKING_URI {mlflow.get_tracking_uri()}"
+    return f"MLflow's default tracking URI {mlflow.get_tracking_uri()} (MLFLOW_TRACKING_URI is not set)"
 
 
 def _ms(seconds: float | None) -> float | None:
