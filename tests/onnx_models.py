@@ -150,6 +150,13 @@ def nan_everywhere(path: Path) -> Path:
     return _save(_model(nodes, [x], [y], [one]), path)
 
 
+def identity(path: Path) -> Path:
+    """x[1,4] -> Identity: a valid model with no operator to tune."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    return _save(_model([helper.make_node("Identity", ["x"], ["y"])], [x], [y], []), path)
+
+
 def ids_and_flags(path: Path) -> Path:
     """ids int64[2,8], flags bool[2,8] -> y = where(flags, ids, -ids) as float32."""
     nodes = [

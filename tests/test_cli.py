@@ -164,6 +164,21 @@ def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monk
     ]
 
 
+def test_a_model_with_nothing_to_tune_is_compiled_and_checked_on_a_small_budget(tmp_path):
+    """It was refused at 1 minute, for a first round of a task it does not have."""
+    model = onnx_models.identity(tmp_path / "identity.onnx")
+    out = tmp_path / "run"
+    args = ["--budget", "20s", "--target", "llvm", "--no-library", "--out", out, model]
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    assert "stopped because     the model has no operators to tune" in result.stdout
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["stop"] == "nothing-to-tune" and summary["shipped_checked"] is True
+    estimate = CliRunner().invoke(main, ["estimate", "--target", "llvm", str(model)])
+    assert estimate.exit_code == 0, estimate.output
+    assert "0 tasks" in estimate.stdout and "no device here" not in estimate.stdout
+
+
 def test_cuda_without_a_gpu_is_refused(models, monkeypatch):
     monkeypatch.chdir(models)
     fails_with_one_line(["--target", "cuda", "tiny.onnx"], "needs an NVIDIA GPU to measure on")

@@ -294,7 +294,7 @@ def _task_shares(inputs: _Inputs, untuned: Sequence[Measurement]) -> _Shares:
     weights = [
         None if lat is None else t.weight * lat for t, lat in zip(tasks, latencies, strict=True)
     ]
-    by_flops = all(w is None for w in weights)
+    by_flops = bool(weights) and all(w is None for w in weights)
     if by_flops:  # nothing measured (no device here): each task's share of the FLOPs instead
         weights = [t.weight * t.flops for t in tasks]
     total = sum(w or 0.0 for w in weights)
@@ -329,15 +329,17 @@ def _gain_forecast(
 
 def _minimum_s(inputs: _Inputs, guess: overheads.FixedCosts) -> float:
     """The least a run's budget must cover, as a run refuses a budget up front (a new run
-    directory has timed no round yet)."""
+    directory has timed no round yet; a model with nothing to tune has no first round)."""
     settings, resolved = inputs.settings, inputs.resolved
-    first = overheads.upfront_first_round_s(
-        settings,
-        gpus=resolved.devices,
-        filtered=settings.tune.filter != "none",
-        device_type=resolved.device_type,
-        per_candidate_s=overheads.baseline_task_s(guess.untuned_s, len(inputs.tasks)),
-    )
+    first = None
+    if inputs.tasks:
+        first = overheads.upfront_first_round_s(
+            settings,
+            gpus=resolved.devices,
+            filtered=settings.tune.filter != "none",
+            device_type=resolved.device_type,
+            per_candidate_s=overheads.baseline_task_s(guess.untuned_s, len(inputs.tasks)),
+        )
     upfront_s = overheads.upfront_minimum_s(
         guess, baseline=True, untuned_model=True, first_round=first
     )

@@ -178,14 +178,15 @@ class Session:
         # warm start fits it next, on both.
         clock = clock_seconds(self.budget, ledger)
         with ledger.phase("library"):
-            self.library.read(target=self.target.target, skipped=self.skipped)
-            self.library.train(
-                self.predictors,
-                self.target.target,
-                self.tasks,
-                fit=self.given.warm_start is None,
-                seconds=None if clock is None else clock * self.settings.library.train_share,
-            )
+            if self.tasks:  # a model with nothing to tune has nothing to learn for
+                self.library.read(target=self.target.target, skipped=self.skipped)
+                self.library.train(
+                    self.predictors,
+                    self.target.target,
+                    self.tasks,
+                    fit=self.given.warm_start is None,
+                    seconds=None if clock is None else clock * self.settings.library.train_share,
+                )
         with ledger.phase("restore"):
             restored = restore(
                 self.tasks,
@@ -351,7 +352,7 @@ class Session:
         has when the final phase fits."""
         kept = restored.trials  # measured in earlier sessions, in the database
         first = None
-        if not kept and ledger.forecast_round(0) is None:  # no round timed yet
+        if not kept and self.tasks and ledger.forecast_round(0) is None:  # no round timed yet
             first = overheads.upfront_first_round_s(
                 self.settings,
                 gpus=self.fleet.devices(self.target.device_type),
