@@ -171,7 +171,8 @@ def _where(tracking_uri: str | None) -> str:
 
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return f"MLFLOW_TRACKING_URI {mlflow.get_tracking_uri()}"
-    return f"MLflow's default tracking URI {mlflow.get_tracking_uri()} (MLFLOW_TRACKING_URI is not set)"
+    uri = mlflow.get_tracking_uri()
+    return f"MLflow's default tracking URI {uri} (MLFLOW_TRACKING_URI is not set)"
 
 
 def _ms(seconds: float | None) -> float | None:

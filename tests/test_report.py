@@ -588,11 +588,11 @@ def test_the_warnings_are_in_the_report_a_person_reads_not_only_in_report_json(t
     on stderr, then only in report.json."""
     report = synthetic_report(tmp_path)
     report["warnings"] = [
-        "another orchestrate process began measuring on cpu during this run: the measurements "
-        "of both runs are disturbed"
+        "another orchestrate process measures on cpu during this run: the measurements of both "
+        "runs are disturbed"
     ]
     jsonschema.validate(report, schema())
-    said = "Warning: another orchestrate process began measuring on cpu during this run"
+    said = "Warning: another orchestrate process measures on cpu during this run"
     assert said in markdown(document(report), {}, tmp_path)
     assert said in to_html(document(report), {}, tmp_path)
 

@@ -336,9 +336,9 @@ class Session:
                 )
 
     def _joined_on(self, device: str) -> None:
-        """A later run began measuring on `device`, claimed by this one (told from a thread)."""
+        """Another run measures on `device`, claimed by this one (told from a thread)."""
         self._warn(
-            f"another orchestrate process began measuring on {device} during this run: the "
+            f"another orchestrate process measures on {device} during this run: the "
             "measurements of both runs are disturbed"
         )
 
