@@ -382,6 +382,30 @@ def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
         rerender(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "change, refused",
+    [
+        ({"version": 99}, "is a report of version 99; this tune-orchestrator renders version 1"),
+        ({"convergence": None}, "lacks 'convergence': it was edited or cut short; resume the run"),
+    ],
+)
+def test_report_command_refuses_a_report_of_another_version_or_one_cut_short(
+    tmp_path, change, refused
+):
+    """Both were an internal error (KeyError: 'convergence') with a traceback."""
+    report = synthetic_report(tmp_path)
+    run_dir = tmp_path / "run"
+    with RunDir.open(run_dir, fingerprint={}) as run:
+        run.write_json(RunDir.CONFIG, {"fingerprint": {}})
+        report.update(change)
+        report = {k: v for k, v in report.items() if v is not None}
+        run.write_json(RunDir.REPORT, report)
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and refused in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_journal_observations_give_each_task_its_share_of_its_final_gain():
     journal = [
         {"type": "baseline", "task": 0, "latency_s": 10.0},

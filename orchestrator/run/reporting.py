@@ -83,9 +83,18 @@ def rerender(path: str | Path) -> dict[str, Path]:
                 "with orchestrate --out to produce one"
             )
         report = run.read_json(RunDir.REPORT)
-        if (
-            not isinstance(report, dict)
-            or report.get("schema") != schema()["properties"]["schema"]["const"]
-        ):
-            raise InputError(f"{run[RunDir.REPORT]} is not a tune-orchestrator report")
-        return write_report(run, report)
+        path, known = run[RunDir.REPORT], schema()["properties"]
+        if not isinstance(report, dict) or report.get("schema") != known["schema"]["const"]:
+            raise InputError(f"{path} is not a tune-orchestrator report")
+        if report.get("version") != known["version"]["const"]:
+            raise InputError(
+                f"{path} is a report of version {report.get('version')!r}; this tune-orchestrator "
+                f"renders version {known['version']['const']}: use the version that wrote it"
+            )
+        try:
+            return write_report(run, report)
+        except KeyError as exc:  # a report of this version has every field the renderer reads
+            raise InputError(
+                f"{path} lacks {exc}: it was edited or cut short; resume the run (orchestrate "
+                f"--out {run.path}) to write it again"
+            ) from None
