@@ -1,5 +1,6 @@
 import json
 import os
+import re
 
 import pytest
 
@@ -45,6 +46,32 @@ def test_entries_glued_to_torn_bytes_are_recovered_and_real_damage_refused(tmp_p
         with open(run[RunDir.JOURNAL], "a") as fh:
             fh.write('not json\n{"v":1,"type":"round"}\n')
         with pytest.raises(InputError, match="is corrupt at line 4"):
+            run.journal()
+
+
+@pytest.mark.parametrize(
+    "line, refused",
+    [
+        (
+            '{"v":2,"type":"session"}',
+            "line 2 is of journal version 2; this tune-orchestrator reads 1",
+        ),
+        ('{"v":1,"type":"round","spend":"lots"}', "wrong type (spend = 'lots')"),
+        ('{"v":1,"type":"baseline","latency_s":"fast"}', "wrong type (latency_s = 'fast')"),
+        ('{"v":1,"type":"round","spend":{"wall_s":"1m"}}', "wrong type (spend.wall_s = '1m')"),
+        ('{"v":1,"type":"round","trials":true}', "wrong type (trials = True)"),
+        ("[1, 2]", "line 2 is not a journal entry"),
+    ],
+)
+def test_a_journal_line_of_a_newer_version_or_changed_by_hand_is_refused_by_line(
+    tmp_path, line, refused
+):
+    """They were resumed as if written by this version: some silently, some to a TypeError."""
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session"})
+        with open(run[RunDir.JOURNAL], "a") as fh:
+            fh.write(line + "\n")
+        with pytest.raises(InputError, match=re.escape(refused)):
             run.journal()
 
 

@@ -19,6 +19,48 @@ from .mending import mend_journal
 
 JOURNAL_VERSION = 1
 
+# The journal's fields that resuming computes with, and the types this version writes them as.
+_NUMBER = (int, float)
+_COUNT_FIELDS = ("task", "round", "trials", "measured", "failed")
+_SECONDS_FIELDS = ("latency_s", "best_s", "round_best_s", "model_latency_s", "seconds")
+_SPEND_FIELDS = ("wall_s", "device_h", "core_h", "usd", "energy_j", "trials", "rounds")
+
+
+def entry_problem(entry: Any) -> str | None:
+    """What makes a journal line unreadable to this version (it parsed as JSON); None if
+    nothing does. The journal is only ever appended to by this code: a line that fails here
+    was written by a newer version, or changed by hand."""
+    if not isinstance(entry, dict):
+        return "is not a journal entry (not a JSON object)"
+    version = entry.get("v")
+    if not isinstance(version, int) or version > JOURNAL_VERSION:
+        return f"is of journal version {version!r}; this tune-orchestrator reads {JOURNAL_VERSION}"
+    wrong = [k for k in _COUNT_FIELDS if entry.get(k) is not None and not _is(entry[k], int)]
+    wrong += [k for k in _SECONDS_FIELDS if entry.get(k) is not None and not _is(entry[k], _NUMBER)]
+    spend = entry.get("spend", {})
+    if not isinstance(spend, dict):
+        wrong.append("spend")
+    else:
+        wrong += [
+            f"spend.{k}"
+            for k in _SPEND_FIELDS
+            if spend.get(k) is not None and not _is(spend[k], _NUMBER)
+        ]
+    if wrong:
+        shown = ", ".join(f"{k} = {_value(entry, k)!r}" for k in wrong[:3])
+        return f"has a value of the wrong type ({shown})"
+    return None
+
+
+def _is(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+def _value(entry: dict[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        entry = entry[key]
+    return entry
+
 
 class RunDir:
     """Files of one run. `open()` creates or resumes it and takes an exclusive lock."""
@@ -169,7 +211,7 @@ class RunDir:
             if not line.strip():
                 continue
             try:
-                entries.append(json.loads(line))
+                entry = json.loads(line)
             except json.JSONDecodeError:
                 if number == len(lines):  # the last line, without its newline: torn write
                     break
@@ -177,6 +219,13 @@ class RunDir:
                     f"{path} is corrupt at line {number}; resume from a copy of the run, "
                     "or start a new run with another --out"
                 ) from None
+            problem = entry_problem(entry)
+            if problem is not None:
+                raise InputError(
+                    f"{path} line {number} {problem}: resume the run with the tune-orchestrator "
+                    "that wrote it, or start over with --fresh (this run is kept aside)"
+                )
+            entries.append(entry)
         return entries
 
     # -- whole files -------------------------------------------------------------------
