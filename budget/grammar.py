@@ -110,6 +110,10 @@ def parse_budget(text: str) -> Budget:
 
 
 def _parse_limit(part: str, whole: str) -> Limit:
+    if not part:
+        raise BudgetError(f"budget {whole!r} has an empty limit; join limits with one comma")
+    if part.startswith("-"):
+        raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
     kind, amount = _amount(part, whole)
     if not (math.isfinite(amount) and amount > 0):
         raise BudgetError(f"budget {whole!r}: {part!r} must be a positive, finite amount")
