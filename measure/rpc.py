@@ -33,9 +33,15 @@ def parse_tracker(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def tracker_keys(host: str, port: int) -> dict[str, int]:
-    """Server keys registered with the tracker and how many servers each has (free or busy)."""
+def tracker_keys(host: str, port: int, *, timeout_s: float = 10.0) -> dict[str, int]:
+    """Server keys registered with the tracker and how many servers each has (free or busy).
+    A tracker that does not answer is an OSError within `timeout_s`: TVM's own client retries
+    a refused connection for a minute, logging a warning every 5 s."""
+    import socket
+
     from tvm import rpc
+
+    socket.create_connection((host, port), timeout=timeout_s).close()
 
     summary = rpc.connect_tracker(host, port).summary()
     counts: dict[str, int] = {}

@@ -144,6 +144,15 @@ CPU_PLAN = TimingPlan(min_repeats=3, max_repeats=3, repeat_ms=20, race=False)
 
 
 @pytest.mark.slow
+def test_a_tracker_that_is_not_there_is_refused_at_once(monkeypatch):
+    """TVM's client retried for a minute, a warning on stderr every 5 s, before the one line."""
+    monkeypatch.setattr(
+        "tvm.rpc.connect_tracker", lambda *_: pytest.fail("TVM's client was asked: it retries")
+    )
+    with pytest.raises(ConnectionRefusedError):
+        tracker_keys("127.0.0.1", free_port())
+
+
 def test_every_tracker_and_server_the_docs_and_scripts_start_binds_a_private_address():
     """TVM binds its tracker and servers to 0.0.0.0 unless --host says otherwise, and its RPC has
     no authentication: every such command a user may copy names a loopback or private address."""
