@@ -76,10 +76,11 @@ def forecast(model: Path, import_s: float) -> dict[str, Any]:
     )
     first = overheads.upfront_first_round_s(
         settings,
+        tasks=len(tasks),
+        untuned_s=fixed.untuned_s,
         gpus=1,
         filtered=settings.tune.filter != "none",
         device_type="cpu",
-        per_candidate_s=overheads.baseline_task_s(fixed.untuned_s, len(tasks)),
     )
     minimum = overheads.upfront_minimum_s(
         fixed, baseline=True, untuned_model=True, first_round=first

@@ -331,15 +331,14 @@ def _minimum_s(inputs: _Inputs, guess: overheads.FixedCosts) -> float:
     """The least a run's budget must cover, as a run refuses a budget up front (a new run
     directory has timed no round yet; a model with nothing to tune has no first round)."""
     settings, resolved = inputs.settings, inputs.resolved
-    first = None
-    if inputs.tasks:
-        first = overheads.upfront_first_round_s(
-            settings,
-            gpus=resolved.devices,
-            filtered=settings.tune.filter != "none",
-            device_type=resolved.device_type,
-            per_candidate_s=overheads.baseline_task_s(guess.untuned_s, len(inputs.tasks)),
-        )
+    first = overheads.upfront_first_round_s(
+        settings,
+        tasks=len(inputs.tasks),
+        untuned_s=guess.untuned_s,
+        gpus=resolved.devices,
+        filtered=settings.tune.filter != "none",
+        device_type=resolved.device_type,
+    )
     upfront_s = overheads.upfront_minimum_s(
         guess, baseline=True, untuned_model=True, first_round=first
     )

@@ -212,22 +212,32 @@ def smallest_round(settings: Settings) -> int:
 
 
 def upfront_first_round_s(
-    settings: Settings, *, gpus: int, filtered: bool, device_type: str, per_candidate_s: float
-) -> float:
+    settings: Settings,
+    *,
+    tasks: int,
+    untuned_s: float,
+    gpus: int,
+    filtered: bool,
+    device_type: str,
+) -> float | None:
     """The first round, forecast up front as the run forecasts it before timing one
     (first_round, at the smallest round size a budget may start, with the ledger's margin, as
-    Ledger.forecast_round gives it): what `upfront_minimum_s` adds to the fixed phases."""
+    Ledger.forecast_round gives it, each candidate costing what a default schedule took in a
+    baseline of `untuned_s` over `tasks`): what `upfront_minimum_s` adds to the fixed phases.
+    None for a model with no task: it has no first round."""
     from tune_orchestrator.budget import Ledger
 
     from ..model.targets import host_cores
     from ..run.loop import first_proposals
 
+    if tasks < 1:
+        return None
     cost = first_round(
         settings,
         proposals=first_proposals(settings, gpus=gpus, filtered=filtered),
         cores=host_cores(),
         device_type=device_type,
-        per_candidate_s=per_candidate_s,
+        per_candidate_s=baseline_task_s(untuned_s, tasks),
     )
     size = smallest_round(settings)
     return Ledger.FORECAST_MARGIN * (cost.fixed_s + cost.per_candidate_s * size)

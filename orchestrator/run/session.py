@@ -352,13 +352,14 @@ class Session:
         has when the final phase fits."""
         kept = restored.trials  # measured in earlier sessions, in the database
         first = None
-        if not kept and self.tasks and ledger.forecast_round(0) is None:  # no round timed yet
+        if not kept and ledger.forecast_round(0) is None:  # no round timed yet
             first = overheads.upfront_first_round_s(
                 self.settings,
+                tasks=len(self.tasks),
+                untuned_s=fixed.untuned_s,
                 gpus=self.fleet.devices(self.target.device_type),
                 filtered=self.filter.name != "none",
                 device_type=self.target.device_type,
-                per_candidate_s=overheads.baseline_task_s(fixed.untuned_s, len(self.tasks)),
             )
         needed = overheads.upfront_minimum_s(
             fixed,
