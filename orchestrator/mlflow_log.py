@@ -169,9 +169,9 @@ def _where(tracking_uri: str | None) -> str:
         return tracking_uri
     import mlflow
 
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return f"MLFLOW_TRACKING_URI {mlflow.get_tracking_uri()}"
     uri = mlflow.get_tracking_uri()
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"MLFLOW_TRACKING_URI {uri}"
     return f"MLflow's default tracking URI {uri} (MLFLOW_TRACKING_URI is not set)"
 
 

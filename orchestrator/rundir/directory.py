@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,31 +35,31 @@ def entry_problem(entry: Any) -> str | None:
     version = entry.get("v")
     if not isinstance(version, int) or version > JOURNAL_VERSION:
         return f"is of journal version {version!r}; this tune-orchestrator reads {JOURNAL_VERSION}"
-    wrong = [k for k in _COUNT_FIELDS if entry.get(k) is not None and not _is(entry[k], int)]
-    wrong += [k for k in _SECONDS_FIELDS if entry.get(k) is not None and not _is(entry[k], _NUMBER)]
     spend = entry.get("spend", {})
+    wrong = _wrong(entry, _COUNT_FIELDS, int) + _wrong(entry, _SECONDS_FIELDS, _NUMBER)
     if not isinstance(spend, dict):
-        wrong.append("spend")
+        wrong.append(f"spend = {spend!r}")
     else:
-        wrong += [
-            f"spend.{k}"
-            for k in _SPEND_FIELDS
-            if spend.get(k) is not None and not _is(spend[k], _NUMBER)
-        ]
+        wrong += _wrong(spend, _SPEND_FIELDS, _NUMBER, prefix="spend.")
     if wrong:
-        shown = ", ".join(f"{k} = {_value(entry, k)!r}" for k in wrong[:3])
-        return f"has a value of the wrong type ({shown})"
+        return f"has a value of the wrong type ({', '.join(wrong[:3])})"
     return None
 
 
-def _is(value: Any, kinds: type | tuple[type, ...]) -> bool:
-    return isinstance(value, kinds) and not isinstance(value, bool)
-
-
-def _value(entry: dict[str, Any], dotted: str) -> Any:
-    for key in dotted.split("."):
-        entry = entry[key]
-    return entry
+def _wrong(
+    fields: Mapping[str, Any],
+    names: Sequence[str],
+    kinds: type | tuple[type, ...],
+    prefix: str = "",
+) -> list[str]:
+    """`name = value` for each of `names` set (not None) to anything but `kinds` (a bool is no
+    number here)."""
+    return [
+        f"{prefix}{name} = {fields[name]!r}"
+        for name in names
+        if fields.get(name) is not None
+        and (not isinstance(fields[name], kinds) or isinstance(fields[name], bool))
+    ]
 
 
 class RunDir:
