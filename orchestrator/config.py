@@ -253,6 +253,7 @@ class StoppingSettings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckSettings:
     rtol: float
+    rtol_half: float
     int_min: int
     int_max: int
     latency_repeat: int
@@ -262,6 +263,7 @@ class CheckSettings:
 
     def __post_init__(self) -> None:
         _tolerance("check", "rtol", self.rtol)
+        _tolerance("check", "rtol_half", self.rtol_half)
         if self.int_min > self.int_max:
             raise ValueError(
                 f"[check] needs int_min <= int_max but got {self.int_min}, {self.int_max}."

@@ -182,3 +182,28 @@ def data_dependent(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
     return _save(_model(nodes, [x], [y], []), path)
+
+
+def half_cnn(path: Path) -> Path:
+    """x[1,16,16,16] float16 -> Conv(16) -> Relu -> Conv(16) -> GAP -> MatMul(4), all in float16:
+    TVM's kernels accumulate in float16, onnxruntime's in float32, a few 1e-3 apart."""
+    rng = np.random.default_rng(0)
+    half = TensorProto.FLOAT16
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype("float16"), w)
+        for w in ("w1", "w2")
+    ]
+    inits.append(
+        numpy_helper.from_array((rng.standard_normal((16, 4)) * 0.3).astype("float16"), "wf")
+    )
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c2"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "wf"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", half, [1, 16, 16, 16])]
+    outputs = [helper.make_tensor_value_info("y", half, [1, 4])]
+    return _save(_model(nodes, inputs, outputs, inits), path)

@@ -67,16 +67,19 @@ def test_floats_accept_integers():
     assert Settings.load(overrides={"check.latency_max_s": 30}).check.latency_max_s == 30
 
 
+@pytest.mark.parametrize("key", ["rtol", "rtol_half"])
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "1.5", "-1e-3"])
-def test_an_output_tolerance_outside_0_1_is_refused_from_a_file_or_the_environment(tmp_path, value):
+def test_an_output_tolerance_outside_0_1_is_refused_from_a_file_or_the_environment(
+    tmp_path, key, value
+):
     """inf and NaN would pass any output, a shape mismatch included; 0 none, 1.5 nearly any."""
     path = tmp_path / "c.toml"
-    path.write_text(f"[check]\nrtol = {value}\n")
-    refused = r"\[check\] rtol must be a relative tolerance in \(0, 1\)"
+    path.write_text(f"[check]\n{key} = {value}\n")
+    refused = rf"\[check\] {key} must be a relative tolerance in \(0, 1\)"
     with pytest.raises(InputError, match=refused):
         Settings.load(path)
     with pytest.raises(InputError, match=refused):
-        Settings.load(env={"ORCHESTRATE_CHECK_RTOL": value})
+        Settings.load(env={f"ORCHESTRATE_CHECK_{key.upper()}": value})
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 
 import onnx_models
 from tune_orchestrator.cli.commands import main
@@ -197,3 +199,46 @@ def test_a_model_nan_everywhere_is_not_checkable_and_ships_nothing(tmp_path, fas
     assert report["untuned"]["check"]["status"] == NOT_CHECKABLE
     assert "give --check-inputs with samples on which it is a number" in result.stderr
     assert report["summary"]["shipped"] == "none"
+
+
+def test_a_model_computes_in_half_precision_by_any_float16_value_or_cast(tmp_path):
+    assert load_model(onnx_models.half_cnn(tmp_path / "half.onnx")).half_precision
+    single = onnx.load(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    assert not load_model(tmp_path / "tiny.onnx").half_precision
+    # float32 in and out, float16 inside: a Cast to it and back around the last layer.
+    graph = single.graph
+    graph.node[-1].input[0] = "back"
+    graph.node.insert(-1, helper.make_node("Cast", ["flat"], ["low"], to=TensorProto.FLOAT16))
+    graph.node.insert(-1, helper.make_node("Cast", ["low"], ["back"], to=TensorProto.FLOAT))
+    onnx.save(single, tmp_path / "cast.onnx")
+    assert load_model(tmp_path / "cast.onnx").half_precision
+
+
+def test_a_float16_model_is_checked_within_rtol_half_and_ships(tmp_path, fast_config):
+    """TVM accumulates float16 in float16, onnxruntime's CPU kernels in float32: the tiny model's
+    builds are ~5e-3 from onnxruntime, beyond [check] rtol; every float16 model once ended
+    with no model.so and exit 4."""
+    model = onnx_models.half_cnn(tmp_path / "half.onnx")
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(model)])
+    assert result.exit_code == 0, result.output
+    check_ = json.loads((out / "report.json").read_text())["tuned"]["check"]
+    assert check_["status"] == MATCHED and check_["rtol"] == 5e-2
+    assert 1e-3 < check_["max_rel_error"] < 5e-2  # beyond rtol: the test would fail without it
+    assert (out / "model.so").is_file()
+
+
+def test_a_half_precision_build_beyond_rtol_half_is_named_by_it(tmp_path):
+    model = load_model(onnx_models.half_cnn(tmp_path / "half.onnx"))
+    settings = Settings.load(overrides={"check.rtol_half": 1e-4})
+    checker = Checker.for_model(
+        model,
+        samples=samples.random_samples(model, seed=0, int_range=(0, 9)),
+        settings=settings.check,
+    )
+    reference = checker._references()
+    off = [[np.asarray(reference[0][0]) * np.float16(1.01)]] + reference[1:]
+    found = checker.compare(off)
+    assert found.status == DIFFERS and "> rtol_half 0.0001 (output 'y', sample 0)" in found.reason
+    assert checker.samples.source == "3 random samples (seeds 0-2)"  # no integer input

@@ -60,7 +60,7 @@ class ModelBuilds:
         self.device = device
         if samples is None:
             samples = check_samples.for_run(model, settings)
-        self.checker = Checker(model, samples=samples, rtol=settings.check.rtol)
+        self.checker = Checker.for_model(model, samples=samples, settings=settings.check)
         self.timing = Timing.from_settings(settings.check)
         self._checked: set[str] = set()  # builds this session's checker compared
 

@@ -68,9 +68,11 @@ def compare(
     *,
     rtol: float,
     names: Sequence[str] = (),
+    rtol_name: str = "rtol",
 ) -> Check:
     """Each sample's outputs against onnxruntime's: max |ours - ref| / max |ref| over the finite
-    places of each output, after the shapes and the NaN and Inf places were found equal."""
+    places of each output, after the shapes and the NaN and Inf places were found equal
+    (`rtol_name`: the [check] setting `rtol` came from, for the reason)."""
     worst, where = 0.0, ""
     nan_only = [True] * len(reference[0] if reference else ())
     for k, (mine, theirs) in enumerate(zip(ours, reference, strict=True)):
@@ -90,7 +92,7 @@ def compare(
             nan_only[i] = nan_only[i] and b.size > 0 and bool(np.isnan(b.astype(np.float64)).all())
     counts = {"rtol": rtol, "outputs": len(nan_only), "samples": len(reference)}
     if worst > rtol:
-        why = f"max relative error {worst:.2e} > rtol {rtol:g} ({where})"
+        why = f"max relative error {worst:.2e} > {rtol_name} {rtol:g} ({where})"
         return Check(status=DIFFERS, max_rel_error=worst, reason=why, **counts)
     if any(nan_only):
         blank = [names[i] if i < len(names) else f"#{i}" for i, b in enumerate(nan_only) if b]
@@ -145,10 +147,13 @@ class Checker:
     """The check's samples, onnxruntime's outputs for them (computed once), and the comparison
     of a build's outputs against those."""
 
-    def __init__(self, model: OnnxModel, *, samples: Samples, rtol: float) -> None:
+    def __init__(
+        self, model: OnnxModel, *, samples: Samples, rtol: float, rtol_name: str = "rtol"
+    ) -> None:
         self.model = model
         self.samples = samples
         self.rtol = rtol
+        self.rtol_name = rtol_name
         self._reference: list[list[np.ndarray]] | None = None
         self._no_reference: str | None = None
 
@@ -156,6 +161,15 @@ class Checker:
     def inputs(self) -> tuple[np.ndarray, ...]:
         """The first sample: what the model is timed on."""
         return self.samples.arrays[0]
+
+    @classmethod
+    def for_model(cls, model: OnnxModel, *, samples: Samples, settings: Any) -> Checker:
+        """The check by `settings` ([check]): within `rtol`, or within `rtol_half` for a model
+        that computes in 16-bit floats, whose outputs carry three decimal digits and which TVM
+        accumulates in them where onnxruntime's CPU kernels accumulate in 32 bits."""
+        if model.half_precision:
+            return cls(model, samples=samples, rtol=settings.rtol_half, rtol_name="rtol_half")
+        return cls(model, samples=samples, rtol=settings.rtol)
 
     def outputs(self, vm: Any, dev: Any) -> list[list[np.ndarray]]:
         """The build's outputs on every sample (its own failures raised)."""
@@ -165,7 +179,9 @@ class Checker:
         reference = self._references()
         if reference is None:
             return self.verdict(NOT_CHECKABLE, self._no_reference)
-        check = compare(outputs, reference, rtol=self.rtol, names=self.model.outputs)
+        check = compare(
+            outputs, reference, rtol=self.rtol, names=self.model.outputs, rtol_name=self.rtol_name
+        )
         return dataclasses.replace(check, inputs=self.samples.source)
 
     def check(self, vm: Any, dev: Any) -> Check:

@@ -47,10 +47,10 @@ def random_samples(model: OnnxModel, *, seed: int, int_range: tuple[int, int]) -
     arrays = tuple(
         _random_sample(model, np.random.default_rng(seed + k), low, high) for k in range(SEEDS)
     )
-    seeds = f"seeds {seed}-{seed + SEEDS - 1}"
-    return Samples(
-        arrays=arrays, source=f"{SEEDS} random samples ({seeds}, integers {low}..{high})"
-    )
+    told = f"seeds {seed}-{seed + SEEDS - 1}"
+    if any(np.issubdtype(np.dtype(item.dtype), np.integer) for item in model.inputs):
+        told += f", integers {low}..{high}"
+    return Samples(arrays=arrays, source=f"{SEEDS} random samples ({told})")
 
 
 def _random_sample(

@@ -233,10 +233,10 @@ def _measure_fixed_phases(inputs: _Inputs, timing: Timing, guess: overheads.Fixe
         )
         compile_s = time.monotonic() - clock
         vm, dev = deploy.load_vm(library, resolved.device_type)
-        checker = deploy.Checker(
+        checker = deploy.Checker.for_model(
             inputs.onnx_model,
             samples=deploy.samples.for_run(inputs.onnx_model, settings),
-            rtol=settings.check.rtol,
+            settings=settings.check,
         )
         clock = time.monotonic()
         check = checker.check(vm, dev)

@@ -51,6 +51,13 @@ class OnnxModel:
         """How many nodes of each op type the graph has, subgraphs included."""
         return collections.Counter(node.op_type for node in _walk_nodes(self.proto.graph))
 
+    @property
+    def half_precision(self) -> bool:
+        """Whether the model computes in 16-bit floats anywhere: an input, output, weight,
+        constant or cast of float16 or bfloat16 (its outputs are then checked within
+        [check] rtol_half)."""
+        return _half_precision(self.proto.graph)
+
     def describe(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
@@ -161,6 +168,24 @@ def _walk_nodes(graph: Any) -> Iterator[Any]:
                 yield from _walk_nodes(attr.g)
             for sub in attr.graphs:
                 yield from _walk_nodes(sub)
+
+
+def _half_precision(graph: Any) -> bool:
+    import onnx
+
+    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    values = [*graph.input, *graph.output, *graph.value_info]
+    if any(v.type.tensor_type.elem_type in half for v in values):
+        return True
+    if any(t.data_type in half for t in graph.initializer):
+        return True
+    for node in _walk_nodes(graph):
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i in half:
+                return True
+            if attr.HasField("t") and attr.t.data_type in half:  # a Constant's value
+                return True
+    return False
 
 
 def _check_operators(path: Path, graph: Any) -> None:
