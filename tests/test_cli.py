@@ -244,7 +244,7 @@ def test_a_run_directory_in_use_is_refused(models):
     busy = models / "busy"
     with RunDir.open(busy, fingerprint={}):
         fails_with_one_line(
-            ["--out", busy, models / "tiny.onnx"], "is in use by another orchestrate process"
+            ["--out", busy, models / "tiny.onnx"], "is in use by another run in this process"
         )
 
 
@@ -375,7 +375,7 @@ def test_fresh_refuses_a_run_still_working_and_moves_nothing(models, fast_config
                 "--fresh",
                 models / "tiny.onnx",
             ],
-            "is in use by another orchestrate process",
+            "is in use by another run in this process",
         )
         assert snapshot(out) == before
         assert [p.name for p in models.iterdir() if p.name.startswith("run")] == ["run"]

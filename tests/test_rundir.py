@@ -1,6 +1,7 @@
 import json
-import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -87,12 +88,30 @@ def test_json_files_are_replaced_atomically_and_readable(tmp_path):
 
 def test_one_owner_at_a_time(tmp_path):
     first = RunDir.open(tmp_path / "run", fingerprint={})
-    with pytest.raises(
-        InputError, match=f"in use by another orchestrate process \\(pid {os.getpid()}\\)"
-    ):
+    with pytest.raises(InputError, match="in use by another run in this process; wait for it"):
         RunDir.open(tmp_path / "run", fingerprint={})
     first.close()
     RunDir.open(tmp_path / "run", fingerprint={}).close()  # free again
+    # Another process holds it as RunDir does: an exclusive flock, its pid in the file.
+    hold = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, str(os.getpid()).encode(), 0); "
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", hold, str(tmp_path / "run" / ".lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline() == "held\n"
+        with pytest.raises(
+            InputError, match=f"in use by another orchestrate process \\(pid {other.pid}\\)"
+        ):
+            RunDir.open(tmp_path / "run", fingerprint={})
+    finally:
+        other.communicate("")
 
 
 def test_resume_requires_the_same_fingerprint(tmp_path):

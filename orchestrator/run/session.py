@@ -330,9 +330,13 @@ class Session:
                 )
             )
             if claim.shared_with:
+                other = (
+                    "another run in this process"
+                    if str(claim.shared_with) == str(os.getpid())
+                    else f"another orchestrate process (pid {claim.shared_with})"
+                )
                 self._warn(
-                    f"another orchestrate process (pid {claim.shared_with}) is measuring on "
-                    f"{device}: the measurements of both runs are disturbed"
+                    f"{other} is measuring on {device}: the measurements of both runs are disturbed"
                 )
 
     def _joined_on(self, device: str) -> None:

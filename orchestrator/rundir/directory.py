@@ -305,9 +305,14 @@ class RunDir:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                other = (
+                    "another run in this process"
+                    if owner == str(os.getpid())
+                    else f"another orchestrate process (pid {owner})"
+                )
                 raise InputError(
-                    f"run directory {self.path} is in use by another orchestrate process "
-                    f"(pid {owner}); wait for it to finish or choose another --out"
+                    f"run directory {self.path} is in use by {other}; wait for it to finish "
+                    "or choose another --out"
                 ) from None
             raise
         os.ftruncate(fd, 0)
