@@ -112,10 +112,14 @@ def end(tmp_path, monkeypatch):
         with RunDir.open(tmp_path / "run", fingerprint={}) as run:
             run.write_json(RunDir.CONFIG, {"fingerprint": {}})  # a later call resumes it
             made = ModelBuilds(
-                model=SimpleNamespace(name="m", inputs=[], outputs=("y",)),
+                model=SimpleNamespace(name="m", inputs=[], outputs=("y",), half_precision=False),
                 relax_mod=None,
                 target=SimpleNamespace(
-                    device_type="cpu", device_present=True, target=None, simulated=False
+                    device_type="cpu",
+                    device_present=device is not None,
+                    device_name="a CPU with avx512fp16",
+                    target=None,
+                    simulated=False,
                 ),
                 settings=Settings.load(env={}),
                 run=run,
@@ -201,7 +205,10 @@ def test_with_no_device_the_tuned_build_ships_marked_unchecked_and_why(end, monk
     shipment, events, run = end(1e-6, 1e-6, device=None)
     assert shipment.shipped == "tuned" and library_of(run) == "tuned"
     assert shipment.checked_on is None
-    assert shipment.unchecked_reason == "no CPU device here and no RPC fleet (--rpc) to run it on"
+    assert shipment.unchecked_reason == (
+        "the target is a CPU with avx512fp16, which this host's CPU lacks, and no RPC fleet "
+        "(--rpc) runs it"
+    )
     assert events[-1]["shipped_checked"] is False
 
 
@@ -285,10 +292,10 @@ def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(tmp_path, monke
     real = check.compare
     calls = []
 
-    def tuned_differs(ours, reference, *, rtol, names):
+    def tuned_differs(ours, reference, *, rtol, names, rtol_name):
         calls.append(1)
         if len(calls) > 1:
-            return real(ours, reference, rtol=rtol, names=names)
+            return real(ours, reference, rtol=rtol, names=names, rtol_name=rtol_name)
         why = "max relative error 5.00e-01 > rtol 0.001 (output 'y', sample 1)"
         return Check(status=DIFFERS, max_rel_error=0.5, rtol=rtol, outputs=1, samples=3, reason=why)
 

@@ -49,3 +49,72 @@ def test_unknown_targets_list_the_accepted_forms(spec, message):
     with pytest.raises(InputError) as info:
         resolve_target(spec)
     assert message in str(info.value)
+
+
+def test_the_string_form_tvm_users_type_is_read_as_its_json_dict():
+    """TVM 0.27 refuses "llvm -mcpu=..."; its users still type it."""
+    resolved = resolve_target("llvm -mcpu=haswell -mattr=+avx2,+fma -num-cores=1")
+    attrs = resolved.target.attrs
+    assert (str(attrs["mcpu"]), list(attrs["mattr"]), attrs["num-cores"]) == (
+        "haswell",
+        ["+avx2", "+fma"],
+        1,
+    )
+    with pytest.raises(InputError) as info:
+        resolve_target("llvm -mcpu=haswell -bogus=3")
+    said = str(info.value)
+    assert 'as one, {"kind": "llvm", "mcpu": "haswell", "bogus": 3}, it is refused' in said
+    assert "Unknown config option 'bogus'" in said and "\n" not in said
+
+
+def test_an_llvm_target_that_does_not_count_cores_gets_this_hosts():
+    """Without num-cores every task's search failed ("physical core number must be
+    defined"), and the run ended as 'budget too small'."""
+    resolved = resolve_target('{"kind": "llvm", "mcpu": "haswell"}')
+    assert resolved.target.attrs["num-cores"] == host_cores()
+    with pytest.raises(InputError, match='add "num-cores": N to the JSON target'):
+        resolve_target('{"kind": "llvm"}', remote=lambda: {})  # an RPC fleet's cores: unknown
+
+
+def test_an_llvm_target_for_another_architecture_is_refused():
+    """Its objects failed to link at the first build, with a linker traceback."""
+    for spec in (
+        '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}',
+        "llvm -mtriple=aarch64-linux-gnu",
+    ):
+        with pytest.raises(InputError, match="compiles for aarch64-linux-gnu, but this host is"):
+            resolve_target(spec, build_only=True)
+
+
+@pytest.fixture
+def on_haswell(monkeypatch):
+    """This host's CPU, as LLVM names it, is a Haswell: no AVX-512."""
+    from tvm.target import codegen
+
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: "haswell")
+
+
+def test_a_cpu_with_instructions_this_host_lacks_is_only_compiled_for(on_haswell):
+    """Code for it died of an illegal instruction in the output check (exit 132, no word)."""
+    with pytest.raises(InputError) as info:
+        resolve_target("llvm -mcpu=skylake-avx512")
+    assert "instructions this host's CPU lacks (" in str(info.value)
+    assert "avx512f," in str(info.value)
+    assert "add --build-only to only compile for it" in str(info.value)
+    resolved = resolve_target("llvm -mcpu=skylake-avx512", build_only=True)
+    assert not resolved.device_present and resolved.device_type == "cpu"
+    assert resolve_target("llvm -mcpu=haswell").device_present  # this host's own
+    assert resolve_target("llvm -mcpu=sandybridge").device_present  # older: runs here
+
+
+def test_build_only_for_a_cpu_this_host_lacks_ships_unchecked(on_haswell, tmp_path, tiny_model):
+    from click.testing import CliRunner
+
+    from tune_orchestrator.cli.commands import main
+
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm -mcpu=skylake-avx512", "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(tiny_model)])
+    assert result.exit_code == 0, result.output
+    assert (out / "model.so").is_file()
+    assert "UNCHECKED" in result.output and "which this host's CPU lacks" in result.output

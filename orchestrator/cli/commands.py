@@ -150,7 +150,8 @@ def main() -> None:
 TARGET = click.option(
     "--target",
     help="auto (CUDA when a GPU is visible, else this CPU), llvm, cuda, a TVM tag "
-    f"(nvidia/nvidia-h100) or a JSON dict.  [default: {default_of('tune.target')}]",
+    "(nvidia/nvidia-h100), a JSON dict, or TVM's older string form (llvm -mcpu=skylake).  "
+    f"[default: {default_of('tune.target')}]",
 )
 INPUT_SHAPE = click.option(
     "--input-shape",

@@ -223,6 +223,11 @@ class ModelBuilds:
         """Why no device checks the model: --build-only without the GPU, or --simulate."""
         if self.target.simulated:
             return "a simulated GPU gave the timings and no GPU ran the model"
+        if self.target.device_type == "cpu":
+            return (
+                f"the target is {self.target.device_name}, which this host's CPU lacks, and no "
+                "RPC fleet (--rpc) runs it"
+            )
         return (
             f"no {self.target.device_type.upper()} device here and no RPC fleet (--rpc) "
             "to run it on"

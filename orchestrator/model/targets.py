@@ -8,6 +8,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tune_orchestrator.measure.base import short_error
+
 from ..errors import InputError
 
 FORMS = (
@@ -120,6 +122,8 @@ def resolve_target(
             "and cuda (NVIDIA GPU) targets"
         )
     device_type = _DEVICE_TYPES[spec_kind]
+    if device_type == "cpu":
+        target = _for_this_cpu(target, spec, fleet=remote is not None)
     if device_type == "cuda":
         if target.host is None:
             target = tvm.target.Target(target, host={"kind": "llvm"})
@@ -129,6 +133,16 @@ def resolve_target(
         # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
         return ResolvedTarget(target, spec, device_type, False, name)
+    lacks = lacking_instructions(target) if device_type == "cpu" else []
+    if lacks:
+        # Its code would die here of an illegal instruction: compiled, never run here.
+        if not build_only and remote is None:
+            raise InputError(
+                f"--target {spec!r} makes code with instructions this host's CPU lacks "
+                f"({', '.join(lacks)}), which would crash here; tune on such a CPU (or through "
+                "--rpc servers that have one), or add --build-only to only compile for it"
+            )
+        return ResolvedTarget(target, spec, device_type, False, f"a CPU with {', '.join(lacks)}")
     present = has_gpu if device_type == "cuda" else True
     return ResolvedTarget(
         target=target,
@@ -137,6 +151,39 @@ def resolve_target(
         device_present=present,
         device_name=_device_name(device_type, present),
     )
+
+
+# LLVM's names of instruction-set extensions (x86, then Arm), as opposed to its tuning flags
+# (fast-*, slow-*, prefer-*, ...), which change no instruction.
+_ISA_PREFIXES = (
+    "sse", "ssse", "avx", "amx", "fma", "f16c", "bmi", "popcnt", "lzcnt", "movbe", "adx", "aes",
+    "vaes", "pclmul", "vpclmul", "gfni", "sha", "xop", "tbm",
+    "neon", "sve", "sme", "fullfp16", "fp16fml", "dotprod", "i8mm", "bf16",
+)  # fmt: skip
+
+
+def measured_on_other_cpu(target: Any) -> str | None:
+    """This host's CPU, where an llvm target names another one (None where it names none,
+    or this one)."""
+    from tvm.target import codegen
+
+    named = str(target.attrs.get("mcpu") or "")
+    host = str(codegen.llvm_get_system_cpu())
+    return host if named and named != host else None
+
+
+def lacking_instructions(target: Any) -> list[str]:
+    """The instruction-set extensions an llvm target's code may use that this host's CPU
+    lacks, by LLVM's models of the two CPUs ([] where LLVM does not know this host's)."""
+    import tvm
+    from tvm.target import codegen
+
+    host_cpu = str(codegen.llvm_get_system_cpu())
+    if not host_cpu or host_cpu == "generic":
+        return []
+    host = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu})))
+    wanted = set(codegen.llvm_get_cpu_features(target))
+    return sorted(f for f in wanted - host if f.startswith(_ISA_PREFIXES))
 
 
 def _target_of(spec: str, *, has_gpu: bool, build_only: bool) -> Any:
@@ -206,7 +253,68 @@ def _make(config: Any, spec: str) -> Any:
     try:
         return tvm.target.Target(config)
     except Exception:
-        raise InputError(f"unknown target {spec!r}; use {FORMS}") from None
+        pass
+    classic = _from_classic(spec) if isinstance(config, str) else None
+    if classic is None:
+        raise InputError(f"unknown target {spec!r}; use {FORMS}")
+    try:  # the form TVM read before 0.27, which its users still type
+        return tvm.target.Target(classic)
+    except Exception as exc:
+        raise InputError(
+            f"--target {spec!r}: TVM reads targets as JSON dicts now, and as one, "
+            f"{json.dumps(classic)}, it is refused ({short_error(exc)}); use {FORMS}"
+        ) from None
+
+
+def _from_classic(spec: str) -> dict[str, Any] | None:
+    """`llvm -mcpu=skylake -mattr=+avx2,+fma -num-cores=4` as a JSON dict (lists for the
+    comma-joined options, numbers for whole numbers); None for anything else."""
+    kind, *options = spec.split()
+    if not options or not all(o.startswith("-") and "=" in o for o in options):
+        return None
+    config: dict[str, Any] = {"kind": kind}
+    for option in options:
+        key, _, value = option.lstrip("-").partition("=")
+        if key in ("mattr", "keys", "libs"):
+            config[key] = value.split(",")
+        else:
+            config[key] = int(value) if value.isdigit() else value
+    return config
+
+
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _arch(triple: str) -> str:
+    arch = triple.split("-")[0]
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+def _for_this_cpu(target: Any, spec: str, *, fleet: bool) -> Any:
+    """An llvm target as this host builds and measures it: refused where it names another
+    CPU architecture (its objects would not link here), with this host's cores where it does
+    not say (the search sizes its parallel loops by them); on an RPC fleet, whose cores this
+    host cannot count, the user says."""
+    import tvm
+
+    triple = str(target.attrs.get("mtriple") or "")
+    host = str(tvm.target.codegen.llvm_get_system_triple())
+    if triple and _arch(triple) != _arch(host):
+        raise InputError(
+            f"--target {spec!r} compiles for {triple}, but this host is {_arch(host)}: "
+            "tune-orchestrator builds every candidate here and does not cross-compile; run "
+            f"it on a machine of that architecture ({_arch(triple)})"
+        )
+    if target.attrs.get("num-cores"):
+        return target
+    if fleet:
+        raise InputError(
+            f"--target {spec!r} does not say how many cores the RPC servers' CPUs have, which "
+            'the search needs; add "num-cores": N to the JSON target'
+        )
+    config = json.loads(str(target))
+    config["num-cores"] = host_cores()
+    return tvm.target.Target(config)
 
 
 def _llvm_for_host() -> Any:

@@ -32,7 +32,7 @@ from ..forecast import overheads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
-from ..model.targets import ResolvedTarget, cores_text, host_cores
+from ..model.targets import ResolvedTarget, cores_text, host_cores, measured_on_other_cpu
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
 from ..rundir.durability import (
@@ -219,6 +219,16 @@ class Session:
             self._warn(
                 f"{WORD} run: search and CUDA builds are real, every timing comes from a "
                 f"simulated GPU; the database and library are named {WORD}"
+            )
+        host_cpu = (
+            measured_on_other_cpu(self.target.target)
+            if self.target.device_type == "cpu" and self.target.device_present
+            else None
+        )
+        if host_cpu and not self.fleet.rpc and not self.build_only:
+            self._warn(
+                f"the target names CPU {self.target.target.attrs['mcpu']}, but candidates are "
+                f"measured on this host's, {host_cpu}: the schedules are chosen for {host_cpu}"
             )
 
     def _ship(
