@@ -736,3 +736,24 @@ def test_rounds_csv_has_a_line_per_round_of_the_journal(tmp_path):
         "1,conv,0,64,60,4,0.0009,0.0009,0.0032,30.25,61.5,64,0.017,,,False",
         "2,dense,1,64,60,4,,,0.0032,30.25,61.5,64,0.017,,,True",
     ]
+
+
+def test_report_of_a_run_still_working_says_so_with_its_progress(tmp_path):
+    """It said "in use by another orchestrate process; ... or choose another --out", advice
+    for starting a run, not for reading one."""
+    from tune_orchestrator.budget.ledger import Spend
+
+    run_dir = tmp_path / "run"
+    with RunDir.open(run_dir, fingerprint={}) as run:  # a run at work (in this process)
+        run.write_json(RunDir.CONFIG, {"fingerprint": {}})
+        spend = Spend(wall_s=41.0, trials=96, rounds=2).to_dict()
+        for number, latency in ((1, 9e-4), (2, 5.2e-4)):
+            round_ = {"type": "round", "task": 0, "round": number, "measured": 48, "failed": 0}
+            run.append({**round_, "best_s": latency, "model_latency_s": latency, "spend": spend})
+        result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {run_dir} is still being tuned (this process): 2 rounds, 96 trials and 41.0s "
+        "spent, the model ~520 us by its tasks' best so far; its report is written when the "
+        "run stops (SIGINT or SIGTERM stop it after the current round, with the report)\n"
+    )

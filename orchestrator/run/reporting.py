@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tune_orchestrator.budget import render
 from tune_orchestrator.budget.report import schema
+from tune_orchestrator.budget.units import fmt_duration, fmt_latency
 
 from ..errors import InputError
-from ..rundir import RunDir
+from ..rundir import RunDir, RunInUse
+from ..rundir.durability import checkpointed_spend
+from ..rundir.restore import spend_so_far
 
 
 def write_report(run: RunDir, report: Mapping[str, Any]) -> dict[str, Path]:
@@ -75,8 +79,13 @@ def rounds_csv(journal: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str
 
 
 def rerender(path: str | Path) -> dict[str, Path]:
-    """`orchestrate report RUN`: render the report of a finished session again."""
-    with RunDir.open_existing(path) as run:
+    """`orchestrate report RUN`: render the report of a finished session again (a run still
+    working in RUN has none to render: InputError with its progress so far)."""
+    try:
+        opened = RunDir.open_existing(path)
+    except RunInUse as busy:
+        raise InputError(still_running(RunDir(Path(path)), busy.owner)) from None
+    with opened as run:
         if not run[RunDir.REPORT].exists():
             raise InputError(
                 f"{run.path} has no report.json yet (no session has finished); resume the run "
@@ -98,3 +107,24 @@ def rerender(path: str | Path) -> dict[str, Path]:
                 f"{path} lacks {exc}: it was edited or cut short; resume the run (orchestrate "
                 f"--out {run.path}) to write it again"
             ) from None
+
+
+def still_running(run: RunDir, owner: str) -> str:
+    """A run that `owner` (a pid) is still working in, with its progress so far from the
+    journal and the spend checkpoint (both read without the lock: whole lines, whole files)."""
+    who = "this process" if owner == str(os.getpid()) else f"pid {owner}"
+    try:
+        journal = run.journal()
+    except (InputError, OSError):
+        journal = []
+    spend = checkpointed_spend(run, spend_so_far(journal))
+    rounds = [e for e in journal if e.get("type") == "round"]
+    model = next((e["model_latency_s"] for e in reversed(rounds) if e.get("model_latency_s")), None)
+    counted = f"{len(rounds)} round{'' if len(rounds) == 1 else 's'}, {spend.trials} trials"
+    progress = f"{counted} and {fmt_duration(spend.wall_s)} spent"
+    if model:
+        progress += f", the model ~{fmt_latency(model)} by its tasks' best"
+    return (
+        f"{run.path} is still being tuned ({who}): {progress} so far; its report is written "
+        "when the run stops (SIGINT or SIGTERM stop it after the current round, with the report)"
+    )

@@ -62,6 +62,14 @@ def _wrong(
     ]
 
 
+class RunInUse(InputError):
+    """The run directory is locked by a run still working in it (`owner`: its pid)."""
+
+    def __init__(self, message: str, *, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 class RunDir:
     """Files of one run. `open()` creates or resumes it and takes an exclusive lock."""
 
@@ -310,9 +318,10 @@ class RunDir:
                     if owner == str(os.getpid())
                     else f"another orchestrate process (pid {owner})"
                 )
-                raise InputError(
+                raise RunInUse(
                     f"run directory {self.path} is in use by {other}; wait for it to finish "
-                    "or choose another --out"
+                    "or choose another --out",
+                    owner=owner,
                 ) from None
             raise
         os.ftruncate(fd, 0)
