@@ -3,6 +3,7 @@ passed, several samples, integers and booleans drawn as [check] says."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -242,3 +243,30 @@ def test_a_half_precision_build_beyond_rtol_half_is_named_by_it(tmp_path):
     found = checker.compare(off)
     assert found.status == DIFFERS and "> rtol_half 0.0001 (output 'y', sample 0)" in found.reason
     assert checker.samples.source == "3 random samples (seeds 0-2)"  # no integer input
+
+
+@pytest.mark.parametrize(
+    "model, given, error, fix",
+    [
+        (onnx_models.ids_and_flags, False, "INVALID_ARGUMENT : indices", "set [check] int_min"),
+        (onnx_models.ids_and_flags, True, "INVALID_ARGUMENT : indices", "give --check-inputs"),
+        (onnx_models.tiny_cnn, False, "INVALID_ARGUMENT : x", "give --check-inputs with samples"),
+        (onnx_models.tiny_cnn, False, "NOT_IMPLEMENTED : no MatMul(13)", "no CPU kernel"),
+    ],
+)
+def test_no_reference_is_explained_with_the_fix_that_applies(
+    tmp_path, monkeypatch, model, given, error, fix
+):
+    """It advised [check] int_min and int_max for every model, one without integer inputs or
+    one with a bfloat16 MatMul (which onnxruntime's CPU kernels lack) too."""
+    loaded = load_model(model(tmp_path / "m.onnx"))
+    drawn = samples.random_samples(loaded, seed=0, int_range=(0, 9))
+    checker = Checker(loaded, samples=dataclasses.replace(drawn, given=given), rtol=1e-3)
+
+    def refuses(*_args):
+        raise RuntimeError(f"[ONNXRuntimeError] : 2 : {error}")
+
+    monkeypatch.setattr(check, "run_onnxruntime", refuses)
+    found = checker.compare([])
+    assert found.status == NOT_CHECKABLE and fix in found.reason
+    assert ("int_min" in found.reason) == (fix == "set [check] int_min")

@@ -204,13 +204,26 @@ class Checker:
                 self._reference = [
                     run_onnxruntime(self.model, sample) for sample in self.samples.arrays
                 ]
-            except Exception as exc:  # onnxruntime refuses these inputs: nothing to compare with
-                self._no_reference = (
-                    f"onnxruntime cannot run the model on the check's inputs ({one_line(exc)}); "
-                    "set [check] int_min and int_max to the values it takes, or give "
-                    "--check-inputs"
-                )
+            except Exception as exc:  # nothing to compare with
+                self._no_reference = self._why_no_reference(exc)
         return self._reference
+
+
+    def _why_no_reference(self, exc: Exception) -> str:
+        """Why onnxruntime gave no outputs, and what would let it: other inputs, or nothing
+        (it has no CPU kernel for an operator of the model, e.g. a bfloat16 MatMul)."""
+        if "NOT_IMPLEMENTED" in str(exc):
+            return (
+                f"onnxruntime has no CPU kernel for an operator of the model ({one_line(exc)}), "
+                "so there is nothing to compare the outputs with"
+            )
+        integers = any(np.issubdtype(np.dtype(i.dtype), np.integer) for i in self.model.inputs)
+        fix = (
+            "set [check] int_min and int_max to the values it takes, or give --check-inputs"
+            if integers and not self.samples.given
+            else "give --check-inputs with samples it takes"
+        )
+        return f"onnxruntime cannot run the model on the check's inputs ({one_line(exc)}); {fix}"
 
 
 def one_line(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ class Samples:
 
     arrays: tuple[tuple[np.ndarray, ...], ...]
     source: str
+    given: bool = False  # the user's own (--check-inputs), not random ones
 
 
 def for_run(model: OnnxModel, settings: Any, given: str | Path | None = None) -> Samples:
@@ -96,7 +97,7 @@ def load_samples(path: Path, model: OnnxModel) -> Samples:
         arrays[item.name].reshape((count, *item.shape)) for item in model.inputs
     ]  # one sample given bare gets its leading axis
     samples = tuple(tuple(a[k] for a in stacked) for k in range(count))
-    return Samples(arrays=samples, source=f"{count} sample(s) from {path}")
+    return Samples(arrays=samples, source=f"{count} sample(s) from {path}", given=True)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
