@@ -89,6 +89,35 @@ def test_missing_empty_truncated_and_foreign_files(tmp_path, tiny_model):
         load_model(tmp_path)
 
 
+def test_weights_in_a_file_beside_the_model_are_found_through_a_link_or_named_missing(
+    tmp_path, tiny_model
+):
+    """Both were "not an ONNX model or is truncated ... export it again"."""
+    import onnx
+
+    (tmp_path / "models").mkdir()
+    saved = tmp_path / "models" / "big.onnx"
+    onnx.save(
+        onnx.load(tiny_model),
+        saved,
+        save_as_external_data=True,
+        location="big.weights",
+        size_threshold=0,
+    )
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "link.onnx"
+    link.symlink_to(saved)
+    assert load_model(link).inputs == load_model(tiny_model).inputs
+    alone = tmp_path / "elsewhere" / "copy.onnx"
+    alone.write_bytes(saved.read_bytes())
+    with pytest.raises(InputError) as info:
+        load_model(alone)
+    assert str(info.value) == (
+        f"{alone}: its weights are in big.weights, missing from {alone.parent}; keep the "
+        "weight files beside the model"
+    )
+
+
 def test_unsupported_operators_are_named(tmp_path):
     path = onnx_models.with_operator(tmp_path / "det.onnx", "Det")
     with pytest.raises(InputError, match=r"does not support: Det \(node"):

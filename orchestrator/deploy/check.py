@@ -208,7 +208,6 @@ class Checker:
                 self._no_reference = self._why_no_reference(exc)
         return self._reference
 
-
     def _why_no_reference(self, exc: Exception) -> str:
         """Why onnxruntime gave no outputs, and what would let it: other inputs, or nothing
         (it has no CPU kernel for an operator of the model, e.g. a bfloat16 MatMul)."""

@@ -106,12 +106,12 @@ def load_model(
     data = _read_bytes(path)
     try:
         proto = onnx.load_from_string(data)
-        if path.parent and any(_uses_external_data(proto)):
-            onnx.load_external_data_for_model(proto, str(path.parent))
-    except FileNotFoundError as exc:
-        raise InputError(
-            f"{path}: external weight file missing ({exc.filename}); keep it next to the model"
-        ) from None
+        files = _external_files(proto)
+        if files:
+            # Beside the file itself, not beside a link to it.
+            _load_external(proto, path.resolve().parent, files, path)
+    except InputError:
+        raise
     except Exception as exc:
         raise InputError(
             f"{path} is not an ONNX model or is truncated (cannot parse it: {short_error(exc)}); "
@@ -152,11 +152,34 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-def _uses_external_data(proto: Any) -> Iterator[bool]:
+def _external_files(proto: Any) -> list[str]:
+    """The files the model's weights stored outside it are in, as the model names them."""
     import onnx
 
-    for tensor in proto.graph.initializer:
-        yield tensor.data_location == onnx.TensorProto.EXTERNAL
+    return sorted(
+        {
+            entry.value
+            for tensor in proto.graph.initializer
+            if tensor.data_location == onnx.TensorProto.EXTERNAL
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+    )
+
+
+def _load_external(proto: Any, folder: Path, files: Sequence[str], path: Path) -> None:
+    import onnx
+
+    missing = [name for name in files if not (folder / name).is_file()]
+    if missing:
+        raise InputError(
+            f"{path}: its weights are in {', '.join(missing)}, missing from {folder}; keep "
+            "the weight files beside the model"
+        )
+    try:
+        onnx.load_external_data_for_model(proto, str(folder))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read its weights ({exc}); check the files") from None
 
 
 def _walk_nodes(graph: Any) -> Iterator[Any]:
