@@ -115,9 +115,9 @@ def watch_onnxruntime(monkeypatch) -> list:
     seen = []
     real = check.run_onnxruntime
 
-    def spy(model, inputs):
+    def spy(model, inputs, **kwargs):
         seen.append([np.array(a) for a in inputs])
-        return real(model, inputs)
+        return real(model, inputs, **kwargs)
 
     monkeypatch.setattr(check, "run_onnxruntime", spy)
     return seen
@@ -263,7 +263,7 @@ def test_no_reference_is_explained_with_the_fix_that_applies(
     drawn = samples.random_samples(loaded, seed=0, int_range=(0, 9))
     checker = Checker(loaded, samples=dataclasses.replace(drawn, given=given), rtol=1e-3)
 
-    def refuses(*_args):
+    def refuses(*_args, **_kwargs):
         raise RuntimeError(f"[ONNXRuntimeError] : 2 : {error}")
 
     monkeypatch.setattr(check, "run_onnxruntime", refuses)

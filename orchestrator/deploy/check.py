@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..model.loading import OnnxModel
-from .library import run_onnxruntime, run_vm
+from .library import onnxruntime_session, run_onnxruntime, run_vm
 from .samples import Samples
 
 MATCHED = "matched"  # every output within rtol, NaN and Inf where onnxruntime's are
@@ -201,8 +201,10 @@ class Checker:
         """onnxruntime's outputs on every sample; None (and why) where it cannot run them."""
         if self._reference is None and self._no_reference is None:
             try:
+                session = onnxruntime_session(self.model)
                 self._reference = [
-                    run_onnxruntime(self.model, sample) for sample in self.samples.arrays
+                    run_onnxruntime(self.model, sample, session=session)
+                    for sample in self.samples.arrays
                 ]
             except Exception as exc:  # nothing to compare with
                 self._no_reference = self._why_no_reference(exc)

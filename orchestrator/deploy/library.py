@@ -48,14 +48,26 @@ def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(t.numpy()) for t in _flatten(result)]
 
 
-def run_onnxruntime(model: OnnxModel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def onnxruntime_session(model: OnnxModel) -> Any:
+    """An onnxruntime CPU session of the model: from its file where its weights sit beside it
+    (past protobuf's 2 GB a model cannot be held as one message), else from memory."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(
-        model.proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    if model.external_weights:
+        source: Any = str(model.path.resolve())
+    else:
+        source = model.proto.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def run_onnxruntime(
+    model: OnnxModel, inputs: Sequence[np.ndarray], *, session: Any = None
+) -> list[np.ndarray]:
+    """The model's outputs on `inputs` by onnxruntime (`session`: one made before)."""
+    if session is None:
+        session = onnxruntime_session(model)
     feeds = {item.name: array for item, array in zip(model.inputs, inputs, strict=True)}
     return [np.asarray(x) for x in session.run(list(model.outputs), feeds)]
 

@@ -43,6 +43,7 @@ class OnnxModel:
     outputs: tuple[str, ...]
     tvm_proto: Any  # `proto` itself when no name needed changing
     tvm_names: Mapping[str, str]
+    external_weights: bool = False  # its weights sit in files beside it (read into `proto`)
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
@@ -135,6 +136,7 @@ def load_model(
         outputs=tuple(o.name for o in proto.graph.output),
         tvm_proto=tvm_proto,
         tvm_names=tvm_names,
+        external_weights=bool(files),
     )
 
 
