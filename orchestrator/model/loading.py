@@ -121,7 +121,7 @@ def load_model(
     if proto.ir_version <= 0 or not proto.graph.node:
         raise InputError(f"{path} is not an ONNX model (no graph in it); check the file")
     try:
-        onnx.checker.check_model(proto if proto.ByteSize() < 2**31 - 1 else str(path))
+        onnx.checker.check_model(proto if proto.ByteSize() < 2**31 - 1 else str(path.resolve()))
     except Exception as exc:
         raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
     _check_operators(path, proto.graph)
