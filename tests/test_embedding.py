@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import onnx_models
-from cli_args import tune_args
+from cli_args import both_builds, tune_args
 from tune_orchestrator import InputError, tune
 from tune_orchestrator.budget.grammar import parse_budget
 from tune_orchestrator.cli.commands import main
@@ -47,14 +47,15 @@ def api_run(tmp_path_factory, fast_config):
     base = tmp_path_factory.mktemp("api")
     model = onnx_models.tiny_cnn(base / "tiny.onnx")
     events: list[dict] = []
-    result = tune(
-        model,
-        budget="12trials",
-        target="llvm",
-        config=fast_config,
-        out=base / "run",
-        on_event=events.append,
-    )
+    with both_builds():  # these tests read the comparison of the two
+        result = tune(
+            model,
+            budget="12trials",
+            target="llvm",
+            config=fast_config,
+            out=base / "run",
+            on_event=events.append,
+        )
     return result, events
 
 

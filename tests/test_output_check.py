@@ -197,7 +197,7 @@ def test_a_model_nan_everywhere_is_not_checkable_and_ships_nothing(tmp_path, fas
     assert not (out / "model.so").exists()
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["check_status"] == NOT_CHECKABLE
-    assert report["untuned"]["check"]["status"] == NOT_CHECKABLE
+    assert report["tuned"]["check"]["status"] == NOT_CHECKABLE
     assert "give --check-inputs with samples on which it is a number" in result.stderr
     assert report["summary"]["shipped"] == "none"
 

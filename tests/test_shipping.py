@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from cli_args import both_builds
 from tune_orchestrator.budget import Ledger
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
@@ -287,7 +288,32 @@ def test_on_this_host_a_failure_to_time_the_model_is_raised(end):
         end(1e-6, 1e-6, tuned_s=None)
 
 
-def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(tmp_path, monkeypatch, tiny_model):
+@pytest.fixture
+def runs_tuned():
+    """A build-only run on a new --out builds both models, as one with tuned schedules does."""
+    with both_builds():
+        yield
+
+
+def test_a_model_whose_tasks_all_keep_their_defaults_is_built_once(tmp_path, tiny_model):
+    """Its tuned build is the untuned one: it was compiled, checked and timed twice, and the
+    two compared ("7.84 ms -> 7.96 ms, no change")."""
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--out", str(out), str(tiny_model)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["comparison"] is None and not (out / "logs" / "untuned.so").exists()
+    assert report["tuned"]["check"]["status"] == MATCHED and report["summary"]["tuned_latency_s"]
+    assert report["summary"]["shipped"] == "tuned" and (out / "model.so").is_file()
+    assert result.output.count("model: ") == 1  # one build checked, one line
+    assert "  end-to-end latency  " in result.output and "untuned ->" not in result.output
+    assert ": no schedule was tuned." in (out / "report.md").read_text()
+
+
+def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(
+    tmp_path, monkeypatch, tiny_model, runs_tuned
+):
     """A real build-only run whose tuned build (checked first) is made to differ."""
     real = check.compare
     calls = []
@@ -378,7 +404,7 @@ def test_an_unreachable_fleet_ends_the_run_with_exit_5_and_no_model_so(
 
 
 def test_a_tuned_build_that_crashes_the_server_exits_4_with_the_untuned_build_shipped(
-    tmp_path, monkeypatch, tiny_model
+    tmp_path, monkeypatch, tiny_model, runs_tuned
 ):
     result, events, out = run_on(PosingFleet(crashes="tuned"), tmp_path, monkeypatch, tiny_model)
     assert result.exit_code == 4, result.output

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import onnx_models
-from cli_args import tune_args
+from cli_args import both_builds, tune_args
 from tune_orchestrator.cli.commands import main
 
 # Every test here runs a whole tune or reads one (the module's `tuned` fixture, ~20 s).
@@ -49,7 +49,8 @@ def tuned(tmp_path_factory, fast_config):
     base = tmp_path_factory.mktemp("e2e")
     model = onnx_models.tiny_cnn(base / "twins.onnx", twin_convs=True)
     out = base / "run"
-    result = orchestrate(model, out, "16trials", fast_config)
+    with both_builds():  # these tests read the comparison of the two
+        result = orchestrate(model, out, "16trials", fast_config)
     return SimpleNamespace(
         model=model,
         out=out,

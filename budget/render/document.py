@@ -78,6 +78,8 @@ def headline(report: Mapping[str, Any]) -> list[str]:
 def _latency(report: Mapping[str, Any]) -> list[str]:
     """Untuned against tuned, and how the two compared when timed in turn."""
     s = report["summary"]
+    if s["tuned_latency_s"] and not s["speedup"]:  # one build, nothing to compare it with
+        return [f"End-to-end latency {fmt_latency(s['tuned_latency_s'])}: no schedule was tuned."]
     if not (s["untuned_latency_s"] and s["tuned_latency_s"]):
         return []
     shipped = "; model.so is the untuned build" if s.get("shipped") == "untuned" else ""

@@ -201,6 +201,11 @@ def _outcome_lines(result: Result) -> list[str]:
                 f"untuned {fmt_latency(u['min_s'])}-{fmt_latency(u['max_s'])}, "
                 f"tuned {fmt_latency(t['min_s'])}-{fmt_latency(t['max_s'])}"
             )
+    elif result.tuned_latency_s and result.tuned_latency:  # one build, nothing to compare
+        lines.append(
+            f"  end-to-end latency  {fmt_latency(result.tuned_latency_s)}, median of "
+            f"{result.tuned_latency['repeats']} timings"
+        )
     if result.trials:
         lines.append(f"  schedules           {describe_schedules(result)}")
     elif result.stop == BUILD_ONLY:  # e.g. a GPU build on a new --out: a plain compile

@@ -102,13 +102,25 @@ class ModelBuilds:
         )
         return result
 
-    def finish(self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None) -> Shipment:
+    def finish(
+        self,
+        database: Any,
+        ledger: Ledger,
+        untuned: dict[str, Any] | None,
+        *,
+        tuned_schedules: bool = True,
+    ) -> Shipment:
         """Build the tuned model, check both builds against onnxruntime and time them in turn
         on `device`, and ship model.so: a build whose outputs matched, the untuned one where
         it is faster beyond the spread of the timings or the tuned one did not match. With no
-        device, the tuned build ships marked unchecked."""
-        found = Shipment(tuned=self.build(database, ledger, TUNED, timed=False), untuned=untuned)
-        failure = None if self.device is None else self._on_device(found, ledger)
+        device, the tuned build ships marked unchecked. Without `tuned_schedules` (every task
+        runs its default schedule) the tuned build is the untuned one: built, checked and
+        timed once, not compared with itself."""
+        build = self.build(database, ledger, TUNED, timed=not tuned_schedules)
+        found = Shipment(tuned=build, untuned=untuned)
+        failure = None
+        if self.device is not None:
+            failure = self._on_device(found, ledger, both=tuned_schedules)
         self._ship(found, failure)
         if found.comparison is not None:
             found.comparison["shipped"] = found.shipped
@@ -116,21 +128,23 @@ class ModelBuilds:
         self.emit("shipped", **found.to_dict())
         return found
 
-    def _on_device(self, found: Shipment, ledger: Ledger) -> str | None:
+    def _on_device(self, found: Shipment, ledger: Ledger, *, both: bool = True) -> str | None:
         """Check both builds (the untuned one first: it is what ships when the tuned one does
-        not), then time them where both ran and the tuned one matched. Returns why the timing
-        was cut short by a fleet (on this host, a failure to time is a bug and raised)."""
+        not), then time them where both ran and the tuned one matched; only the tuned one
+        without `both`. Returns why the timing was cut short by a fleet (on this host, a
+        failure to time is a bug and raised)."""
         from tvm.s_tir import meta_schedule as ms
 
         assert self.device is not None
-        if found.untuned is None or not self.library(UNTUNED).is_file():
+        if both and (found.untuned is None or not self.library(UNTUNED).is_file()):
             again = self.build(ms.database.MemoryDatabase(), ledger, UNTUNED, timed=False)
             found.untuned = {**(found.untuned or {}), **again}
         try:
-            self._check(found.untuned, UNTUNED, ledger)
+            if both:
+                self._check(found.untuned, UNTUNED, ledger)
             self._check(found.tuned, TUNED, ledger)
             # A wrong model's speed is no result; a build that did not run has none.
-            if check_ok(found.tuned) and found.untuned["check"]["status"] in RAN:
+            if both and check_ok(found.tuned) and found.untuned["check"]["status"] in RAN:
                 try:
                     found.comparison = self._compare(found, ledger)
                 except Exception as exc:

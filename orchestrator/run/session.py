@@ -236,7 +236,9 @@ class Session:
     ) -> Shipment:
         """Compile, check and time the builds (builds.finish); the records of a model that
         passed its check go to the tuning library."""
-        shipment = self.builds.finish(database, ledger, untuned)
+        shipment = self.builds.finish(
+            database, ledger, untuned, tuned_schedules=runs_tuned(restored)
+        )
         if shipment.comparison is not None:
             self.run.append({"type": "compared", **shipment.comparison})
         with ledger.phase("library"):  # only records of a model that passed its check
@@ -688,11 +690,7 @@ class Session:
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
                 retired=s.retired,
-                schedule=deployed_schedule(
-                    best_s=s.best_s,
-                    default_s=s.baseline_s,
-                    recorded=s.task.index in restored.default_records,
-                ),
+                schedule=_schedule(s, restored),
                 share=share,
             )
             for s, share in zip(restored.states, shares, strict=True)
@@ -772,3 +770,19 @@ def fingerprint(model: OnnxModel, target: ResolvedTarget) -> dict[str, Any]:
         # Present only when simulated: a simulated run never resumes as a real one.
         **({"simulated": True} if target.simulated else {}),
     }
+
+
+def runs_tuned(restored: Restored) -> bool:
+    """Whether the model runs a tuned schedule for any task (else its build with the database
+    is the untuned one)."""
+    return any(_schedule(s, restored) == "tuned" for s in restored.states)
+
+
+def _schedule(state: Any, restored: Restored) -> str:
+    """Which schedule the model runs for the task of `state` (a TaskState): "tuned" or
+    "default" (model/defaults.deployed_schedule)."""
+    return deployed_schedule(
+        best_s=state.best_s,
+        default_s=state.baseline_s,
+        recorded=state.task.index in restored.default_records,
+    )
