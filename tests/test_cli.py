@@ -248,6 +248,18 @@ def test_a_run_directory_in_use_is_refused(models):
         )
 
 
+def test_a_file_named_runs_where_runs_go_without_out_is_refused_as_such(models, monkeypatch):
+    """It said "cannot write to --out runs/tiny-<time>" to a user who gave no --out."""
+    monkeypatch.chdir(models)
+    (models / "runs").write_text("my notes\n")
+    fails_with_one_line(
+        ["--budget", "1min", "--target", "llvm", "tiny.onnx"],
+        "runs here is a file, so runs/<model>-<time>, where a run goes without --out, cannot be "
+        "made; give --out DIR",
+    )
+    assert (models / "runs").read_text() == "my notes\n"
+
+
 def test_unwritable_out_is_refused(monkeypatch):
     # As root, whom no mode stops, the CLI runs as another user (in a forked child): the model
     # and the folder sit where that user may read them, unlike pytest's own tmp_path.

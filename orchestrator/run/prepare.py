@@ -230,8 +230,10 @@ def mlflow_logger(options: Options, model: Any, target: Any, settings: Any) -> A
 
 def check_out(given: str | Path | None) -> None:
     """An --out that exists must be a folder this user may list, enter and write; InputError
-    otherwise, before any work (the run directory would meet it with a traceback)."""
+    otherwise, before any work (the run directory would meet it with a traceback). Without
+    --out, ./runs must be such a folder, or one that can be made here."""
     if given is None:  # the default, runs/<model>-<time>, is new
+        _check_default_root(Path(DEFAULT_ROOT))
         return
     out = Path(given)
     try:
@@ -247,9 +249,23 @@ def check_out(given: str | Path | None) -> None:
         )
 
 
+DEFAULT_ROOT = "runs"  # where a run goes without --out, under the current directory
+
+
+def _check_default_root(root: Path) -> None:
+    where = f"{root}/<model>-<time>, where a run goes without --out"
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root} here is a file, so {where}, cannot be made; give --out DIR")
+    folder = root if root.exists() else Path.cwd()
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(
+            f"{folder} is not writable by you, so {where}, cannot be made; give --out DIR"
+        )
+
+
 def default_out(model_name: str) -> Path:
     """runs/<model>-<timestamp>, made unique if that folder exists already."""
-    base = Path("runs") / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = Path(DEFAULT_ROOT) / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, n = base, 1
     while path.exists():
         n += 1
