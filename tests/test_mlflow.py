@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from test_report import synthetic_report
 
 import onnx_models
-from cli_args import tune_args
+from cli_args import both_builds, tune_args
 from tune_orchestrator.api import Result
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.mlflow_log import MlflowLogger
@@ -22,19 +22,20 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
     uri = (tmp_path / "mlruns").as_uri()
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     out = tmp_path / "run"
-    result = CliRunner().invoke(
-        main,
-        tune_args(
-            model,
-            out,
-            fast_config,
-            "--mlflow",
-            "--mlflow-experiment",
-            "pipeline-tests",
-            budget="16trials",
-        ),
-        env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"},
-    )
+    with both_builds():  # the speedup, logged, is the comparison's
+        result = CliRunner().invoke(
+            main,
+            tune_args(
+                model,
+                out,
+                fast_config,
+                "--mlflow",
+                "--mlflow-experiment",
+                "pipeline-tests",
+                budget="16trials",
+            ),
+            env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"},
+        )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
 
