@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -11,6 +12,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
+from . import _worker
 from .base import short_error
 
 # A job that returns a dict with this key set asks for its worker process to be replaced
@@ -42,7 +44,7 @@ class WorkerPool:
         self._executor = _executor_class()(
             max_workers=workers,
             timeout=timeout_s,
-            initializer=initializer,
+            initializer=functools.partial(_worker.detached, initializer),
             maximum_process_uses=recycle_after,
             stdout=self._log,
             stderr=self._log,

@@ -11,6 +11,7 @@ import collections
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._timing import RACED, TimingPlan, timed_repeats
@@ -21,6 +22,19 @@ _MAX_CACHED_WORKLOADS = 8
 _arguments_cache: collections.OrderedDict[tuple[str, tuple[ArgSpec, ...]], list[Any]] = (
     collections.OrderedDict()
 )
+
+
+def detached(then: Callable[[], None] | None = None) -> None:
+    """Every worker's first job: the signals meant for the run are ignored here (Ctrl-C and a
+    closed terminal reach the terminal's whole process group, a service manager's stop every
+    process of the service), so that no build or measurement dies of them; the run finishes
+    its round and then kills its workers itself. Then `then`, the pool's own initializer."""
+    import signal
+
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    if then is not None:
+        then()
 
 
 def warm_up() -> None:

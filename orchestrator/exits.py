@@ -11,7 +11,9 @@ CHECK_FAILED = 4  # the tuned build failed its output check (its outputs differ,
 UNCHECKED = 5  # the tuned build could not be checked (the RPC fleet unreachable, or an output
 # onnxruntime gives as NaN everywhere): it did not ship; model.so is the untuned build where
 # that matched, else absent
-INTERRUPTED = 130  # SIGINT / SIGTERM, or stdout's reader went away: the round finished, the
+INTERRUPTED = (
+    130  # SIGINT / SIGTERM / SIGHUP, or stdout's reader went away: the round finished, the
+)
 # report is written; resumable
 
 HELP = (
@@ -19,7 +21,7 @@ HELP = (
     "to tune anything; 4 the tuned model failed its output check (its outputs differ from "
     "onnxruntime's, or it failed when run); 5 the tuned model could not be checked (the RPC "
     "fleet unreachable, or an output NaN everywhere); after 4 or 5 model.so is the untuned "
-    "build where that passed its check, else absent; 130 interrupted (SIGINT/SIGTERM, or the "
+    "build where that passed its check, else absent; 130 interrupted (SIGINT/SIGTERM/SIGHUP, or the "
     "reader of stdout went away: the round finishes and the report is written; resume with the "
     "same --out)."
 )

@@ -236,7 +236,9 @@ def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
 
 
 @pytest.mark.slow
-def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, fast_config):
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, fast_config, number):
+    """SIGHUP (a closed terminal) once ended the run at once, without its report."""
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx", twin_convs=True)
     run = tmp_path / "run"
     proc = orchestrate_process(
@@ -244,13 +246,14 @@ def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, f
     )
     for line in proc.stdout:  # wait for the first round to finish, then ask to stop
         if json.loads(line)["event"] == "round":
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(number)
             break
     rest, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130, stderr
     events = [json.loads(line) for line in rest.splitlines()]
     stopped = next(e for e in events if e["event"] == "stopped")
-    assert stopped["interrupted"] is True and stopped["reason"] == "interrupted by SIGTERM"
+    assert stopped["interrupted"] is True
+    assert stopped["reason"] == f"interrupted by {signal.Signals(number).name}"
     assert events[-1]["event"] == "finished" and events[-1]["exit_code"] == 130
     assert f"resume with the same command and --out {run}" in stderr
     report = json.loads((run / "report.json").read_text())
@@ -473,3 +476,20 @@ def test_the_pipeline_example_ends_a_refused_budget_with_one_line_and_exit_3(tmp
     assert done.returncode == 3, done.stderr
     (line,) = done.stderr.strip().splitlines()  # no traceback
     assert line.startswith("error: budget 2s is too small for tiny:") and "give --budget" in line
+
+
+def test_a_signal_ignored_when_the_run_starts_stays_ignored():
+    """Under nohup, SIGHUP is ignored: the run goes on to its end, as the user asked."""
+    from tune_orchestrator.run.interrupt import Interrupt, on_signals
+
+    interrupt = Interrupt()
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with on_signals(interrupt):
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGHUP)
+        assert not interrupt.requested
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

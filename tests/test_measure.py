@@ -4,6 +4,7 @@ import concurrent.futures
 import functools
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -454,3 +455,19 @@ def test_metaschedule_cuda_candidates_build_without_a_gpu(pool):
     builds = pool.build([BuildInput(c.sch.mod, target) for c in candidates])
     assert builds and all(b.ok for b in builds), [b.error for b in builds]
     pool.release(builds)
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])
+def test_a_worker_outlives_the_signals_meant_for_the_run(number):
+    """Ctrl-C in the terminal (SIGINT to its whole process group), a closed terminal (SIGHUP)
+    or a service's stop (SIGTERM to all its processes) killed the workers: the round the run
+    was to finish recorded its builds and measurements as crashes."""
+    pool = WorkerPool(workers=1, timeout_s=30)
+    try:
+        worker, error = pool.outcome(pool.submit(os.getpid), "a job")
+        assert error is None
+        os.kill(worker, number)
+        time.sleep(0.5)  # delivered, and acted on had it not been ignored
+        assert pool.outcome(pool.submit(os.getpid), "a job") == (worker, None)
+    finally:
+        pool.close()

@@ -1,8 +1,10 @@
-"""Graceful stops: SIGINT or SIGTERM end the run after the current round, with its report."""
+"""Graceful stops: SIGINT, SIGTERM or SIGHUP end the run after the current round, with its
+report."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -33,17 +35,23 @@ class Interrupt(StoppingRule):
 
 @contextlib.contextmanager
 def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
-    """While inside, the first SIGINT/SIGTERM asks `interrupt` to stop after the current round;
-    a second one aborts at once. Outside the main thread (where Python cannot set signal
-    handlers) this does nothing. The previous handlers are restored on exit."""
+    """While inside, the first SIGINT, SIGTERM or SIGHUP (the terminal closed: what was
+    printed to it goes nowhere from then on) asks `interrupt` to stop after the current
+    round; a second one aborts at once. A signal ignored when the run starts (nohup) stays
+    ignored. Outside the main thread (where Python cannot set signal handlers) this does
+    nothing. The previous handlers are restored on exit."""
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
+    # Asked now: a terminal that hung up no longer answers that it is one.
+    terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
 
     def handle(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if interrupt.requested:
             raise KeyboardInterrupt(f"second {name}: aborting")
+        if signum == signal.SIGHUP:
+            _off_the_terminal(terminals)
         interrupt.request(f"interrupted by {name}")
         print(
             f"{name}: stopping after the current round (the report will be written); "
@@ -52,9 +60,31 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
             flush=True,
         )
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {
+        sig: signal.signal(sig, handle) for sig in caught if signal.getsignal(sig) != signal.SIG_IGN
+    }
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:  # closed
+        return False
+
+
+def _off_the_terminal(terminals: Sequence[int]) -> None:
+    """Point the `terminals` (of stdout's and stderr's descriptors) at /dev/null: the terminal
+    hung up, and a write to it fails (a file or a pipe they were redirected to keeps what it
+    is given)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in terminals:
+            os.dup2(null, fd)
+    finally:
+        os.close(null)
