@@ -478,7 +478,7 @@ def test_the_pipeline_example_ends_a_refused_budget_with_one_line_and_exit_3(tmp
     assert line.startswith("error: budget 2s is too small for tiny:") and "give --budget" in line
 
 
-def test_a_signal_ignored_when_the_run_starts_stays_ignored():
+def test_sighup_ignored_when_the_run_starts_stays_ignored():
     """Under nohup, SIGHUP is ignored: the run goes on to its end, as the user asked."""
     from tune_orchestrator.run.interrupt import Interrupt, on_signals
 

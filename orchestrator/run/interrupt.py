@@ -37,8 +37,8 @@ class Interrupt(StoppingRule):
 def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
     """While inside, the first SIGINT, SIGTERM or SIGHUP (the terminal closed: what was
     printed to it goes nowhere from then on) asks `interrupt` to stop after the current
-    round; a second one aborts at once. A signal ignored when the run starts (nohup) stays
-    ignored. Outside the main thread (where Python cannot set signal handlers) this does
+    round; a second one aborts at once. SIGHUP ignored when the run starts (nohup) stays
+    ignored; SIGINT ignored (a background job of a script) is caught, as `kill -INT` asks. Outside the main thread (where Python cannot set signal handlers) this does
     nothing. The previous handlers are restored on exit."""
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
@@ -60,10 +60,10 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
             flush=True,
         )
 
-    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {
-        sig: signal.signal(sig, handle) for sig in caught if signal.getsignal(sig) != signal.SIG_IGN
-    }
+    caught = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # not under nohup
+        caught.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handle) for sig in caught}
     try:
         yield
     finally:
