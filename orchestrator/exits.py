@@ -11,10 +11,9 @@ CHECK_FAILED = 4  # the tuned build failed its output check (its outputs differ,
 UNCHECKED = 5  # the tuned build could not be checked (the RPC fleet unreachable, or an output
 # onnxruntime gives as NaN everywhere): it did not ship; model.so is the untuned build where
 # that matched, else absent
-INTERRUPTED = (
-    130  # SIGINT / SIGTERM / SIGHUP, or stdout's reader went away: the round finished, the
-)
-# report is written; resumable
+# SIGINT / SIGTERM / SIGHUP, or stdout's reader went away: the round finished, the report is
+# written; resumable
+INTERRUPTED = 130
 
 HELP = (
     "Exit codes: 0 done; 1 internal error; 2 bad input or configuration; 3 budget too small "

@@ -121,36 +121,33 @@ def resolve_target(
             f"--target {spec!r} compiles for {spec_kind}; tune-orchestrator tunes llvm (CPU) "
             "and cuda (NVIDIA GPU) targets"
         )
-    device_type = _DEVICE_TYPES[spec_kind]
-    if device_type == "cpu":
-        target = _for_this_cpu(target, spec, fleet=remote is not None)
-    if device_type == "cuda":
-        if target.host is None:
-            target = tvm.target.Target(target, host={"kind": "llvm"})
-        if not has_gpu and not build_only and remote is None:
-            raise InputError(_no_gpu_message(spec, build_only))
-    if device_type == "cuda" and remote is not None:
+    if _DEVICE_TYPES[spec_kind] == "cpu":
+        return _cpu(target, spec, build_only=build_only, fleet=remote is not None)
+    if target.host is None:
+        target = tvm.target.Target(target, host={"kind": "llvm"})
+    if not has_gpu and not build_only and remote is None:
+        raise InputError(_no_gpu_message(spec, build_only))
+    if remote is not None:
         # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
-        return ResolvedTarget(target, spec, device_type, False, name)
-    lacks = lacking_instructions(target) if device_type == "cpu" else []
-    if lacks:
-        # Its code would die here of an illegal instruction: compiled, never run here.
-        if not build_only and remote is None:
-            raise InputError(
-                f"--target {spec!r} makes code with instructions this host's CPU lacks "
-                f"({', '.join(lacks)}), which would crash here; tune on such a CPU (or through "
-                "--rpc servers that have one), or add --build-only to only compile for it"
-            )
-        return ResolvedTarget(target, spec, device_type, False, f"a CPU with {', '.join(lacks)}")
-    present = has_gpu if device_type == "cuda" else True
-    return ResolvedTarget(
-        target=target,
-        spec=spec,
-        device_type=device_type,
-        device_present=present,
-        device_name=_device_name(device_type, present),
-    )
+        return ResolvedTarget(target, spec, "cuda", False, name)
+    return ResolvedTarget(target, spec, "cuda", has_gpu, _device_name("cuda", has_gpu))
+
+
+def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTarget:
+    """An llvm target, run here unless its code needs instructions this host's CPU lacks:
+    such code would die here of an illegal instruction, so it is only compiled for."""
+    target = _for_this_cpu(target, spec, fleet=fleet)
+    lacks = lacking_instructions(target)
+    if not lacks:
+        return ResolvedTarget(target, spec, "cpu", True, _device_name("cpu", True))
+    if not build_only and not fleet:
+        raise InputError(
+            f"--target {spec!r} makes code with instructions this host's CPU lacks "
+            f"({', '.join(lacks)}), which would crash here; tune on such a CPU (or through "
+            "--rpc servers that have one), or add --build-only to only compile for it"
+        )
+    return ResolvedTarget(target, spec, "cpu", False, f"a CPU with {', '.join(lacks)}")
 
 
 # LLVM's names of instruction-set extensions (x86, then Arm), as opposed to its tuning flags
