@@ -35,6 +35,7 @@ from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget, cores_text, host_cores, measured_on_other_cpu
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
+from ..rundir.directory import other_run
 from ..rundir.durability import (
     DeviceClaim,
     Heartbeat,
@@ -342,13 +343,9 @@ class Session:
                 )
             )
             if claim.shared_with:
-                other = (
-                    "another run in this process"
-                    if str(claim.shared_with) == str(os.getpid())
-                    else f"another orchestrate process (pid {claim.shared_with})"
-                )
                 self._warn(
-                    f"{other} is measuring on {device}: the measurements of both runs are disturbed"
+                    f"{other_run(claim.shared_with)} is measuring on {device}: the measurements "
+                    "of both runs are disturbed"
                 )
 
     def _joined_on(self, device: str) -> None:

@@ -62,6 +62,14 @@ def _wrong(
     ]
 
 
+def other_run(pid: str) -> str:
+    """Who holds a lock whose holder wrote `pid`: another run of this process (two tune()
+    calls in one pipeline's threads) or another process."""
+    if pid == str(os.getpid()):
+        return "another run in this process"
+    return f"another orchestrate process (pid {pid})"
+
+
 class RunInUse(InputError):
     """The run directory is locked by a run still working in it (`owner`: its pid)."""
 
@@ -313,14 +321,9 @@ class RunDir:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                other = (
-                    "another run in this process"
-                    if owner == str(os.getpid())
-                    else f"another orchestrate process (pid {owner})"
-                )
                 raise RunInUse(
-                    f"run directory {self.path} is in use by {other}; wait for it to finish "
-                    "or choose another --out",
+                    f"run directory {self.path} is in use by {other_run(owner)}; wait for it to "
+                    "finish or choose another --out",
                     owner=owner,
                 ) from None
             raise
