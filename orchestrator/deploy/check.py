@@ -13,7 +13,7 @@ import numpy as np
 
 from ..model.loading import OnnxModel
 from .library import onnxruntime_session, run_onnxruntime, run_vm
-from .samples import Samples
+from .samples import Samples, integer_inputs
 
 MATCHED = "matched"  # every output within rtol, NaN and Inf where onnxruntime's are
 DIFFERS = "differs"  # an output differs: a shape, a NaN or Inf place, or beyond rtol
@@ -218,10 +218,9 @@ class Checker:
                 f"onnxruntime has no CPU kernel for an operator of the model ({one_line(exc)}), "
                 "so there is nothing to compare the outputs with"
             )
-        integers = any(np.issubdtype(np.dtype(i.dtype), np.integer) for i in self.model.inputs)
         fix = (
             "set [check] int_min and int_max to the values it takes, or give --check-inputs"
-            if integers and not self.samples.given
+            if integer_inputs(self.model) and not self.samples.given
             else "give --check-inputs with samples it takes"
         )
         return f"onnxruntime cannot run the model on the check's inputs ({one_line(exc)}); {fix}"

@@ -33,23 +33,28 @@ def for_run(model: OnnxModel, settings: Any, given: str | Path | None = None) ->
     return random_samples(model, seed=settings.tune.seed, int_range=(low, high))
 
 
+def integer_inputs(model: OnnxModel) -> list[Any]:
+    """The model's inputs of an integer type (their random values come from [check]'s range)."""
+    return [item for item in model.inputs if np.issubdtype(np.dtype(item.dtype), np.integer)]
+
+
 def random_samples(model: OnnxModel, *, seed: int, int_range: tuple[int, int]) -> Samples:
     """SEEDS samples: floats standard normal, booleans fair coins, integers uniform over
     `int_range` (both ends included; InputError where it does not fit an input's type)."""
     low, high = int_range
-    for item in model.inputs:
-        if np.issubdtype(np.dtype(item.dtype), np.integer):
-            bounds = np.iinfo(item.dtype)
-            if low < bounds.min or high > bounds.max:
-                raise InputError(
-                    f"[check] int_min..int_max ({low}..{high}) does not fit input {item.name!r} "
-                    f"({item.dtype}: {bounds.min}..{bounds.max}); set them within it"
-                )
+    integers = integer_inputs(model)
+    for item in integers:
+        bounds = np.iinfo(item.dtype)
+        if low < bounds.min or high > bounds.max:
+            raise InputError(
+                f"[check] int_min..int_max ({low}..{high}) does not fit input {item.name!r} "
+                f"({item.dtype}: {bounds.min}..{bounds.max}); set them within it"
+            )
     arrays = tuple(
         _random_sample(model, np.random.default_rng(seed + k), low, high) for k in range(SEEDS)
     )
     told = f"seeds {seed}-{seed + SEEDS - 1}"
-    if any(np.issubdtype(np.dtype(item.dtype), np.integer) for item in model.inputs):
+    if integers:
         told += f", integers {low}..{high}"
     return Samples(arrays=arrays, source=f"{SEEDS} random samples ({told})")
 
