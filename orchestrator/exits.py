@@ -20,7 +20,7 @@ HELP = (
     "to tune anything; 4 the tuned model failed its output check (its outputs differ from "
     "onnxruntime's, or it failed when run); 5 the tuned model could not be checked (the RPC "
     "fleet unreachable, or an output NaN everywhere); after 4 or 5 model.so is the untuned "
-    "build where that passed its check, else absent; 130 interrupted (SIGINT/SIGTERM/SIGHUP, or the "
-    "reader of stdout went away: the round finishes and the report is written; resume with the "
-    "same --out)."
+    "build where that passed its check, else absent; 130 interrupted (SIGINT/SIGTERM/SIGHUP, "
+    "or the reader of stdout went away: the round finishes and the report is written; resume "
+    "with the same --out)."
 )

@@ -28,7 +28,8 @@ class Options:
     - fresh: start over where `out` holds a run (it is moved aside to <out>.<time>)
     - build_only: compile with what the database holds, tune nothing
     - simulate: search and build for a CUDA target with timings from a simulated GPU
-    - handle_signals: SIGINT / SIGTERM / SIGHUP stop the run after the current round (main thread only)
+    - handle_signals: SIGINT / SIGTERM / SIGHUP stop the run after the current round (main
+      thread only)
     - mlflow (True for MLFLOW_TRACKING_URI, or a tracking URI), mlflow_experiment
     """
 
