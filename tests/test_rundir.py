@@ -95,7 +95,8 @@ def test_one_owner_at_a_time(tmp_path):
     # Another process holds it as RunDir does: an exclusive flock, its pid in the file.
     hold = (
         "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, str(os.getpid()).encode(), 0); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); "
+        "os.pwrite(fd, str(os.getpid()).encode(), 0); "
         "print('held', flush=True); sys.stdin.read()"
     )
     other = subprocess.Popen(
