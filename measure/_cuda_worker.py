@@ -25,7 +25,7 @@ from typing import Any
 from ._pool import RESTART
 from ._timing import RACED, TimingPlan, step, verdict
 from ._window import DeviceWindow, WindowBusy
-from .base import short_error
+from .base import floating, short_error
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
@@ -128,7 +128,7 @@ def _ready(
         with step(steps, "warm_up"):
             first_s = _first_launch(kernel, tensors, device_index, stream)
         with step(steps, "check"):
-            finite = _finite(arrays)
+            finite = _finite(arrays, [dtype for dtype, _ in args])
         if not finite:
             _arguments.pop((device_index, args), None)  # the next one gets fresh inputs
             return first_s, None
@@ -181,18 +181,26 @@ def _first_launch(kernel: Any, tensors: list[Any], device_index: int, stream: An
     return time.monotonic() - started
 
 
-def _finite(arrays: list[Any]) -> bool:
+def _finite(arrays: list[Any], dtypes: list[str]) -> bool:
     """No NaN or Inf in any floating-point array (the outputs, after a launch): on the host,
     or on the GPU for arrays over _HOST_CHECK_BYTES (flat views: one kernel for every shape)."""
     import cupy
     import numpy as np
 
-    def finite(a: Any) -> bool:
-        if a.nbytes <= _HOST_CHECK_BYTES:
-            return bool(np.isfinite(a.get()).all())  # a blocking copy on the current stream
-        return bool(cupy.isfinite(a.ravel()).all())
+    def finite(a: Any, dtype: str) -> bool:
+        xp, a = (np, a.get()) if a.nbytes <= _HOST_CHECK_BYTES else (cupy, a.ravel())
+        return bool(finite_values(xp, a, dtype).all())  # .get(): a blocking copy
 
-    return all(finite(a) for a in arrays if a.dtype.kind == "f")
+    pairs = zip(arrays, dtypes, strict=True)
+    return all(finite(a, dtype) for a, dtype in pairs if floating(dtype))
+
+
+def finite_values(xp: Any, a: Any, dtype: str) -> Any:
+    """Which values of `a` (numpy or cupy, `xp`) are finite; bfloat16 is held as its 16-bit
+    patterns, in which Inf and NaN are those with every exponent bit set."""
+    if dtype == "bfloat16":
+        return (a & 0x7F80) != 0x7F80
+    return xp.isfinite(a)
 
 
 def _prepare(
@@ -270,21 +278,29 @@ def _inputs(device_index: int, args: tuple[ArgSpec, ...]) -> tuple[list[Any], li
 
     arrays = []
     for dtype, shape in args:
-        if dtype.startswith("float"):  # drawn on the host: cupy's generators compile on first use
+        # Floats drawn on the host: cupy's generators compile on first use.
+        if floating(dtype):
             drawn = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-            arrays.append(cupy.asarray(drawn.astype(dtype)))
+            arrays.append(cupy.asarray(_held_as(drawn.astype(dtype))))
         else:  # zeros are a valid index for any gather / take
             arrays.append(cupy.zeros(shape, dtype=dtype))
     cupy.cuda.get_current_stream().synchronize()
-    tensors = [_to_tvm(a) for a in arrays]
+    tensors = [_to_tvm(a, dtype) for a, (dtype, _) in zip(arrays, args, strict=True)]
     _arguments[key] = (arrays, tensors)
     while len(_arguments) > _MAX_CACHED_WORKLOADS:
         _arguments.popitem(last=False)
     return arrays, tensors
 
 
-def _to_tvm(array: Any) -> Any:
-    """Zero-copy hand-over through DLPack."""
+def _held_as(host: Any) -> Any:
+    """A host array as cupy can hold it: bfloat16, which cupy lacks, as its 16-bit patterns."""
+    import numpy as np
+
+    return host.view(np.uint16) if host.dtype.name == "bfloat16" else host
+
+
+def _to_tvm(array: Any, dtype: str) -> Any:
+    """Zero-copy hand-over through DLPack, as a tensor of `dtype` (bfloat16 from its bits)."""
     import tvm
 
     from_dlpack = getattr(tvm.runtime, "from_dlpack", None)
@@ -292,7 +308,10 @@ def _to_tvm(array: Any) -> Any:
         import tvm_ffi
 
         from_dlpack = tvm_ffi.from_dlpack
-    return from_dlpack(array)
+    tensor = from_dlpack(array)
+    if str(tensor.dtype) != dtype:
+        tensor = tensor._create_view(tuple(tensor.shape), dtype)
+    return tensor
 
 
 def _flush_buffer(device_index: int) -> Any:

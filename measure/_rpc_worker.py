@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ._timing import RACED, TimingPlan, step, timed_repeats
+from .base import floating
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
@@ -50,9 +51,7 @@ def measure(
         steps["timed"] = released - acquired
         with step(steps, "check"):
             finite = all(
-                bool(np.isfinite(t.numpy()).all())
-                for t in tensors
-                if str(t.dtype).startswith("float")
+                bool(np.isfinite(t.numpy()).all()) for t in tensors if floating(str(t.dtype))
             )
     finally:
         with contextlib.suppress(Exception):
@@ -74,7 +73,7 @@ def _arguments(session: Any, dev: Any, args: tuple[ArgSpec, ...]) -> list[Any]:
     fill = session.get_function("tvm.contrib.random.random_fill_for_measure")
     tensors = []
     for dtype, shape in args:
-        if dtype.startswith("float"):
+        if floating(dtype):  # bfloat16 gets float16's patterns of 1-10: finite values
             tensor = tvm.runtime.empty(shape, dtype, device=dev)
             fill(tensor)
         else:

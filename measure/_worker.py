@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._timing import RACED, TimingPlan, timed_repeats
+from .base import floating
 
 ArgSpec = tuple[str, tuple[int, ...]]
 
@@ -88,7 +89,7 @@ def _all_finite(tensors: list[Any]) -> bool:
     import numpy as np
 
     for tensor in tensors:
-        if str(tensor.dtype).startswith("float") and not np.isfinite(tensor.numpy()).all():
+        if floating(str(tensor.dtype)) and not np.isfinite(tensor.numpy()).all():
             return False
     return True
 
@@ -105,7 +106,7 @@ def _arguments(dev: Any, device_type: str, args: tuple[ArgSpec, ...]) -> list[An
     rng = np.random.default_rng(0)
     tensors = []
     for dtype, shape in args:
-        if dtype.startswith("float"):
+        if floating(dtype):
             host = rng.standard_normal(shape).astype(dtype)
         else:
             # Zeros are a valid index for any gather / take, so integer inputs stay in bounds.

@@ -150,3 +150,8 @@ def short_error(error: BaseException | str, limit: int = 400) -> str:
         return type(error).__name__ if isinstance(error, BaseException) else "unknown error"
     line = lines[-1] if "Traceback" in text else lines[0]
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def floating(dtype: str) -> bool:
+    """Whether `dtype` names a floating-point type: float16/32/64 or bfloat16."""
+    return dtype.startswith(("float", "bfloat"))

@@ -184,17 +184,21 @@ def data_dependent(path: Path) -> Path:
     return _save(_model(nodes, [x], [y], []), path)
 
 
-def half_cnn(path: Path) -> Path:
-    """x[1,16,16,16] float16 -> Conv(16) -> Relu -> Conv(16) -> GAP -> MatMul(4), all in float16:
-    TVM's kernels accumulate in float16, onnxruntime's in float32, a few 1e-3 apart."""
+def half_cnn(path: Path, *, dtype: str = "float16") -> Path:
+    """x[1,16,16,16] -> Conv(16) -> Relu -> Conv(16) -> GAP -> MatMul(4), all in `dtype`
+    (float16 or bfloat16). TVM's float16 kernels accumulate in float16, onnxruntime's in
+    float32, a few 1e-3 apart; onnxruntime's CPU has no bfloat16 Conv or MatMul at all."""
+    import ml_dtypes
+
     rng = np.random.default_rng(0)
-    half = TensorProto.FLOAT16
+    numpy_type = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    half = helper.np_dtype_to_tensor_dtype(np.dtype(numpy_type))
     inits = [
-        numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype("float16"), w)
+        numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(numpy_type), w)
         for w in ("w1", "w2")
     ]
     inits.append(
-        numpy_helper.from_array((rng.standard_normal((16, 4)) * 0.3).astype("float16"), "wf")
+        numpy_helper.from_array((rng.standard_normal((16, 4)) * 0.3).astype(numpy_type), "wf")
     )
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
@@ -207,3 +211,15 @@ def half_cnn(path: Path) -> Path:
     inputs = [helper.make_tensor_value_info("x", half, [1, 16, 16, 16])]
     outputs = [helper.make_tensor_value_info("y", half, [1, 4])]
     return _save(_model(nodes, inputs, outputs, inits), path)
+
+
+def bfloat16_layer_norm(path: Path) -> Path:
+    """x[2,8] bfloat16 -> LayerNormalization: TVM 0.27 legalizes layer_norm for float32 and
+    float16 only."""
+    import ml_dtypes
+
+    scale = numpy_helper.from_array(np.ones(8, dtype=ml_dtypes.bfloat16), "scale")
+    nodes = [helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=-1)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 8])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 8])]
+    return _save(_model(nodes, inputs, outputs, [scale]), path)

@@ -258,7 +258,7 @@ def test_no_reference_is_explained_with_the_fix_that_applies(
     tmp_path, monkeypatch, model, given, error, fix
 ):
     """It advised [check] int_min and int_max for every model, one without integer inputs or
-    one with a bfloat16 MatMul (which onnxruntime's CPU kernels lack) too."""
+    one with an operator onnxruntime's CPU kernels lack too."""
     loaded = load_model(model(tmp_path / "m.onnx"))
     drawn = samples.random_samples(loaded, seed=0, int_range=(0, 9))
     checker = Checker(loaded, samples=dataclasses.replace(drawn, given=given), rtol=1e-3)

@@ -212,7 +212,7 @@ class Checker:
 
     def _why_no_reference(self, exc: Exception) -> str:
         """Why onnxruntime gave no outputs, and what would let it: other inputs, or nothing
-        (it has no CPU kernel for an operator of the model, e.g. a bfloat16 MatMul)."""
+        (it has no CPU kernel for an operator of the model)."""
         if "NOT_IMPLEMENTED" in str(exc):
             return (
                 f"onnxruntime has no CPU kernel for an operator of the model ({one_line(exc)}), "

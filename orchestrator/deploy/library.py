@@ -11,6 +11,7 @@ import numpy as np
 
 from ..model.loading import OnnxModel
 from ..rundir.atomic import install
+from . import upcast
 from .timing import Latency, Timing, time_models
 
 
@@ -49,14 +50,17 @@ def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 def onnxruntime_session(model: OnnxModel) -> Any:
-    """An onnxruntime CPU session of the model: from its file where its weights sit beside it
-    (past protobuf's 2 GB a model cannot be held as one message), else from memory."""
+    """An onnxruntime CPU session of the model: of its float32 copy where it computes in
+    bfloat16 (upcast.py), from its file where its weights sit beside it (past protobuf's 2 GB
+    a model cannot be held as one message), else from memory."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    if model.external_weights:
-        source: Any = str(model.path.resolve())
+    if model.bfloat16:
+        source: Any = upcast.float32_copy(model.proto).SerializeToString()
+    elif model.external_weights:
+        source = str(model.path.resolve())
     else:
         source = model.proto.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
@@ -68,7 +72,8 @@ def run_onnxruntime(
     """The model's outputs on `inputs` by onnxruntime (`session`: one made before)."""
     if session is None:
         session = onnxruntime_session(model)
-    feeds = {item.name: array for item, array in zip(model.inputs, inputs, strict=True)}
+    feed = upcast.float32_feed if model.bfloat16 else np.asarray
+    feeds = {item.name: feed(array) for item, array in zip(model.inputs, inputs, strict=True)}
     return [np.asarray(x) for x in session.run(list(model.outputs), feeds)]
 
 

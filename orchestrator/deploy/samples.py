@@ -8,7 +8,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (numpy knows "bfloat16" by name once it is imported)
 import numpy as np
+
+from tune_orchestrator.measure.base import floating
 
 from ..errors import InputError
 from ..model.loading import OnnxModel
@@ -64,7 +67,7 @@ def _random_sample(
 ) -> tuple[np.ndarray, ...]:
     arrays = []
     for item in model.inputs:
-        if item.dtype.startswith("float"):
+        if floating(item.dtype):
             arrays.append(rng.standard_normal(item.shape).astype(item.dtype))
         elif item.dtype == "bool":
             arrays.append(rng.integers(0, 2, size=item.shape).astype(bool))
@@ -91,6 +94,7 @@ def load_samples(path: Path, model: OnnxModel) -> Samples:
             f"--check-inputs {path} holds {', '.join(map(repr, extra))}, which the model does "
             f"not take; its inputs are: {listed}"
         )
+    arrays = {item.name: _typed(path, item, arrays[item.name]) for item in model.inputs}
     counts = {item.name: _count(path, item, arrays[item.name]) for item in model.inputs}
     if len(set(counts.values())) > 1:
         told = ", ".join(f"{n!r} {c}" for n, c in counts.items())
@@ -123,13 +127,25 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise InputError(f"--check-inputs {path} cannot be read ({exc}); {hint}") from None
 
 
-def _count(path: Path, item: Any, array: np.ndarray) -> int:
-    """How many samples `array` holds for `item`: 1 at its shape, N at (N, *its shape)."""
+def _typed(path: Path, item: Any, array: np.ndarray) -> np.ndarray:
+    """`array` as the type of `item`, the input it is for. numpy saves a bfloat16 array as
+    2-byte raw values, and a bfloat16 input may be given as float32 (rounded to it)."""
+    if item.dtype == "bfloat16":
+        if array.dtype == np.dtype("V2"):
+            return array.view(ml_dtypes.bfloat16)
+        if array.dtype == np.float32:
+            return array.astype(ml_dtypes.bfloat16)
     if array.dtype != np.dtype(item.dtype):
+        also = " or float32" if item.dtype == "bfloat16" else ""
         raise InputError(
             f"--check-inputs {path}: {item.name!r} is {array.dtype} but the model's input is "
-            f"{item.dtype}; save it as {item.dtype}"
+            f"{item.dtype}; save it as {item.dtype}{also}"
         )
+    return array
+
+
+def _count(path: Path, item: Any, array: np.ndarray) -> int:
+    """How many samples `array` holds for `item`: 1 at its shape, N at (N, *its shape)."""
     shape = tuple(item.shape)
     if array.shape == shape:
         return 1

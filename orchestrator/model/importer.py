@@ -76,10 +76,8 @@ def fuse_for_tuning(mod: Any, target: Any) -> Any:
         dispatch = list(pipeline.library_dispatch_passes(target))
     except (ValueError, AttributeError):
         dispatch = []
-    seq = tvm.transform.Sequential(
+    fuse = tvm.transform.Sequential(
         [
-            *dispatch,
-            relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
             relax.transform.FuseOps(),
@@ -87,4 +85,12 @@ def fuse_for_tuning(mod: Any, target: Any) -> Any:
         ]
     )
     with target, tvm.transform.PassContext(opt_level=3):
-        return seq(mod)
+        mod = tvm.transform.Sequential(dispatch)(mod)
+        try:
+            mod = relax.transform.LegalizeOps()(mod)
+        except Exception as exc:  # TVM has no kernel for an operator at its type or form
+            raise InputError(
+                f"TVM cannot compile an operator of the model: {short_error(exc)}; export the "
+                "model with that operator in a type and form TVM supports"
+            ) from None
+        return fuse(mod)

@@ -17,7 +17,18 @@ from ..errors import InputError
 from . import names
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
-_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+_DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +55,12 @@ class OnnxModel:
     tvm_proto: Any  # `proto` itself when no name needed changing
     tvm_names: Mapping[str, str]
     external_weights: bool = False  # its weights sit in files beside it (read into `proto`)
+    # It computes in float16 or bfloat16 anywhere: an input, output, weight, constant or cast
+    # of it (its outputs are then checked within [check] rtol_half).
+    half_precision: bool = False
+    # It computes in bfloat16 anywhere (onnxruntime, whose CPU kernels cover few bfloat16
+    # operators, then checks it on a float32 copy: deploy/upcast.py).
+    bfloat16: bool = False
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
@@ -51,13 +68,6 @@ class OnnxModel:
     def op_counts(self) -> collections.Counter[str]:
         """How many nodes of each op type the graph has, subgraphs included."""
         return collections.Counter(node.op_type for node in _walk_nodes(self.proto.graph))
-
-    @property
-    def half_precision(self) -> bool:
-        """Whether the model computes in 16-bit floats anywhere: an input, output, weight,
-        constant or cast of float16 or bfloat16 (its outputs are then checked within
-        [check] rtol_half)."""
-        return _half_precision(self.proto.graph)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -137,6 +147,10 @@ def load_model(
         tvm_proto=tvm_proto,
         tvm_names=tvm_names,
         external_weights=bool(files),
+        half_precision=_computes_in(
+            proto.graph, (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        ),
+        bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
     )
 
 
@@ -195,20 +209,25 @@ def _walk_nodes(graph: Any) -> Iterator[Any]:
                 yield from _walk_nodes(sub)
 
 
-def _half_precision(graph: Any) -> bool:
-    import onnx
+def type_attribute(attr: Any) -> bool:
+    """Whether a node's attribute names an element type: Cast's `to`, a generator's `dtype`."""
+    return attr.name in ("to", "dtype") and attr.type == attr.INT
 
-    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+def _computes_in(graph: Any, types: Sequence[int]) -> bool:
+    """Whether the model holds a value of one of the ONNX element `types`: an input, output,
+    intermediate, weight or constant, or a node that makes one (a Cast to it)."""
     values = [*graph.input, *graph.output, *graph.value_info]
-    if any(v.type.tensor_type.elem_type in half for v in values):
+    if any(v.type.tensor_type.elem_type in types for v in values):
         return True
-    if any(t.data_type in half for t in graph.initializer):
+    if any(t.data_type in types for t in graph.initializer):
         return True
     for node in _walk_nodes(graph):
         for attr in node.attribute:
-            if node.op_type == "Cast" and attr.name == "to" and attr.i in half:
+            if type_attribute(attr) and attr.i in types:
                 return True
-            if attr.HasField("t") and attr.t.data_type in half:  # a Constant's value
+            tensors = [attr.t] if attr.HasField("t") else []  # a Constant's value
+            if any(t.data_type in types for t in [*tensors, *attr.tensors]):
                 return True
     return False
 
