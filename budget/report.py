@@ -253,6 +253,7 @@ def _shipped(shipment: Mapping[str, Any]) -> dict[str, Any]:
         "mismatch_library",
         "check_status",
         "tuned_not_shipped",
+        "default_schedules",
     )
     return {k: shipment.get(k) for k in keys}
 

@@ -421,6 +421,10 @@ def test_build_only_compiles_for_a_gpu_on_a_host_without_one(models, fast_config
     assert "schedules           TVM's defaults: the run directory holds no tuned records" in (
         result.stdout
     )
+    assert "model.so            the build with TVM's default schedules (no task runs a tuned" in (
+        result.stdout
+    )
+    assert report["summary"]["default_schedules"] is True
 
 
 def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it(monkeypatch):

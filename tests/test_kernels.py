@@ -130,8 +130,9 @@ def test_without_a_cuda_compiler_the_output_says_the_kernels_were_not_checked(
     assert "nvcc not on PATH" in kernels["reason"]
     # Nothing here can run the model, and the summary says so beside the library.
     assert (
-        "model.so            the tuned build, UNCHECKED, its outputs were never compared with "
-        "onnxruntime's: no CUDA device here and no RPC fleet (--rpc) to run it on"
+        "model.so            the build with TVM's default schedules (no task runs a tuned one), "
+        "UNCHECKED, its outputs were never compared with onnxruntime's: no CUDA device here and "
+        "no RPC fleet (--rpc) to run it on"
     ) in result.stdout
     summary = json.loads((out / "report.json").read_text())["summary"]
     assert summary["shipped_checked"] is False and (out / "model.so").is_file()

@@ -306,6 +306,9 @@ def test_a_model_whose_tasks_all_keep_their_defaults_is_built_once(tmp_path, tin
     assert report["comparison"] is None and not (out / "logs" / "untuned.so").exists()
     assert report["tuned"]["check"]["status"] == MATCHED and report["summary"]["tuned_latency_s"]
     assert report["summary"]["shipped"] == "tuned" and (out / "model.so").is_file()
+    # It was called "the tuned build".
+    assert report["summary"]["default_schedules"] is True
+    assert "model.so            the build with TVM's default schedules (" in result.output
     assert result.output.count("model: ") == 1  # one build checked, one line
     assert "  end-to-end latency  " in result.output and "untuned ->" not in result.output
     assert ": no schedule was tuned." in (out / "report.md").read_text()
@@ -338,6 +341,7 @@ def test_the_cli_exits_4_and_says_that_the_untuned_build_shipped(
     )
     assert (out / "model.so").read_bytes() == (out / "logs" / "untuned.so").read_bytes()
     summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["default_schedules"] is False
     assert summary["check_ok"] is False and summary["shipped"] == "untuned"
     assert summary["shipped_checked"] is True and summary["speedup"] is None
 

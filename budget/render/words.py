@@ -139,7 +139,10 @@ def describe_shipped(summary: Mapping[str, Any]) -> str:
     else:
         checked = f"UNCHECKED, its outputs were never compared with onnxruntime's: {summary['unchecked_reason']}"
     not_tuned = f"; not the tuned build: {why}" if summary["shipped"] != "tuned" and why else ""
-    return f"the {summary['shipped']} build, {checked}{not_tuned}"
+    build = f"the {summary['shipped']} build"
+    if summary["shipped"] == "tuned" and summary.get("default_schedules"):
+        build = "the build with TVM's default schedules (no task runs a tuned one)"
+    return f"{build}, {checked}{not_tuned}"
 
 
 def describe_kernels(k: Mapping[str, Any]) -> str:

@@ -117,7 +117,7 @@ class ModelBuilds:
         runs its default schedule) the tuned build is the untuned one: built, checked and
         timed once, not compared with itself."""
         build = self.build(database, ledger, TUNED, timed=not tuned_schedules)
-        found = Shipment(tuned=build, untuned=untuned)
+        found = Shipment(tuned=build, untuned=untuned, default_schedules=not tuned_schedules)
         failure = None
         if self.device is not None:
             failure = self._on_device(found, ledger, both=tuned_schedules)

@@ -26,6 +26,7 @@ class Shipment:
     unchecked_reason: str | None = None  # why model.so ships unchecked (None: it was checked)
     mismatch_library: str | None = None  # the tuned build, kept aside: its outputs differ
     tuned_not_shipped: str | None = None  # why model.so is not the tuned build
+    default_schedules: bool = False  # every task of the tuned build runs its default schedule
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +37,7 @@ class Shipment:
             "mismatch_library": self.mismatch_library,
             "check_status": status_of(self.tuned.get("check")),
             "tuned_not_shipped": self.tuned_not_shipped,
+            "default_schedules": self.default_schedules,
             "tuned_check": self.tuned.get("check"),
             "untuned_check": (self.untuned or {}).get("check"),
         }
