@@ -1,4 +1,4 @@
-"""The exception types for the user's mistakes."""
+"""The exception types for the user's mistakes, and for a run aborted at once."""
 
 
 class InputError(Exception):
@@ -18,3 +18,8 @@ class BudgetTooSmall(Exception):
         super().__init__(message)
         self.minimum = minimum  # the smallest budget that would do, e.g. "4min"
         self.needed_s = needed_s  # the wall seconds the run needs in all, unrounded
+
+
+class Aborted(KeyboardInterrupt):
+    """A second SIGINT, SIGTERM or SIGHUP stopped a run at once, mid-round (the first one asks
+    it to stop after the round): its run directory holds what was measured, to resume."""

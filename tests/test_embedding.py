@@ -493,3 +493,37 @@ def test_sighup_ignored_when_the_run_starts_stays_ignored():
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_ctrl_c_before_the_run_began_does_not_speak_of_resuming(
+    tmp_path, fast_config, tiny_model, monkeypatch
+):
+    """It said "aborted; resume the run with the same --out" where there was no run."""
+    from tune_orchestrator.run import prepare
+
+    def pressed(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "describe", pressed)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(tiny_model, run, fast_config))
+    assert result.exit_code == 130 and result.stderr.splitlines()[-1] == "aborted"
+    assert not run.exists()
+
+
+def test_a_second_signal_aborts_the_run_at_once_and_says_how_to_resume(
+    tmp_path, fast_config, tiny_model, monkeypatch
+):
+    from tune_orchestrator.model import importer
+
+    def pressed_twice(*_args, **_kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # stop after the round
+        os.kill(os.getpid(), signal.SIGINT)  # now
+        raise AssertionError("not aborted")
+
+    monkeypatch.setattr(importer, "import_for_tuning", pressed_twice)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(tiny_model, run, fast_config))
+    assert result.exit_code == 130, result.output
+    assert result.stderr.endswith("aborted; resume the run with the same --out\n")
+    assert run.is_dir()  # the run directory stays, to resume

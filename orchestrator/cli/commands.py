@@ -15,7 +15,7 @@ import click
 from tune_orchestrator.budget import BudgetError, parse_budget
 
 from .. import exits
-from ..errors import BudgetTooSmall, InputError
+from ..errors import Aborted, BudgetTooSmall, InputError
 from .help import GroupedCommand, default_of, near_command
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ class DefaultGroup(click.Group):
         except BudgetTooSmall as exc:
             click.echo(f"error: {exc}", err=True)
             code = exits.BUDGET_TOO_SMALL
-        except (click.Abort, KeyboardInterrupt):
-            click.echo("aborted; resume the run with the same --out", err=True)
+        except (click.Abort, KeyboardInterrupt) as exc:
+            click.echo(aborted(exc), err=True)
             code = exits.INTERRUPTED
         except Exception as exc:  # a bug or a broken environment
             full = disk_full(exc)
@@ -95,6 +95,16 @@ class DefaultGroup(click.Group):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def aborted(exc: BaseException) -> str:
+    """Ctrl-C or a signal that stopped a command at once, in words: a run aborted mid-round by
+    a second signal can be resumed; before a run began, or in another command, nothing was
+    kept. Click turns KeyboardInterrupt into Abort, with the interrupt as its cause."""
+    cause = exc.__cause__ if isinstance(exc, click.Abort) else exc
+    if isinstance(cause, Aborted):
+        return "aborted; resume the run with the same --out"
+    return "aborted"
 
 
 def disk_full(exc: BaseException) -> str | None:

@@ -14,6 +14,8 @@ from types import FrameType
 from tune_orchestrator.budget import GO, Decision, Ledger, StoppingRule, TaskProgress
 from tune_orchestrator.budget.base import INTERRUPTED
 
+from ..errors import Aborted
+
 
 class Interrupt(StoppingRule):
     """Stops before the next round once `request()` was called (by a signal or by code)."""
@@ -50,7 +52,7 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
     def handle(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if interrupt.requested:
-            raise KeyboardInterrupt(f"second {name}: aborting")
+            raise Aborted(f"second {name}: aborting")
         if signum == signal.SIGHUP:
             _off_the_terminal(terminals)
         interrupt.request(f"interrupted by {name}")
