@@ -13,7 +13,8 @@ class Options:
     None means "as the configuration says" (configs/default.toml, then `config`, then
     ORCHESTRATE_* variables); `orchestrate tune --help` explains each as an option.
 
-    - input_shapes: shapes of dynamic inputs, {"x": [1, 3, 224, 224]} or ["x:1,3,224,224"]
+    - input_shapes: shapes of dynamic inputs, {"x": [1, 3, 224, 224]}, ["x:1,3,224,224"] or
+      one such string
     - check_inputs: an .npz file of real samples for the output check, one array per model
       input named after it (its shape, or N samples of it); default: three random samples
     - config: a TOML file layered over the defaults

@@ -41,3 +41,35 @@ def test_the_stop_codes_are_a_fixed_set_the_report_schema_lists():
     listed = schema()["properties"]["summary"]["properties"]["stop"]["enum"]
     assert set(STOP_CODES) <= set(listed)
     assert len(set(STOP_CODES)) == len(STOP_CODES)
+
+
+def test_a_model_or_out_that_is_not_a_path_is_a_type_error_naming_the_fix(tmp_path, tiny_model):
+    """A pipeline holding an onnx.ModelProto got "expected str, bytes or os.PathLike object, not
+    ModelProto" from deep inside; an `out` of another type the same."""
+    import onnx
+
+    proto = onnx.load(tiny_model)
+    with pytest.raises(TypeError, match=r"model must be a path .*not ModelProto; save it first"):
+        tune_orchestrator.tune(proto, "1min", target="llvm", out=tmp_path / "run")
+    with pytest.raises(TypeError, match=r"^out must be a path \(str or os.PathLike\), not int$"):
+        tune_orchestrator.tune(tiny_model, "1min", target="llvm", out=5)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "given, found",
+    [
+        ("no:1x3x8x8", InputError("--input-shape names no, which the model does not have")),
+        ({"x": "1x3"}, InputError("input_shapes['x'] = '1x3' is not a list of integers")),
+        (5, InputError("input_shapes 5 is neither {name: [dims]} nor a list of 'name:dims'")),
+    ],
+)
+def test_input_shapes_one_string_alone_is_taken_other_forms_are_refused_in_one_line(
+    tmp_path, tiny_model, given, found
+):
+    """One string was read letter by letter; a number or a string of dimensions raised
+    TypeError or ValueError from inside."""
+    with pytest.raises(type(found), match=str(found).replace("[", r"\[").replace("(", r"\(")):
+        tune_orchestrator.tune(
+            tiny_model, "1min", target="llvm", out=tmp_path / "run", input_shapes=given
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -113,7 +114,7 @@ def load_model(
     """Load and check an ONNX file; raise InputError with one line on anything TVM cannot take."""
     import onnx
 
-    path = Path(path)
+    path = as_path("model", path)
     data = _read_bytes(path)
     try:
         proto = onnx.load_from_string(data)
@@ -152,6 +153,17 @@ def load_model(
         ),
         bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
     )
+
+
+def as_path(name: str, value: Any) -> Path:
+    """`value`, given to the Python API as `name`, as a Path; TypeError, naming the fix, for
+    anything else (an onnx.ModelProto, a number)."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    fix = ""
+    if hasattr(value, "graph") and hasattr(value, "SerializeToString"):
+        fix = "; save it first, e.g. onnx.save(model, 'model.onnx'), and give that path"
+    raise TypeError(f"{name} must be a path (str or os.PathLike), not {type(value).__name__}{fix}")
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import os
 import stat
 import time
@@ -235,7 +236,9 @@ def check_out(given: str | Path | None) -> None:
     if given is None:  # the default, runs/<model>-<time>, is new
         _check_default_root(Path(DEFAULT_ROOT))
         return
-    out = Path(given)
+    from ..model.loading import as_path
+
+    out = as_path("out", given)
     try:
         usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
     except OSError as exc:  # a folder above it that this user may not enter
@@ -274,13 +277,21 @@ def default_out(model_name: str) -> Path:
 
 
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
-    """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings."""
+    """Input shapes given as {"x": [1, 3, 8, 8]} or as "x:1,3,8,8" strings (one string alone,
+    too); InputError, with the form, for any other."""
     from ..model.loading import parse_input_shape
 
     if given is None:
         return {}
     if isinstance(given, Mapping):
-        return {str(k): tuple(int(d) for d in v) for k, v in given.items()}
+        return {str(k): _dims(k, v) for k, v in given.items()}
+    if isinstance(given, str):
+        given = [given]
+    if not isinstance(given, Iterable) or not all(isinstance(t, str) for t in given):
+        raise InputError(
+            f"input_shapes {given!r} is neither {{name: [dims]}} nor a list of 'name:dims' "
+            'strings; give it like {"input": [1, 3, 224, 224]}'
+        )
     out: dict[str, tuple[int, ...]] = {}
     for text in given:
         name, shape = parse_input_shape(text)
@@ -288,6 +299,19 @@ def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[st
             raise InputError(f"--input-shape gives {name!r} twice; give each input once")
         out[name] = shape
     return out
+
+
+def _dims(name: Any, dims: Any) -> tuple[int, ...]:
+    """The dimensions given for input `name` in input_shapes' {name: [dims]} form."""
+    try:
+        if isinstance(dims, str | bytes):
+            raise TypeError(dims)
+        return tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise InputError(
+            f"input_shapes[{name!r}] = {dims!r} is not a list of integers; give it like "
+            "[1, 3, 224, 224]"
+        ) from None
 
 
 def _settings(budget: Any, target: str | None, options: Options, env: Mapping[str, str]) -> Any:
