@@ -432,7 +432,7 @@ def _section_type(field: dataclasses.Field) -> type:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Windows editors begin with a BOM
     except FileNotFoundError:
         raise InputError(f"config file {path} does not exist; check the --config path") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -73,3 +73,24 @@ def test_input_shapes_one_string_alone_is_taken_other_forms_are_refused_in_one_l
         tune_orchestrator.tune(
             tiny_model, "1min", target="llvm", out=tmp_path / "run", input_shapes=given
         )
+
+
+def test_a_bad_budget_or_filter_the_caller_did_not_give_is_named_by_where_it_came_from(
+    tmp_path, tiny_model, monkeypatch
+):
+    """ORCHESTRATE_TUNE_BUDGET=abc read "budget 'abc': cannot read 'abc'" to a caller who gave
+    no budget."""
+    monkeypatch.setenv("ORCHESTRATE_TUNE_BUDGET", "abc")
+    with pytest.raises(
+        InputError, match=r"^environment: ORCHESTRATE_TUNE_BUDGET: \[tune\] budget 'abc'"
+    ):
+        tune_orchestrator.tune(tiny_model, target="llvm", out=tmp_path / "run")
+    with pytest.raises(InputError, match=r"^budget 'abc': cannot read"):  # given: as it was
+        tune_orchestrator.tune(tiny_model, "abc", target="llvm", out=tmp_path / "run")
+    config = tmp_path / "c.toml"
+    config.write_text('[tune]\nfilter = "xx"\n')
+    with pytest.raises(InputError, match=rf"^{config}: \[tune\] filter: unknown filter 'xx'"):
+        tune_orchestrator.tune(
+            tiny_model, "1min", target="llvm", out=tmp_path / "run", config=config
+        )
+    assert not (tmp_path / "run").exists()

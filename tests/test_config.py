@@ -115,3 +115,10 @@ def test_config_command_prints_toml_that_loads_back(tmp_path):
     printed = tomllib.loads(result.stdout)
     assert printed == Settings.load(path).to_dict()
     assert printed["tune"]["budget"] == "2h"
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """Notepad's UTF-8 begins with one: it was "not valid TOML ... (at line 1, column 1)"."""
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf[tune]\r\nseed = 3\r\n")
+    assert Settings.load(path).tune.seed == 3

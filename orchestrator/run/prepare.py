@@ -88,7 +88,7 @@ def describe(
 
     check_out(out)
     settings = _settings(budget, target, options, env)
-    budget_obj = _budget(settings)
+    budget_obj = _budget(settings, _sources(budget, target, options, env))
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
@@ -317,22 +317,40 @@ def _dims(name: Any, dims: Any) -> tuple[int, ...]:
 def _settings(budget: Any, target: str | None, options: Options, env: Mapping[str, str]) -> Any:
     from ..config import Settings
 
+    return Settings.load(options.config, _overrides(budget, target, options), env=env)
+
+
+def _sources(
+    budget: Any, target: str | None, options: Options, env: Mapping[str, str]
+) -> dict[str, str]:
+    """Where each setting came from, as `_settings` layers them (Settings.sources)."""
+    from ..config import Settings
+
+    return Settings.sources(options.config, _overrides(budget, target, options), env=env)
+
+
+def _overrides(budget: Any, target: str | None, options: Options) -> dict[str, Any]:
+    """The settings the caller gave: the budget, the target and the options."""
     given = {"tune.budget": None if budget is None else str(budget), "tune.target": target}
-    overrides = {k: v for k, v in given.items() if v is not None} | options.overrides()
-    return Settings.load(options.config, overrides, env=env)
+    return {k: v for k, v in given.items() if v is not None} | options.overrides()
 
 
-def _budget(settings: Any) -> Any:
+def _budget(settings: Any, sources: Mapping[str, str]) -> Any:
+    """The budget and the filter, checked; a bad one is named by where it came from (a config
+    file or an ORCHESTRATE_* variable the user may not think of) unless the caller gave it."""
     from tune_orchestrator.budget import BudgetError, parse_budget
     from tune_orchestrator.filters import NAMES
 
     try:
         budget = parse_budget(settings.tune.budget)
     except BudgetError as exc:
-        raise InputError(str(exc)) from None
+        source = sources.get("tune.budget", "options")
+        raise InputError(str(exc) if source == "options" else f"{source}: [tune] {exc}") from None
     if settings.tune.filter not in NAMES:
+        source = sources.get("tune.filter", "options")
+        name = "--filter" if source == "options" else f"{source}: [tune] filter"
         raise InputError(
-            f"--filter: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
+            f"{name}: unknown filter {settings.tune.filter!r}; choose one of: {', '.join(NAMES)}"
         )
     return budget
 
