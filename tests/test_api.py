@@ -75,7 +75,7 @@ def test_input_shapes_one_string_alone_is_taken_other_forms_are_refused_in_one_l
         )
 
 
-def test_a_bad_budget_or_filter_the_caller_did_not_give_is_named_by_where_it_came_from(
+def test_a_bad_budget_filter_or_target_the_caller_did_not_give_is_named_by_where_it_came_from(
     tmp_path, tiny_model, monkeypatch
 ):
     """ORCHESTRATE_TUNE_BUDGET=abc read "budget 'abc': cannot read 'abc'" to a caller who gave
@@ -93,4 +93,9 @@ def test_a_bad_budget_or_filter_the_caller_did_not_give_is_named_by_where_it_cam
         tune_orchestrator.tune(
             tiny_model, "1min", target="llvm", out=tmp_path / "run", config=config
         )
+    monkeypatch.setenv("ORCHESTRATE_TUNE_TARGET", "nosuch")
+    with pytest.raises(
+        InputError, match=r"^environment: .*_TARGET: \[tune\] target: unknown target"
+    ):
+        tune_orchestrator.tune(tiny_model, "1min", out=tmp_path / "run")
     assert not (tmp_path / "run").exists()

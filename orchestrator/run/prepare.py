@@ -4,13 +4,14 @@ and its MLflow logger."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,20 +89,22 @@ def describe(
 
     check_out(out)
     settings = _settings(budget, target, options, env)
-    budget_obj = _budget(settings, _sources(budget, target, options, env))
+    sources = _sources(budget, target, options, env)
+    budget_obj = _budget(settings, sources)
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
     check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
-    resolved, fleet = target_and_fleet(
-        settings.tune.target,
-        build_only=options.build_only,
-        gpus=options.gpus,
-        parallelism=options.parallelism,
-        rpc=options.rpc,
-        rpc_key=options.rpc_key,
-        simulate=options.simulate,
-    )
+    with _named_by(sources.get("tune.target", "options"), "target"):
+        resolved, fleet = target_and_fleet(
+            settings.tune.target,
+            build_only=options.build_only,
+            gpus=options.gpus,
+            parallelism=options.parallelism,
+            rpc=options.rpc,
+            rpc_key=options.rpc_key,
+            simulate=options.simulate,
+        )
     library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
     cost = _cost(budget_obj, resolved, fleet, options.price)
     invocation = Invocation(
@@ -333,6 +336,18 @@ def _overrides(budget: Any, target: str | None, options: Options) -> dict[str, A
     """The settings the caller gave: the budget, the target and the options."""
     given = {"tune.budget": None if budget is None else str(budget), "tune.target": target}
     return {k: v for k, v in given.items() if v is not None} | options.overrides()
+
+
+@contextlib.contextmanager
+def _named_by(source: str, key: str) -> Iterator[None]:
+    """An InputError about [tune] `key` says where the value came from (a config file or an
+    ORCHESTRATE_* variable the user may not think of) unless the caller gave it."""
+    try:
+        yield
+    except InputError as exc:
+        if source in ("options", "defaults"):
+            raise
+        raise InputError(f"{source}: [tune] {key}: {exc}") from None
 
 
 def _budget(settings: Any, sources: Mapping[str, str]) -> Any:
