@@ -14,9 +14,15 @@ from .units import fmt_amount, fmt_budget_up, fmt_duration
 
 
 def check_applicable(
-    budget: Budget, *, devices: int, price_known: bool = False, energy_known: bool = False
+    budget: Budget,
+    *,
+    devices: int,
+    price_known: bool = False,
+    energy_known: bool = False,
+    free: bool = False,
 ) -> None:
-    """Raise ValueError naming the units that apply when a limit cannot be metered here."""
+    """Raise ValueError naming the units that apply when a limit cannot be metered here, or
+    when no limit can ever be reached: dollars alone at a price of $0/h (`free`)."""
     usable = ["s", "min", "h", "trials"]
     if devices:
         usable += ["gpu-h", "gpu-min"]
@@ -41,6 +47,11 @@ def check_applicable(
                 f"budget {limit.text!r} is GPU energy, which needs NVML on a GPU run; "
                 f"units that apply: {units}"
             )
+    if free and budget.kinds == {DOLLARS}:
+        raise ValueError(
+            f"budget {str(budget)!r} is in dollars, which a price of $0/h never reaches: the run "
+            f"would not stop; add a limit, e.g. {str(budget) + ',1h'!r} (units: {units})"
+        )
 
 
 class BudgetLimits(StoppingRule):

@@ -99,3 +99,9 @@ def test_a_bad_budget_filter_or_target_the_caller_did_not_give_is_named_by_where
     ):
         tune_orchestrator.tune(tiny_model, "1min", out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dollar_budget_at_price_zero_is_refused_before_any_work(tmp_path, tiny_model):
+    with pytest.raises(InputError, match=r"a price of \$0/h never reaches: the run would not"):
+        tune_orchestrator.tune(tiny_model, "$1", target="llvm", out=tmp_path / "run", price=0)
+    assert not (tmp_path / "run").exists()

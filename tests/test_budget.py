@@ -635,3 +635,12 @@ def test_diminishing_returns_wait_while_a_task_can_catch_up_with_its_kind():
         return [replace(t, done=True) if t.name == "behind" else t for t in tasks(r, 10**6)]
 
     assert run_until_stopped(exp_curve, tasks=retired)[0] == alone
+
+
+def test_dollars_alone_at_a_price_of_zero_are_refused_as_never_reached():
+    """`--budget '$1' --price 0` was accepted and ran until killed."""
+    with pytest.raises(ValueError, match=r"'\$1' is in dollars, which a price of \$0/h never"):
+        check_applicable(parse_budget("$1"), devices=0, price_known=True, free=True)
+    for stops in ("$1,1h", "$1,500trials"):  # another limit ends it
+        check_applicable(parse_budget(stops), devices=0, price_known=True, free=True)
+    check_applicable(parse_budget("$1"), devices=0, price_known=True)  # a price above $0/h

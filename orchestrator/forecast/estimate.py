@@ -172,6 +172,7 @@ def _read_inputs(
                 budget,
                 devices=resolved.devices,
                 price_known=cost is not None,
+                free=cost is not None and cost.usd_per_hour == 0,
                 energy_known=resolved.device_type == "cuda",  # NVML, where the GPU is
             )
         except ValueError as exc:

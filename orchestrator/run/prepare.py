@@ -143,7 +143,7 @@ def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cos
     # Energy of the chosen local GPUs; a fleet's GPUs are not metered from here.
     local = resolved.device_present and not fleet.rpc
     energy = energy_meter(resolved.device_type, fleet.gpus) if local else None
-    _check_applicable(budget, devices, price is not None, energy is not None)
+    _check_applicable(budget, devices, price, energy is not None)
     return Cost(price=price, energy=energy)
 
 
@@ -370,12 +370,16 @@ def _budget(settings: Any, sources: Mapping[str, str]) -> Any:
     return budget
 
 
-def _check_applicable(budget: Any, devices: int, price_known: bool, energy_known: bool) -> None:
+def _check_applicable(budget: Any, devices: int, price: Any, energy_known: bool) -> None:
     from tune_orchestrator.budget import check_applicable
 
     try:
         check_applicable(
-            budget, devices=devices, price_known=price_known, energy_known=energy_known
+            budget,
+            devices=devices,
+            price_known=price is not None,
+            energy_known=energy_known,
+            free=price is not None and price.usd_per_hour == 0,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
