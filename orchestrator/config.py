@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -330,16 +331,20 @@ class Settings:
         types and out-of-range values.
         """
         merged: dict[str, dict[str, Any]] = {}
+        origin: dict[str, str] = {}
         for source, layer in _layers(config_file, overrides, env or {}):
             _check_layer(source, layer)
             for section, values in layer.items():
                 merged.setdefault(section, {}).update(values)
+                origin.update({f"{section}.{key}": _named(source, section, key) for key in values})
         try:
             sections = {
                 f.name: _section_type(f)(**merged.get(f.name, {})) for f in dataclasses.fields(cls)
             }
-        except ValueError as exc:
-            raise InputError(f"configuration: {exc}") from None
+        except ValueError as exc:  # "[section] key must be ...": named by where it came from
+            key = re.match(r"\[(\w+)\] (\w+)", str(exc))
+            source = origin.get(".".join(key.groups()), "configuration") if key else "configuration"
+            raise InputError(f"{source}: {exc}") from None
         except TypeError as exc:  # a key missing from every layer: the defaults are broken
             raise RuntimeError(f"the packaged default.toml is incomplete: {exc}") from exc
         return cls(**sections)
@@ -359,10 +364,7 @@ class Settings:
         for source, layer in _layers(config_file, overrides, env or {}):
             for section, values in layer.items():
                 for key in values:
-                    name = f"{ENV_PREFIX}{section}_{key}".upper()
-                    found[f"{section}.{key}"] = (
-                        f"environment: {name}" if source == "environment" else source
-                    )
+                    found[f"{section}.{key}"] = _named(source, section, key)
         return found
 
 
@@ -382,6 +384,13 @@ def _layers(
     if overrides:
         layers.append(("options", _nest(overrides)))
     return layers
+
+
+def _named(source: str, section: str, key: str) -> str:
+    """A layer's name for one setting: a variable's own name, "environment: ORCHESTRATE_..."."""
+    if source == "environment":
+        return f"environment: {ENV_PREFIX}{section.upper()}_{key.upper()}"
+    return source
 
 
 ENV_PREFIX = "ORCHESTRATE_"

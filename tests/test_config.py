@@ -122,3 +122,16 @@ def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "c.toml"
     path.write_bytes(b"\xef\xbb\xbf[tune]\r\nseed = 3\r\n")
     assert Settings.load(path).tune.seed == 3
+
+
+def test_a_value_out_of_range_is_named_by_the_file_or_variable_it_came_from(tmp_path):
+    """It read "configuration: [stopping] min_gain must be in (0, 1)" wherever it was set."""
+    path = tmp_path / "c.toml"
+    path.write_text("[stopping]\nmin_gain = 2.0\n")
+    with pytest.raises(InputError, match=rf"^{path}: \[stopping\] min_gain must be in \(0, 1\)"):
+        Settings.load(path)
+    env = {"ORCHESTRATE_STOPPING_MIN_GAIN": "2"}
+    with pytest.raises(InputError, match=r"^environment: ORCHESTRATE_STOPPING_MIN_GAIN: \["):
+        Settings.load(env=env)
+    with pytest.raises(InputError, match=r"^options: \[stopping\] min_gain must be in"):
+        Settings.load(path, overrides={"stopping.min_gain": float("nan")}, env=env)

@@ -116,6 +116,13 @@ def test_parallelism_on_a_cpu_target_is_refused_with_where_it_applies():
     assert target_and_fleet("llvm")[1] == Fleet()
 
 
+def test_an_rpc_key_without_a_fleet_is_refused_not_ignored():
+    """`--rpc-key x` without --rpc was taken silently and the run measured on this host."""
+    with pytest.raises(InputError, match=r"^--rpc-key names the servers of an RPC fleet; give"):
+        target_and_fleet("llvm", rpc_key="x")
+    assert target_and_fleet("llvm", rpc_key="")[1] == Fleet()
+
+
 def test_parallelism_on_a_cpu_target_exits_2_before_anything_is_written(tmp_path, tiny_model):
     out = tmp_path / "run"
     result = CliRunner().invoke(

@@ -268,6 +268,11 @@ def target_and_fleet(
             remote=lambda: remote_cuda(host, port, rpc_key or ""),
         )
         return resolved, fleet
+    if rpc_key:
+        raise InputError(
+            "--rpc-key names the servers of an RPC fleet; give the fleet's tracker with --rpc "
+            "HOST:PORT, or leave --rpc-key out to measure on this host"
+        )
     resolved = resolve_target(target, build_only=build_only, simulate=simulate)
     return resolved, _local_fleet(resolved, gpus, dop)
 
