@@ -380,6 +380,9 @@ def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
     assert (run_dir / "report.md").is_file() and (run_dir / "plots" / "tasks.png").is_file()
     with pytest.raises(InputError, match="is not a run directory"):
         rerender(tmp_path)
+    # A typo: it was "not a run directory (no config.json)".
+    with pytest.raises(InputError, match=r"/missing does not exist; give the --out of a run$"):
+        rerender(tmp_path / "missing")
 
 
 @pytest.mark.parametrize(

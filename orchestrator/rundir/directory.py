@@ -159,6 +159,8 @@ class RunDir:
     def open_existing(cls, path: str | Path) -> RunDir:
         """Open a run directory that must exist already (for reading and re-rendering)."""
         run = cls(Path(path))
+        if not run.path.exists():
+            raise InputError(f"{run.path} does not exist; give the --out of a run")
         if not (run.path / cls.CONFIG).is_file():
             raise InputError(
                 f"{run.path} is not a run directory (no {cls.CONFIG}); give the --out of a run"
