@@ -215,10 +215,8 @@ def test_a_model_computes_in_half_precision_by_any_float16_value_or_cast(tmp_pat
     assert load_model(tmp_path / "cast.onnx").half_precision
 
 
-@pytest.mark.parametrize("dtype, beyond_rtol", [("float16", True), ("bfloat16", False)])
-def test_a_half_precision_model_is_checked_within_rtol_half_and_ships(
-    tmp_path, fast_config, dtype, beyond_rtol
-):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_model_is_checked_within_rtol_half_and_ships(tmp_path, fast_config, dtype):
     """float16: TVM accumulates in float16, onnxruntime's CPU kernels in float32: the tiny
     model's builds are ~5e-3 from onnxruntime, beyond [check] rtol; every float16 model once
     ended with no model.so and exit 4. bfloat16: compared with onnxruntime on a float32 copy
@@ -230,8 +228,7 @@ def test_a_half_precision_model_is_checked_within_rtol_half_and_ships(
     assert result.exit_code == 0, result.output
     check_ = json.loads((out / "report.json").read_text())["tuned"]["check"]
     assert check_["status"] == MATCHED and check_["rtol"] == 5e-2
-    assert 0 < check_["max_rel_error"] < 5e-2
-    assert (check_["max_rel_error"] > 1e-3) == beyond_rtol  # the test fails without rtol_half
+    assert 1e-3 < check_["max_rel_error"] < 5e-2  # beyond rtol: the test would fail without it
     assert (out / "model.so").is_file()
 
 
