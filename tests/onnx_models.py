@@ -223,3 +223,27 @@ def bfloat16_layer_norm(path: Path) -> Path:
     inputs = [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 8])]
     outputs = [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 8])]
     return _save(_model(nodes, inputs, outputs, [scale]), path)
+
+
+def outputs_of_every_kind(path: Path) -> Path:
+    """x[1,3,8,8] -> Conv(4) -> its sum (a scalar), where it is positive (bool), its Shape
+    (int64, which TVM computes at compile time and returns as a shape) and ArgMax (int64)."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w"
+    )
+    zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("ReduceSum", ["c"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["c", "zero"], ["positive"]),
+        helper.make_node("Shape", ["c"], ["shape"]),
+        helper.make_node("ArgMax", ["c"], ["channel"], axis=1, keepdims=0),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("total", TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("positive", TensorProto.BOOL, [1, 4, 8, 8]),
+        helper.make_tensor_value_info("shape", TensorProto.INT64, [4]),
+        helper.make_tensor_value_info("channel", TensorProto.INT64, [1, 8, 8]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    return _save(_model(nodes, inputs, outputs, [w, zero]), path)

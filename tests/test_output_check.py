@@ -272,3 +272,16 @@ def test_no_reference_is_explained_with_the_fix_that_applies(
     found = checker.compare([])
     assert found.status == NOT_CHECKABLE and fix in found.reason
     assert ("int_min" in found.reason) == (fix == "set [check] int_min")
+
+
+def test_a_shape_a_scalar_a_bool_and_an_index_output_are_checked_and_ship(tmp_path, fast_config):
+    """A Shape output (TVM returns it as a shape, not a tensor) made every build "FAILED WHEN
+    RUN (TypeError: 'int' object is not iterable)": exit 4, nothing shipped."""
+    model = onnx_models.outputs_of_every_kind(tmp_path / "kinds.onnx")
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, str(model)])
+    assert result.exit_code == 0, result.output
+    check_ = json.loads((out / "report.json").read_text())["tuned"]["check"]
+    assert check_["status"] == MATCHED and check_["outputs"] == 4
+    assert (out / "model.so").is_file()

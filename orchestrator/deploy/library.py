@@ -46,7 +46,7 @@ def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     import tvm
 
     result = vm["main"](*[tvm.runtime.tensor(a, device=dev) for a in inputs])
-    return [np.asarray(t.numpy()) for t in _flatten(result)]
+    return _outputs(result)
 
 
 def onnxruntime_session(model: OnnxModel) -> Any:
@@ -97,9 +97,16 @@ def time_model(
     return time_models([(vm, dev)], inputs, timing)[0]
 
 
-def _flatten(value: Any) -> list[Any]:
+def _outputs(value: Any) -> list[np.ndarray]:
+    """What the model's `main` returned, as one array per output: a tensor as itself, a shape
+    (an ONNX Shape output TVM computed at compile time) and a scalar as int64 / number arrays
+    like onnxruntime's, nested tuples flattened."""
     import tvm
 
     if isinstance(value, tvm.runtime.Tensor):
-        return [value]
-    return [t for item in value for t in _flatten(item)]
+        return [np.asarray(value.numpy())]
+    if isinstance(value, tvm.runtime.ShapeTuple):
+        return [np.array(list(value), dtype=np.int64)]
+    if isinstance(value, int | float | bool):
+        return [np.asarray(value)]
+    return [array for item in value for array in _outputs(item)]
