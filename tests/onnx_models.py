@@ -247,3 +247,12 @@ def outputs_of_every_kind(path: Path) -> Path:
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
     return _save(_model(nodes, inputs, outputs, [w, zero]), path)
+
+
+def sequence_output(path: Path) -> Path:
+    """x[1,4] -> SplitToSequence: one output, a sequence of four [1,1] tensors; its one task
+    (split) has nothing to search."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    seq = helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["parts"], axis=1)]
+    return _save(_model(nodes, [x], [seq], []), path)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import onnx_models
+from cli_args import tune_args
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import check, samples
@@ -78,7 +79,7 @@ def test_every_sample_is_compared(tmp_path, monkeypatch):
     checker = Checker(model, samples=given, rtol=1e-3)
     runs = iter(range(3))
 
-    def build(vm, dev, sample):
+    def build(vm, dev, sample, outputs):
         (y,) = check.run_onnxruntime(model, sample)
         return [y + (1.0 if next(runs) == 2 else 0.0)]
 
@@ -285,3 +286,27 @@ def test_a_shape_a_scalar_a_bool_and_an_index_output_are_checked_and_ship(tmp_pa
     check_ = json.loads((out / "report.json").read_text())["tuned"]["check"]
     assert check_["status"] == MATCHED and check_["outputs"] == 4
     assert (out / "model.so").is_file()
+
+
+def test_sequence_outputs_are_compared_item_by_item():
+    one, two = np.array([1.0, 2.0], "float32"), np.array([3.0], "float32")
+    theirs = [[[one, two]]]
+    assert compare([[[one, two]]], theirs, rtol=1e-3).status == MATCHED
+    found = compare([[[one, two * 1.1]]], theirs, rtol=1e-3, names=["parts"])
+    assert found.status == DIFFERS and found.reason.endswith("(output 'parts[1]', sample 0)")
+    found = compare([[[one]]], theirs, rtol=1e-3, names=["parts"])
+    assert found.reason == (
+        "output 'parts', sample 0: a sequence of 1 where onnxruntime's is a sequence of 2"
+    )
+
+
+def test_a_model_with_a_sequence_output_and_nothing_to_search_ships(tmp_path, fast_config):
+    """Its four items were taken for four outputs ("4 outputs where onnxruntime gives 1": exit
+    4), and a run whose only task had nothing to search was "budget too small" (exit 3)."""
+    model = onnx_models.sequence_output(tmp_path / "seq.onnx")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(model, out, fast_config))
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["stop"] == "tasks-done" and not report["summary"]["budget_too_small"]
+    assert report["tuned"]["check"]["status"] == MATCHED and (out / "model.so").is_file()

@@ -81,15 +81,21 @@ def compare(
             return _differs(why, rtol=rtol, reference=reference)
         for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
             name = names[i] if i < len(names) else f"#{i}"
-            why = _unlike(np.asarray(a), np.asarray(b))
+            pieces, why = _pieces(name, a, b)
             if why is not None:
                 return _differs(
                     f"output {name!r}, sample {k}: {why}", rtol=rtol, reference=reference
                 )
-            error = _rel_error(a, b)
-            if error > worst:
-                worst, where = error, f"output {name!r}, sample {k}"
-            nan_only[i] = nan_only[i] and b.size > 0 and bool(np.isnan(b.astype(np.float64)).all())
+            for label, x, y in pieces:
+                why = _unlike(x, y)
+                if why is not None:
+                    return _differs(
+                        f"output {label!r}, sample {k}: {why}", rtol=rtol, reference=reference
+                    )
+                error = _rel_error(x, y)
+                if error > worst:
+                    worst, where = error, f"output {label!r}, sample {k}"
+            nan_only[i] = nan_only[i] and bool(pieces) and all(_nan_only(y) for *_, y in pieces)
     counts = {"rtol": rtol, "outputs": len(nan_only), "samples": len(reference)}
     if worst > rtol:
         why = f"max relative error {worst:.2e} > {rtol_name} {rtol:g} ({where})"
@@ -103,6 +109,28 @@ def compare(
         )
         return Check(status=NOT_CHECKABLE, max_rel_error=worst, reason=why, **counts)
     return Check(status=MATCHED, max_rel_error=worst, **counts)
+
+
+def _pieces(
+    name: str, a: Any, b: Any
+) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], str | None]:
+    """An output's arrays, ours beside onnxruntime's: the output itself, or each item of a
+    sequence output (a list), named name[j]; and why they cannot be paired (None: they can)."""
+    if not isinstance(a, list) and not isinstance(b, list):
+        return [(name, np.asarray(a), np.asarray(b))], None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        pairs = zip(a, b, strict=True)
+        return [
+            (f"{name}[{j}]", np.asarray(x), np.asarray(y)) for j, (x, y) in enumerate(pairs)
+        ], None
+    ours, theirs = (
+        f"a sequence of {len(v)}" if isinstance(v, list) else "a tensor" for v in (a, b)
+    )
+    return [], f"{ours} where onnxruntime's is {theirs}"
+
+
+def _nan_only(b: np.ndarray) -> bool:
+    return b.size > 0 and bool(np.isnan(b.astype(np.float64)).all())
 
 
 def _differs(why: str, *, rtol: float, reference: Sequence[Sequence[np.ndarray]]) -> Check:
@@ -173,7 +201,8 @@ class Checker:
 
     def outputs(self, vm: Any, dev: Any) -> list[list[np.ndarray]]:
         """The build's outputs on every sample (its own failures raised)."""
-        return [run_vm(vm, dev, sample) for sample in self.samples.arrays]
+        outputs = len(self.model.outputs)
+        return [run_vm(vm, dev, sample, outputs) for sample in self.samples.arrays]
 
     def compare(self, outputs: Sequence[Sequence[np.ndarray]]) -> Check:
         reference = self._references()

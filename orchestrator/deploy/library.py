@@ -42,11 +42,12 @@ def load_vm(library: Path, device_type: str) -> tuple[Any, Any]:
     return relax.VirtualMachine(tvm.runtime.load_module(str(library)), dev), dev
 
 
-def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray], outputs: int = 1) -> list[Any]:
+    """The model's `outputs` on `inputs`: an array each, a list of arrays for a sequence."""
     import tvm
 
     result = vm["main"](*[tvm.runtime.tensor(a, device=dev) for a in inputs])
-    return _outputs(result)
+    return [_output(value) for value in ([result] if outputs == 1 else result)]
 
 
 def onnxruntime_session(model: OnnxModel) -> Any:
@@ -74,7 +75,8 @@ def run_onnxruntime(
         session = onnxruntime_session(model)
     feed = upcast.float32_feed if model.bfloat16 else np.asarray
     feeds = {item.name: feed(array) for item, array in zip(model.inputs, inputs, strict=True)}
-    return [np.asarray(x) for x in session.run(list(model.outputs), feeds)]
+    found = session.run(list(model.outputs), feeds)
+    return [[np.asarray(e) for e in x] if isinstance(x, list) else np.asarray(x) for x in found]
 
 
 def time_model(
@@ -97,16 +99,16 @@ def time_model(
     return time_models([(vm, dev)], inputs, timing)[0]
 
 
-def _outputs(value: Any) -> list[np.ndarray]:
-    """What the model's `main` returned, as one array per output: a tensor as itself, a shape
-    (an ONNX Shape output TVM computed at compile time) and a scalar as int64 / number arrays
-    like onnxruntime's, nested tuples flattened."""
+def _output(value: Any) -> Any:
+    """One output as onnxruntime gives it: a tensor as an array, a shape (an ONNX Shape output
+    TVM computed at compile time) as int64 and a scalar as arrays, a sequence (a tuple) as a
+    list of those."""
     import tvm
 
     if isinstance(value, tvm.runtime.Tensor):
-        return [np.asarray(value.numpy())]
+        return np.asarray(value.numpy())
     if isinstance(value, tvm.runtime.ShapeTuple):
-        return [np.array(list(value), dtype=np.int64)]
+        return np.array(list(value), dtype=np.int64)
     if isinstance(value, int | float | bool):
-        return [np.asarray(value)]
-    return [array for item in value for array in _outputs(item)]
+        return np.asarray(value)
+    return [_output(item) for item in value]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger
-from tune_orchestrator.budget.base import BUILD_ONLY, NOTHING_TO_TUNE
+from tune_orchestrator.budget.base import BUDGET, BUILD_ONLY, NOTHING_TO_TUNE, TRIALS
 from tune_orchestrator.budget.ledger import RoundCost
 from tune_orchestrator.budget.limits import clock_seconds, seconds_short
 from tune_orchestrator.budget.report import (
@@ -606,13 +606,14 @@ class Session:
         stopped: Decision,
         started: str | None,
     ) -> dict[str, Any]:
-        # Nothing measured in the whole run, yet not stopped by a signal: the budget was used
-        # up by import, untuned measurement and compiling.
+        # Nothing measured in the whole run, stopped by the budget (not by a signal, nor by
+        # tasks whose search spaces held nothing to measure): import, untuned measurement and
+        # compiling used it up.
         too_small = (
             not self.build_only
             and bool(self.tasks)
             and ledger.trials == 0
-            and not self.interrupt.requested
+            and stopped.code in (BUDGET, TRIALS)
         )
         outcome = Outcome(
             untuned=shipment.untuned,
