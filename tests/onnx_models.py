@@ -256,3 +256,10 @@ def sequence_output(path: Path) -> Path:
     seq = helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)
     nodes = [helper.make_node("SplitToSequence", ["x"], ["parts"], axis=1)]
     return _save(_model(nodes, [x], [seq], []), path)
+
+
+def shared_batch(path: Path) -> Path:
+    """a[N,4] + b[N,4] -> z[N,4]: two inputs whose first dimension is the same named one."""
+    a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in "ab")
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 4])
+    return _save(_model([helper.make_node("Add", ["a", "b"], ["z"])], [a, b], [z], []), path)

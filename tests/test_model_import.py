@@ -44,6 +44,16 @@ def test_dynamic_dimensions_need_a_shape_and_take_one(tmp_path):
     assert model.inputs[0].shape == (2, 3, 8, 8)
 
 
+def test_one_shape_sets_a_named_dimension_for_every_input_that_shares_it(tmp_path):
+    """--input-shape a:2x4 then asked for b's shape, suggesting b:1x4, though both are Nx4."""
+    path = onnx_models.shared_batch(tmp_path / "shared.onnx")
+    model = load_model(path, {"a": (2, 4)})
+    assert [i.shape for i in model.inputs] == [(2, 4), (2, 4)]
+    assert [i.shape for i in load_model(path, {"a": (3, 4), "b": (3, 4)}).inputs] == [(3, 4)] * 2
+    with pytest.raises(InputError, match=r"dimension 'N' two sizes: 2 for 'a', 3 for 'b'; input"):
+        load_model(path, {"a": (2, 4), "b": (3, 4)})
+
+
 @pytest.mark.parametrize(
     "shapes, message",
     [

@@ -281,6 +281,7 @@ def _resolve_inputs(graph: Any, given: dict[str, Sequence[int]]) -> tuple[ModelI
             f"--input-shape names {', '.join(unknown)}, which the model does not have; "
             f"its inputs are: {', '.join(names) or 'none'}"
         )
+    sizes = _named_sizes(declared, given)
     inputs = []
     for value in declared:
         tensor_type = value.type.tensor_type
@@ -288,12 +289,38 @@ def _resolve_inputs(graph: Any, given: dict[str, Sequence[int]]) -> tuple[ModelI
         dims = None
         if tensor_type.HasField("shape"):
             dims = [
-                d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                d.dim_value
+                if d.HasField("dim_value") and d.dim_value > 0
+                else sizes.get(d.dim_param)
                 for d in tensor_type.shape.dim
             ]
         shape = _shape_for(value.name, dims, given.get(value.name), tensor_type)
         inputs.append(ModelInput(value.name, shape, dtype))
     return tuple(inputs)
+
+
+def _named_sizes(declared: Sequence[Any], given: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """The size --input-shape gives each named dynamic dimension (ONNX's dim_param, e.g. "N"):
+    inputs that share a dimension's name share its size, so one input's shape sets it for
+    all. InputError where two given shapes disagree on one."""
+    sizes: dict[str, int] = {}
+    told: dict[str, str] = {}
+    for value in declared:
+        shape = given.get(value.name)
+        dims = value.type.tensor_type.shape.dim
+        if shape is None or len(shape) != len(dims):
+            continue  # _shape_for says what is wrong with it
+        for dim, size in zip(dims, shape, strict=True):
+            if not dim.dim_param or (dim.HasField("dim_value") and dim.dim_value > 0):
+                continue
+            if sizes.setdefault(dim.dim_param, int(size)) != int(size):
+                raise InputError(
+                    f"--input-shape gives dimension {dim.dim_param!r} two sizes: "
+                    f"{sizes[dim.dim_param]} for {told[dim.dim_param]!r}, {size} for "
+                    f"{value.name!r}; inputs that share a dimension's name share its size"
+                )
+            told.setdefault(dim.dim_param, value.name)
+    return sizes
 
 
 def _shape_for(
