@@ -168,7 +168,10 @@ INPUT_SHAPE = click.option(
     "input_shapes",
     multiple=True,
     metavar="NAME:DIMS",
-    help="Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable).",
+    help=(
+        "Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable); a "
+        "named dimension (N) takes the same size in every input that shares it."
+    ),
 )
 CONFIG = click.option(
     "--config",
