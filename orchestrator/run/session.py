@@ -607,14 +607,10 @@ class Session:
         started: str | None,
     ) -> dict[str, Any]:
         # Nothing measured in the whole run, stopped by the budget (not by a signal, nor by
-        # tasks whose search spaces held nothing to measure): import, untuned measurement and
+        # tasks whose search spaces held nothing to measure; a build-only run and a model with
+        # nothing to tune have stop codes of their own): import, untuned measurement and
         # compiling used it up.
-        too_small = (
-            not self.build_only
-            and bool(self.tasks)
-            and ledger.trials == 0
-            and stopped.code in (BUDGET, TRIALS)
-        )
+        too_small = ledger.trials == 0 and stopped.code in (BUDGET, TRIALS)
         outcome = Outcome(
             untuned=shipment.untuned,
             tuned=shipment.tuned,
