@@ -330,13 +330,7 @@ class Settings:
         Raises InputError naming the source, the key and the fix for unknown keys, wrong
         types and out-of-range values.
         """
-        merged: dict[str, dict[str, Any]] = {}
-        origin: dict[str, str] = {}
-        for source, layer in _layers(config_file, overrides, env or {}):
-            _check_layer(source, layer)
-            for section, values in layer.items():
-                merged.setdefault(section, {}).update(values)
-                origin.update({f"{section}.{key}": _named(source, section, key) for key in values})
+        merged, origin = _merged(config_file, overrides, env or {})
         try:
             sections = {
                 f.name: _section_type(f)(**merged.get(f.name, {})) for f in dataclasses.fields(cls)
@@ -360,12 +354,22 @@ class Settings:
     ) -> dict[str, str]:
         """Where each setting's value comes from ("tune.budget" -> "defaults", a file's path,
         "environment: ORCHESTRATE_TUNE_BUDGET" or "options"), layered as `load` layers them."""
-        found: dict[str, str] = {}
-        for source, layer in _layers(config_file, overrides, env or {}):
-            for section, values in layer.items():
-                for key in values:
-                    found[f"{section}.{key}"] = _named(source, section, key)
-        return found
+        return _merged(config_file, overrides, env or {})[1]
+
+
+def _merged(
+    config_file: str | Path | None, overrides: Mapping[str, Any] | None, env: Mapping[str, str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The layers checked and merged, {section: {key: value}}, and where each "section.key"
+    got its value from (`_named`)."""
+    merged: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    for source, layer in _layers(config_file, overrides, env):
+        _check_layer(source, layer)
+        for section, values in layer.items():
+            merged.setdefault(section, {}).update(values)
+            origin.update({f"{section}.{key}": _named(source, section, key) for key in values})
+    return merged, origin
 
 
 def _layers(
