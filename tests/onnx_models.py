@@ -263,3 +263,23 @@ def shared_batch(path: Path) -> Path:
     a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in "ab")
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 4])
     return _save(_model([helper.make_node("Add", ["a", "b"], ["z"])], [a, b], [z], []), path)
+
+
+def top_k(path: Path) -> Path:
+    """x[1,3,8,8] -> Conv(4) -> Flatten -> TopK(5): values and int64 indices. TVM lowers TopK
+    on a CPU to one call of an external sort, a PrimFunc whose only block is not "root"."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w"
+    )
+    k = numpy_helper.from_array(np.array([5], dtype=np.int64), "k")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Flatten", ["c"], ["flat"]),
+        helper.make_node("TopK", ["flat", "k"], ["values", "indices"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    outputs = [
+        helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 5]),
+        helper.make_tensor_value_info("indices", TensorProto.INT64, [1, 5]),
+    ]
+    return _save(_model(nodes, inputs, outputs, [w, k]), path)

@@ -310,3 +310,16 @@ def test_a_model_with_a_sequence_output_and_nothing_to_search_ships(tmp_path, fa
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["stop"] == "tasks-done" and not report["summary"]["budget_too_small"]
     assert report["tuned"]["check"]["status"] == MATCHED and (out / "model.so").is_file()
+
+
+def test_a_model_ending_in_top_k_tunes_and_ships(tmp_path, fast_config):
+    """TopK's task is one call of an external sort, its PrimFunc without a "root" block:
+    reading the blocks of every task (to find tasks that share a search) raised ScheduleError
+    after the untuned model was measured: exit 1 with a traceback."""
+    model = onnx_models.top_k(tmp_path / "topk.onnx")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(model, out, fast_config, budget="24trials"))
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["tuned"]["check"]["status"] == MATCHED and (out / "model.so").is_file()
+    assert report["summary"]["trials"] > 0

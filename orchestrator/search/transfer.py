@@ -55,7 +55,8 @@ def blocks(workload: Any) -> tuple[tuple[str, str], ...]:
         if not isinstance(func, tirx.PrimFunc):
             continue
         sch = s_tir.Schedule(func)
-        todo = [sch.get_sblock("root")]
+        # The outermost block: "root", or the one block of an extern call (TopK's call_packed).
+        todo = [sch.get_sblock(func.body.block.name_hint)]
         while todo:
             rv = todo.pop(0)
             block = sch.get(rv)
