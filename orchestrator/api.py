@@ -224,6 +224,8 @@ def run(
     start) rather than from the call, and the `command` line the report says started it."""
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a function of one event (a dict), not {on_event!r}")
     from .events import Emitter
     from .model.importer import import_for_tuning
     from .run import prepare

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -55,6 +56,22 @@ class Options:
     handle_signals: bool = True
     mlflow: bool | str = False
     mlflow_experiment: str = "tune-orchestrator"
+
+    def __post_init__(self) -> None:
+        """TypeError (InputError for an empty path), naming the option, where a pipeline hands
+        a value of a kind the option never takes: price="0.5", library=3, config=""."""
+        from .model.loading import as_path
+
+        for name in ("check_inputs", "config", "warm_start", "library"):
+            value = getattr(self, name)
+            if value is not None and not (name == "library" and isinstance(value, bool)):
+                as_path(name, value)  # library=True/False: the default root, or none
+        price = self.price
+        if price is not None and (isinstance(price, bool) or not isinstance(price, numbers.Real)):
+            raise TypeError(
+                f"price must be a number of US dollars per hour, not {type(price).__name__} "
+                f"{price!r}"
+            )
 
     @classmethod
     def of(cls, options: Options | None, **changes: object) -> Options:

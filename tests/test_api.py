@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from importlib import metadata
 
 import pytest
@@ -53,6 +54,27 @@ def test_a_model_or_out_that_is_not_a_path_is_a_type_error_naming_the_fix(tmp_pa
         tune_orchestrator.tune(proto, "1min", target="llvm", out=tmp_path / "run")
     with pytest.raises(TypeError, match=r"^out must be a path \(str or os.PathLike\), not int$"):
         tune_orchestrator.tune(tiny_model, "1min", target="llvm", out=5)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "options, found",
+    [
+        ({"price": "0.5"}, TypeError("price must be a number of US dollars per hour, not str")),
+        ({"library": 3}, TypeError("library must be a path (str or os.PathLike), not int")),
+        ({"library": ""}, InputError("library is an empty path (an unset variable?)")),
+        ({"config": ""}, InputError("config is an empty path")),
+        ({"on_event": 5}, TypeError("on_event must be a function of one event (a dict), not 5")),
+    ],
+)
+def test_an_option_of_a_kind_it_never_takes_is_refused_before_anything_is_written(
+    tmp_path, tiny_model, options, found
+):
+    """price="0.5" raised "'<=' not supported between instances of 'int' and 'str'"; library=""
+    put the tuning library in the current directory; on_event=5 failed at the first event,
+    leaving a run directory behind."""
+    with pytest.raises(type(found), match="^" + re.escape(str(found))):
+        tune_orchestrator.tune(tiny_model, "1min", target="llvm", out=tmp_path / "run", **options)
     assert not (tmp_path / "run").exists()
 
 

@@ -32,6 +32,16 @@ class BudgetType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class PathType(click.Path):
+    """click.Path, refusing an empty path (an unset shell variable: `--library "$LIB"`), which
+    it would take as the current directory."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail("an empty path (an unset variable?); give a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class DefaultGroup(click.Group):
     """A group whose default command is `tune`: `orchestrate --budget 5min model.onnx`.
 
@@ -176,7 +186,7 @@ INPUT_SHAPE = click.option(
 CONFIG = click.option(
     "--config",
     "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathType(path_type=Path, dir_okay=False),
     help="TOML file layered over the packaged defaults (orchestrate config prints them).",
 )
 PRICE = click.option(
@@ -189,7 +199,7 @@ PRICE = click.option(
 
 
 @main.command("tune", cls=GroupedCommand)
-@click.argument("model", type=click.Path(path_type=Path, dir_okay=True, exists=False))
+@click.argument("model", type=PathType(path_type=Path, dir_okay=True, exists=False))
 @click.option(
     "--budget",
     type=BudgetType(),
@@ -199,7 +209,7 @@ PRICE = click.option(
 @TARGET
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathType(path_type=Path, file_okay=False),
     help="Run directory; an existing one is resumed.  [default: runs/<model>-<time>]",
 )
 @click.option(
@@ -210,7 +220,7 @@ PRICE = click.option(
 @INPUT_SHAPE
 @click.option(
     "--check-inputs",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=PathType(path_type=Path, dir_okay=False),
     metavar="FILE.npz",
     help="Real samples for the output check instead of three random ones: an .npz file with "
     "one array per model input, named after it, of its dtype and shape (or N samples of it, "
@@ -247,14 +257,14 @@ PRICE = click.option(
 @click.option("--rpc-key", metavar="KEY", help="The key the RPC servers registered with.")
 @click.option(
     "--warm-start",
-    type=click.Path(path_type=Path, exists=False),
+    type=PathType(path_type=Path, exists=False),
     help="An earlier run directory (any model) or a saved predictor.json to start the learned "
     "model (the search's and the xgb filter's) from. A run directory's records train it with "
     "the library's; a predictor.json replaces what the library trained until the first refit.",
 )
 @click.option(
     "--library",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathType(path_type=Path, file_okay=False),
     help="Root of the tuning libraries, one stock MetaSchedule database per target under it: "
     "before the first round each task it knows gets its fastest records measured and the "
     "learned model its records; a run whose tuned model passes its check adds its records. "
@@ -408,13 +418,13 @@ def check_failed_message(result: Result) -> str:
 
 
 @main.command("estimate")
-@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("model", type=PathType(path_type=Path))
 @TARGET
 @INPUT_SHAPE
 @CONFIG
 @click.option(
     "--runs-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=PathType(path_type=Path, file_okay=False),
     default=Path("runs"),
     show_default=True,
     help="Earlier runs to learn the tuning curve and round costs from.",
@@ -461,7 +471,7 @@ def estimate_command(
 
 
 @main.command("report")
-@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("run_dir", type=PathType(path_type=Path, file_okay=False))
 def report_command(run_dir: Path) -> int:
     """Render the cost report of RUN_DIR again: report.json, report.md, report.html, plots."""
     from ..run.reporting import rerender

@@ -157,8 +157,11 @@ def load_model(
 
 def as_path(name: str, value: Any) -> Path:
     """`value`, given to the Python API as `name`, as a Path; TypeError, naming the fix, for
-    anything else (an onnx.ModelProto, a number)."""
+    anything else (an onnx.ModelProto, a number); InputError for an empty one, which Path
+    would read as the current directory."""
     if isinstance(value, (str, os.PathLike)):
+        if not os.fspath(value):
+            raise InputError(f"{name} is an empty path (an unset variable?); give a path")
         return Path(value)
     fix = ""
     if hasattr(value, "graph") and hasattr(value, "SerializeToString"):
