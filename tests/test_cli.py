@@ -180,6 +180,9 @@ def test_a_model_with_nothing_to_tune_is_compiled_and_checked_on_a_small_budget(
     estimate = CliRunner().invoke(main, ["estimate", "--target", "llvm", str(model)])
     assert estimate.exit_code == 0, estimate.output
     assert "0 tasks" in estimate.stdout and "no device here" not in estimate.stdout
+    # No forecast of rounds, trials and gains it would never run ("0 trials ... -> 1.00x").
+    assert "nothing to tune" in estimate.stdout
+    assert "rounds" not in estimate.stdout and "--budget" not in estimate.stdout
 
 
 def test_cuda_without_a_gpu_is_refused(models, monkeypatch):

@@ -293,12 +293,14 @@ def describe_schedules(result: Result) -> str:
 
 
 def print_estimate(estimate: dict[str, Any]) -> None:
-    """The `orchestrate estimate` table."""
+    """The `orchestrate estimate` table. A model with no task (TVM computes it all at compile
+    time) gets no forecast: a run of it compiles and checks, and tunes nothing."""
     tasks = estimate["tasks"]
     click.echo(
         f"{estimate['model']['name']} on {estimate['target']['description']}: {len(tasks)} tasks"
     )
-    click.echo(f"  {'task':<52}{'weight':>7}{'FLOPs':>13}{'untuned':>11}{'share':>8}")
+    if tasks:
+        click.echo(f"  {'task':<52}{'weight':>7}{'FLOPs':>13}{'untuned':>11}{'share':>8}")
     for t in tasks:
         share = t["share"]
         click.echo(
@@ -313,6 +315,16 @@ def print_estimate(estimate: dict[str, Any]) -> None:
         )
     else:
         click.echo("untuned model: not measured (no device here to run it)")
+    if not tasks:
+        click.echo("nothing to tune: no operator is left to search once TVM has compiled it")
+        _print_runs(estimate, per_budget=False)
+        return
+    _print_forecast(estimate)
+    _print_runs(estimate, per_budget=True)
+    click.echo(f"trust: {estimate['trust']}")
+
+
+def _print_forecast(estimate: dict[str, Any]) -> None:
     r = estimate["round"]
     click.echo(
         f"rounds of {r['candidates']} candidates, ~{fmt_duration(r['seconds'])} each ({r['source']})"
@@ -324,18 +336,22 @@ def print_estimate(estimate: dict[str, Any]) -> None:
             f"  {row['target']:.0%} of the attainable gain: {row['rounds']} rounds, "
             f"{row['trials']} trials, ~{fmt_duration(row['seconds'])}{gpu}{money}"
         )
+
+
+def _print_runs(estimate: dict[str, Any], *, per_budget: bool) -> None:
+    """What every run spends, then (`per_budget`) what a run would at each budget."""
     runs = estimate.get("runs") or []
-    if runs:
-        f = estimate["fixed"]
-        how = "measured now" if f["measured"] else "forecast (no device here)"
-        click.echo(
-            f"every run: import {fmt_duration(f['import_s'])}, untuned baseline "
-            f"{fmt_duration(f['untuned_s'])}, compile {fmt_duration(f['compile_s'])}, check "
-            f"{fmt_duration(f['check_s'] + f['timing_s'])} ({how})"
-        )
-    for run in runs:
+    if not runs:
+        return
+    f = estimate["fixed"]
+    how = "measured now" if f["measured"] else "forecast (no device here)"
+    click.echo(
+        f"every run: import {fmt_duration(f['import_s'])}, untuned baseline "
+        f"{fmt_duration(f['untuned_s'])}, compile {fmt_duration(f['compile_s'])}, check "
+        f"{fmt_duration(f['check_s'] + f['timing_s'])} ({how})"
+    )
+    for run in runs if per_budget else ():
         click.echo(describe_run_forecast(run))
-    click.echo(f"trust: {estimate['trust']}")
 
 
 _STOPS = {
