@@ -87,6 +87,7 @@ def models(tmp_path):
         (["--library", "", "tiny.onnx"], "'--library': an empty path (an unset variable?)"),
         (["--out", "", "tiny.onnx"], "Invalid value for '--out': an empty path"),
         ([""], "Invalid value for 'MODEL': an empty path"),
+        (["--min-gain", "nan", "tiny.onnx"], "'--min-gain': nan is not a number in (0, 1)"),
         (["--price", "-3", "tiny.onnx"], "--price must be a finite, non-negative number"),
         (["--price", "inf", "tiny.onnx"], "of US dollars per hour, not inf"),
         (["--price", "nan", "tiny.onnx"], "of US dollars per hour, not nan"),

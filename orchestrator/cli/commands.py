@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import sys
 import traceback
@@ -40,6 +41,19 @@ class PathType(click.Path):
         if isinstance(value, str) and not value:
             self.fail("an empty path (an unset variable?); give a path", param, ctx)
         return super().convert(value, param, ctx)
+
+
+class Fraction(click.FloatRange):
+    """A number in (0, 1); click.FloatRange lets nan through (it compares false both ways)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1, min_open=True, max_open=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value} is not a number in (0, 1); give e.g. 0.01", param, ctx)
+        return number
 
 
 class DefaultGroup(click.Group):
@@ -279,7 +293,7 @@ PRICE = click.option(
 @PRICE
 @click.option(
     "--min-gain",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=Fraction(),
     help="Stop early when the last 20% of spend cut latency by less than this share and the "
     f"forecast agrees.  [default: {default_of('stopping.min_gain')}]",
 )
