@@ -53,7 +53,10 @@ def gpu_checks(search: Mapping[str, Any]) -> str:
     ("" when nothing)."""
     notes = ""
     if search.get("prechecked"):
-        notes += f"; {search['prechecked']} schedules over the GPU's limits turned away unlowered"
+        notes += (
+            f"; {search['prechecked']} schedules over the GPU's limits or CUDA's vector widths "
+            "turned away unlowered"
+        )
     if search.get("invalid"):
         notes += f"; {search['invalid']} of the evolution's picks failed VerifyGPUCode, dropped"
     return notes
