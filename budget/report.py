@@ -193,6 +193,7 @@ def _summary(outcome: Outcome, tasks: Sequence[Mapping[str, Any]], spend: Spend)
     """The report's headline figures: latencies, the verdict, what shipped, coverage, spend,
     why it stopped."""
     shares = [t.get("share") for t in tasks]
+    reverted = ((outcome.tuned or {}).get("kernels") or {}).get("reverted", ())
     untouched = (
         None
         if any(x is None for x in shares)
@@ -203,7 +204,11 @@ def _summary(outcome: Outcome, tasks: Sequence[Mapping[str, Any]], spend: Spend)
         "tuned_latency_s": _median(outcome.tuned),
         **_verdict(outcome.comparison),
         **_shipped(outcome.shipment),
-        "kept_default": [t["name"] for t in tasks if t["trials"] and t["schedule"] == "default"],
+        "kept_default": [
+            t["name"]
+            for t in tasks
+            if t["trials"] and t["schedule"] == "default" and t["name"] not in reverted
+        ],
         "tasks_tuned": sum(1 for t in tasks if t["trials"]),
         "untouched_share": untouched,
         "trials": spend.trials,

@@ -15,7 +15,13 @@ import onnx_models
 from devices import GPU
 from tune_orchestrator import deploy
 from tune_orchestrator.cli.commands import main
-from tune_orchestrator.deploy.kernels import check_cuda, cuda_sources, find_nvcc, kernel_names
+from tune_orchestrator.deploy.kernels import (
+    check_cuda,
+    cuda_sources,
+    failing_kernels,
+    find_nvcc,
+    kernel_names,
+)
 from tune_orchestrator.model import names as onnx_names
 from tune_orchestrator.model.importer import import_to_relax
 from tune_orchestrator.model.loading import load_model
@@ -105,6 +111,28 @@ def test_kernel_names_are_read_from_the_source():
 
 
 @no_gpu
+def test_the_compilers_errors_name_the_kernels_they_point_into():
+    source = "\n".join(
+        [
+            'extern "C" __global__ void __launch_bounds__(32) conv_kernel(float* x);',  # 1
+            'extern "C" __global__ void mean_kernel(float* x);',  # 2
+            'extern "C" __global__ void __launch_bounds__(32) conv_kernel(float* x) {',  # 3
+            "  longlong4 v = make_longlong4(1, 2, 3, 4, 5, 6, 7, 8);",  # 4
+            "}",
+            'extern "C" __global__ void mean_kernel(float* x) {',  # 6
+            "  x[0] = y;",  # 7
+            "}",
+        ]
+    )
+    output = (
+        "k.cu(4): error: too many arguments in function call\n"
+        'k.cu(7): error: identifier "y" is undefined\nk.cu(4): error: again\n'
+    )
+    assert failing_kernels(output, source) == ("conv_kernel", "mean_kernel")
+    assert failing_kernels("k.cu(7): error: x", source) == ("mean_kernel",)
+    assert failing_kernels("nvcc fatal: no input", source) == ()
+
+
 @needs_nvcc
 def test_build_only_for_a_gpu_compiles_the_kernels_before_reporting_success(odd, tmp_path):
     out = tmp_path / "run"

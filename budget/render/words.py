@@ -149,6 +149,12 @@ def describe_kernels(k: Mapping[str, Any]) -> str:
     """What the CUDA kernel check found, in one phrase."""
     if k.get("error"):
         return f"DO NOT COMPILE with {k['compiler']} for {k['arch']}: {k['error']}"
+    if k["checked"] and k.get("reverted"):
+        return (
+            f"{k['kernels']} kernels compile with {k['compiler']} for {k['arch']}; the tuned "
+            f"ones of {', '.join(k['reverted'])} did not (TVM wrote code nvcc rejects), so "
+            "those tasks run their default schedules"
+        )
     if k["checked"]:
         return f"{k['kernels']} kernels compile with {k['compiler']} for {k['arch']}"
     return f"NOT CHECKED: {k['reason']}; a GPU host compiles them when it loads model.so"

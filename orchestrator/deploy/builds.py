@@ -8,10 +8,11 @@ so."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tune_orchestrator.budget import Ledger
 from ..config import Settings
 from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget
+from ..model.tasks import Task
 from ..rundir import RunDir
 from ..rundir.atomic import install
 from . import kernels
@@ -49,10 +51,13 @@ class ModelBuilds:
         emit: Callable[..., None],
         device: LocalDevice | FleetDevice | None = None,
         samples: check_samples.Samples | None = None,
+        tasks: Sequence[Task] = (),
     ) -> None:
         """`device` checks and times the builds at the end (None: nothing can run them) on
-        `samples` (None: random ones, as `settings` say)."""
+        `samples` (None: random ones, as `settings` say); `tasks`: the model's, which fall
+        back to their default schedules where their tuned CUDA kernels do not compile."""
         self.model = model
+        self.tasks = list(tasks)
         self.relax_mod = relax_mod
         self.target = target
         self.run = run
@@ -77,8 +82,8 @@ class ModelBuilds:
         with ledger.phase("compile"):
             executable = deploy.compile_model(self.relax_mod, self.target.target, database)
         if self.target.device_type == "cuda" and not self.target.device_present:
-            with ledger.phase("check"):
-                result["kernels"] = self._check_kernels(executable).to_dict()
+            executable, check = self._compiling_kernels(executable, database, ledger, label)
+            result["kernels"] = check.to_dict()
         with ledger.phase("compile"):
             deploy.export_library(executable, library)
         result["compile_s"] = time.monotonic() - start
@@ -247,10 +252,30 @@ class ModelBuilds:
             "to run it on"
         )
 
-    def _check_kernels(self, executable: Any) -> kernels.KernelCheck:
+    def _compiling_kernels(
+        self, executable: Any, database: Any, ledger: Ledger, label: str
+    ) -> tuple[Any, kernels.KernelCheck]:
+        """The build's CUDA kernels compiled by nvcc; where those of tuned tasks do not, the
+        model built again with those tasks' default schedules (fallback.py), until they do."""
+        from . import fallback  # TVM's database classes: imported once TVM is
+
         arch = self.target.target.attrs.get("arch")
         keep = self.run[RunDir.LOGS] / "kernels.cu"
-        check = kernels.check_cuda(executable, str(arch) if arch else None, keep=keep)
+        reverted: list[Task] = []
+        first_error = None
+        while True:
+            with ledger.phase("check"):
+                check = kernels.check_cuda(executable, str(arch) if arch else None, keep=keep)
+            names = {t.name for t in reverted}
+            more = [t for t in fallback.tasks_of(check.failed, self.tasks) if t.name not in names]
+            if check.error is None or not more:
+                break
+            first_error = first_error or check.error
+            reverted += more
+            with ledger.phase("compile"):
+                executable = deploy.compile_model(
+                    self.relax_mod, self.target.target, fallback.WithoutTasks(database, reverted)
+                )
         if check.error:
             raise kernels.KernelError(
                 f"the CUDA kernels TVM generated for {self.model.name} do not compile "
@@ -258,4 +283,12 @@ class ModelBuilds:
                 f"{self.run[RunDir.LIBRARY].name} was not written. This is a bug in "
                 f"tune-orchestrator, not in your model: please report it with {keep}"
             )
-        return check
+        if reverted:
+            names = ", ".join(t.name for t in reverted)
+            self.emit(
+                "warning",
+                message=f"the {label} CUDA kernels of {names} do not compile with "
+                f"{check.compiler} ({first_error}): TVM wrote code nvcc rejects for their tuned "
+                "schedules, so they run TVM's default schedules",
+            )
+        return executable, dataclasses.replace(check, reverted=tuple(t.name for t in reverted))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
+_ERROR_AT = re.compile(r"\((\d+)\): error")
 _TIMEOUT_S = 1800.0
 
 
@@ -37,6 +38,8 @@ class KernelCheck:
     error: str | None = None
     reason: str | None = None
     seconds: float = 0.0
+    failed: tuple[str, ...] = ()  # the kernels the compiler's errors point into
+    reverted: tuple[str, ...] = ()  # tasks built with their default schedule instead (fallback)
 
     @property
     def ok(self) -> bool:
@@ -106,7 +109,7 @@ def check_cuda(
         return KernelCheck(False, count, arch, reason=reason)
     compiler = nvcc_version(nvcc)
     started = time.monotonic()
-    checked, error, reason = True, None, None
+    checked, error, reason, failed = True, None, None, ()
     with tempfile.TemporaryDirectory(prefix="orchestrate-kernels-") as tmp:
         for i, source in enumerate(sources):
             src = Path(tmp, f"kernels{i}.cu")
@@ -128,11 +131,24 @@ def check_cuda(
                 checked, reason = False, f"{compiler} cannot compile for {arch}"
             else:
                 error = _first_errors(done.stderr or done.stdout, str(src))
+                failed = failing_kernels(done.stderr, source)
                 if keep is not None:
                     keep.write_text(source)
             break
     seconds = time.monotonic() - started
-    return KernelCheck(checked, count, arch, compiler, error, reason, seconds)
+    return KernelCheck(checked, count, arch, compiler, error, reason, seconds, failed)
+
+
+def failing_kernels(output: str, source: str) -> tuple[str, ...]:
+    """The kernels of `source` that the compiler's errors (`output`, "file(LINE): error")
+    point into, in order: each line belongs to the last kernel that starts before it."""
+    starts = [(source.count("\n", 0, m.start()) + 1, m.group(1)) for m in _KERNEL.finditer(source)]
+    found: list[str] = []
+    for line in (int(n) for n in _ERROR_AT.findall(output)):
+        names = [name for start, name in starts if start <= line]
+        if names and names[-1] not in found:
+            found.append(names[-1])
+    return tuple(found)
 
 
 def _first_errors(output: str, filename: str, limit: int = 3) -> str:

@@ -113,6 +113,7 @@ class Session:
             emit=self.emit,
             device=devices.for_run(self.target, self.fleet, timeout_s=timeout_s),
             samples=self.given.samples,
+            tasks=self.tasks,
         )
 
     def execute(self) -> dict[str, Any]:
@@ -629,16 +630,18 @@ class Session:
             search=self.search,
             library=self.library.report(),
         )
+        # Tasks whose tuned CUDA kernels did not compile run their default schedules.
+        reverted = frozenset(((shipment.tuned or {}).get("kernels") or {}).get("reverted", ()))
         return make_report(
-            self._facts(restored, started),
+            self._facts(restored, started, reverted),
             outcome,
-            tasks=self._task_rows(restored),
+            tasks=self._task_rows(restored, reverted),
             spend=ledger.snapshot(),
             curve=ledger.history,
             notes=notes,
         )
 
-    def _facts(self, restored: Restored, started: str | None) -> RunFacts:
+    def _facts(self, restored: Restored, started: str | None, reverted: frozenset[str]) -> RunFacts:
         """What was run, and where, for the report."""
         target = self.target
         return RunFacts(
@@ -658,10 +661,10 @@ class Session:
             sessions=restored.sessions + 1,
             paths=self._paths(),
             provenance=self._provenance(started),
-            simulated=self._simulated(restored) if target.simulated else None,
+            simulated=self._simulated(restored, reverted) if target.simulated else None,
         )
 
-    def _task_rows(self, restored: Restored) -> list[dict[str, Any]]:
+    def _task_rows(self, restored: Restored, reverted: frozenset[str]) -> list[dict[str, Any]]:
         """The report's line for each task, with its share of the model's kernel time now."""
         shares = current_shares(restored.states)
         return [
@@ -684,7 +687,7 @@ class Session:
                 untuned_s=s.baseline_s,
                 best_s=s.best_s,
                 retired=s.retired,
-                schedule=_schedule(s, restored),
+                schedule="default" if s.task.name in reverted else _schedule(s, restored),
                 share=share,
             )
             for s, share in zip(restored.states, shares, strict=True)
@@ -717,15 +720,22 @@ class Session:
             local_gpu=not self.fleet.rpc,
         )
 
-    def _simulated(self, restored: Restored) -> dict[str, Any]:
+    def _simulated(self, restored: Restored, reverted: frozenset[str]) -> dict[str, Any]:
         """What a simulated run can say about latency: the sum of its kernels' simulated
-        times, untuned and with the faster of tuned and default per task. No model was run."""
+        times, untuned and with the faster of tuned and default per task (the default for
+        the `reverted` tasks, whose tuned kernels did not compile). No model was run."""
         untuned = (
             None
             if any(s.baseline_s is None for s in restored.states)
             else sum(s.task.weight * s.baseline_s for s in restored.states)  # type: ignore[operator]
         )
         tuned = model_latency_s(restored.states)
+        if tuned is not None and reverted:
+            tuned += sum(
+                s.task.weight * (s.baseline_s - s.latency_s)  # type: ignore[operator]
+                for s in restored.states
+                if s.task.name in reverted and s.baseline_s is not None
+            )
         return {
             "word": WORD,
             "device": self.target.device_name,
