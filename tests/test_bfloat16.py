@@ -4,6 +4,8 @@ test_output_check.py, with float16)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -50,6 +52,36 @@ def test_bfloat16_inside_a_float32_model_has_a_reference_and_a_wrong_build_is_ca
     off = [[np.asarray(reference[0][0]) * 1.1]] + reference[1:]
     found = checker.compare(off)
     assert found.status == DIFFERS and "> rtol_half 0.05" in found.reason
+
+
+def test_a_float32_copy_past_protobufs_limit_is_read_from_files(tmp_path, monkeypatch):
+    """A bfloat16 model whose float32 copy passes 2 GB (its weights doubled) could not be
+    serialized for onnxruntime ("EncodeError: Failed to serialize proto"): no reference,
+    nothing shipped (exit 5). The copy is written to files, its weights beside it, and read
+    from there (protobuf's refusal stood in for on this small model)."""
+    from tune_orchestrator.deploy import library
+
+    model = load_model(onnx_models.half_cnn(tmp_path / "bf16.onnx", dtype="bfloat16"))
+    written = []
+    save = upcast.save_with_weights_beside
+    monkeypatch.setattr(library, "serialize", lambda proto: None)
+    monkeypatch.setattr(upcast, "save_with_weights_beside", _recording(save, written))
+    reference = _checker(model)._references()
+    assert reference is not None and written  # from the files, which are gone again
+    monkeypatch.undo()
+    again = _checker(model)._references()
+    assert all(np.array_equal(a, b) for a, b in zip(reference[0], again[0], strict=True))
+    assert not any(Path(path).parent.exists() for path in written)
+
+
+def _recording(save, written):
+    def saved(proto, folder):
+        path = save(proto, folder)
+        written.append(path)
+        assert (folder / "weights.bin").stat().st_size > 1000
+        return path
+
+    return saved
 
 
 def test_the_float32_copy_converts_every_bfloat16_value_exactly_and_leaves_the_model(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,32 @@ def onnxruntime_session(model: OnnxModel) -> Any:
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+
+    def session(source: Any) -> Any:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
     if model.bfloat16:
-        source: Any = upcast.float32_copy(model.proto).SerializeToString()
-    elif model.external_weights:
-        source = str(model.path.resolve())
-    else:
-        source = model.proto.SerializeToString()
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        copy = upcast.float32_copy(model.proto)
+        serialized = serialize(copy)
+        if serialized is not None:
+            return session(serialized)
+        # Twice the bfloat16 weights, past protobuf's 2 GB: read from files written for it.
+        with tempfile.TemporaryDirectory(prefix="orchestrate-float32-") as folder:
+            return session(upcast.save_with_weights_beside(copy, Path(folder)))
+    if model.external_weights:
+        return session(str(model.path.resolve()))
+    return session(model.proto.SerializeToString())
+
+
+def serialize(proto: Any) -> bytes | None:
+    """The message's bytes; None past protobuf's 2 GB, which it refuses to serialize (or to
+    size)."""
+    from google.protobuf.message import EncodeError
+
+    try:
+        return proto.SerializeToString()
+    except (EncodeError, ValueError):
+        return None
 
 
 def run_onnxruntime(

@@ -6,6 +6,7 @@ rtol_half, not bfloat16's rounding."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,19 @@ def float32_copy(proto: Any) -> Any:
     copy.CopyFrom(proto)
     _upcast_graph(copy.graph)
     return copy
+
+
+def save_with_weights_beside(proto: Any, folder: Path) -> str:
+    """`proto` saved in `folder` as model.onnx with its weights in weights.bin beside it (the
+    form of a model past protobuf's 2 GB); the path of model.onnx."""
+    import onnx
+
+    path = folder / "model.onnx"
+    onnx.save_model(
+        proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+        location="weights.bin",
+    )  # fmt: skip
+    return str(path)
 
 
 def float32_feed(array: np.ndarray) -> np.ndarray:
