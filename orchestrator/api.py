@@ -241,7 +241,10 @@ def run(
         aside = RunDir.move_aside(out_dir)
         if aside is not None:
             emit("warning", message=f"started over: the earlier run in {out_dir} is now {aside}")
-    fresh = not out_dir.exists()  # describe made sure it can be reached
+    if given.invocation.claim:  # runs/<model>-<time>: made now, another run cannot take it
+        out_dir, fresh = prepare.claim(out_dir), True
+    else:
+        fresh = not out_dir.exists()  # describe made sure it can be reached
     prints = fingerprint(given.model, given.target)
     with (
         RunDir.open(out_dir, fingerprint=prints, simulated=given.target.simulated) as run_dir,

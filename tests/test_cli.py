@@ -380,6 +380,37 @@ def test_fresh_starts_over_and_keeps_the_earlier_run_aside(models, fast_config):
     assert "resuming" not in fresh.stdout and f"now {aside}" in fresh.stderr
 
 
+def test_runs_started_in_the_same_second_without_out_get_a_directory_each(
+    models, fast_config, monkeypatch
+):
+    """The default runs/<model>-<time> was chosen when the run was described and made when it
+    opened, seconds later: a second run started in the same second (another seed, in
+    parallel) took the first's directory, "in use by another orchestrate process" (exit 2),
+    or resumed it once it had finished."""
+    from tune_orchestrator.run import prepare
+
+    monkeypatch.chdir(models)
+    describe = prepare.describe
+    taken = []
+
+    def described_then_overtaken(*args, **kwargs):
+        given = describe(*args, **kwargs)
+        given.invocation.out.mkdir(parents=True)  # the other run makes it meanwhile
+        (given.invocation.out / "journal.jsonl").write_text("")
+        taken.append(given.invocation.out)
+        return given
+
+    monkeypatch.setattr(prepare, "describe", described_then_overtaken)
+    args = ["--build-only", "--config", str(fast_config), "tiny.onnx"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (other,) = taken
+    assert (
+        f"run directory: {other}-2" in result.stdout and (models / f"{other}-2/model.so").exists()
+    )
+    assert [p.name for p in (models / other).iterdir()] == ["journal.jsonl"]  # not touched
+
+
 def test_fresh_refuses_a_run_still_working_and_moves_nothing(models, fast_config):
     out = models / "run"
     with RunDir.open(out, fingerprint={"model_name": "tiny"}):  # another process's live run

@@ -41,14 +41,16 @@ class Cost:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Invocation:
     """How this invocation runs: its run directory (`fresh`: an earlier run there is moved
-    aside first), whether it only compiles, the command line (None: the Python API), and the
-    MLflow logger (None: not asked for)."""
+    aside first; `claim`: none was given, and the default one is made by `claim`), whether it
+    only compiles, the command line (None: the Python API), and the MLflow logger (None: not
+    asked for)."""
 
     out: Path
     fresh: bool
     build_only: bool
     command: Sequence[str] | None
     logger: Any
+    claim: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,6 +111,7 @@ def describe(
     cost = _cost(budget_obj, resolved, fleet, options.price)
     invocation = Invocation(
         out=Path(out) if out is not None else default_out(onnx_model.name),
+        claim=out is None,
         fresh=options.fresh,
         build_only=options.build_only,
         command=command,
@@ -270,13 +273,23 @@ def _check_default_root(root: Path) -> None:
 
 
 def default_out(model_name: str) -> Path:
-    """runs/<model>-<timestamp>, made unique if that folder exists already."""
-    base = Path(DEFAULT_ROOT) / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    """runs/<model>-<timestamp>: the run directory `claim` makes when none is given."""
+    return Path(DEFAULT_ROOT) / f"{model_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def claim(path: Path) -> Path:
+    """`path`, or `path`-2, -3, ... where that exists, made here and now: two runs started in
+    the same second (two seeds of one model, in parallel) each get a directory of their own.
+    Looking first and making it later, the second took the first's: "in use by another
+    orchestrate process", or, once the first had finished, a resume of it."""
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}-{n}")
 
 
 def shapes(given: Mapping[str, Sequence[int]] | Iterable[str] | None) -> dict[str, tuple[int, ...]]:
