@@ -50,6 +50,27 @@ def test_entries_glued_to_torn_bytes_are_recovered_and_real_damage_refused(tmp_p
             run.journal()
 
 
+def test_bytes_that_are_not_text_are_damage_like_any_other(tmp_path):
+    """A journal or config.json holding bytes that are not UTF-8 (garbled by a crash) raised
+    UnicodeDecodeError: exit 1 with a traceback, on resume and in `estimate`, which reads the
+    journals of every earlier run under runs/."""
+    from tune_orchestrator.forecast.earlier import earlier_runs
+
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session"})
+        with open(run[RunDir.JOURNAL], "ab") as fh:
+            fh.write(b'\xff\xfe{"v":1')  # a torn last line
+        assert [e["type"] for e in run.journal()] == ["session"]
+        with open(run[RunDir.JOURNAL], "ab") as fh:
+            fh.write(b'\n{"v":1,"type":"round"}\n')
+        with pytest.raises(InputError, match="journal.jsonl is corrupt at line 2"):
+            run.journal()
+        assert earlier_runs(tmp_path) == []  # passed over, as a run that cannot be read
+        run[RunDir.CONFIG].write_bytes(b"\xff\xfe\n")
+        with pytest.raises(InputError, match="config.json .*; the run directory is damaged"):
+            run.read_json(RunDir.CONFIG)
+
+
 @pytest.mark.parametrize(
     "line, refused",
     [

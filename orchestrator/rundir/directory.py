@@ -223,14 +223,14 @@ class RunDir:
         path = self.path / self.JOURNAL
         if not path.exists():
             return []
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = path.read_bytes().split(b"\n")  # bytes: a line a crash garbled may not be text
         entries = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or not UTF-8
                 if number == len(lines):  # the last line, without its newline: torn write
                     break
                 raise InputError(
@@ -268,7 +268,7 @@ class RunDir:
         path = self.path / name
         try:
             return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
             raise InputError(f"cannot read {path} ({exc}); the run directory is damaged") from None
 
     # -- internals -----------------------------------------------------------------------
