@@ -221,11 +221,38 @@ def run(
 ) -> Result:
     """`tune()`, with what the CLI adds: ORCHESTRATE_* variables from `env` (default:
     os.environ), the budget counted from `started` (a time.monotonic() reading: the process's
-    start) rather than from the call, and the `command` line the report says started it."""
-    # Spend counts from here: importing, checking and reading the model are part of it.
-    called = time.monotonic() if started is None else started
+    start) rather than from the call, and the `command` line the report says started it. One
+    run at a time in a process (run/alone.py): a call made while another runs waits for it,
+    and its spend counts from then."""
     if on_event is not None and not callable(on_event):
         raise TypeError(f"on_event must be a function of one event (a dict), not {on_event!r}")
+    from .events import Emitter
+    from .run.alone import alone
+
+    def waiting() -> None:
+        Emitter(on_event)(
+            "warning",
+            message="waiting for the run in another thread of this process to finish: TVM "
+            "runs one model at a time per process (tune in parallel with processes)",
+        )
+
+    with alone(waiting):
+        return _run(model, budget, target, out, options, on_event, env, started, command)
+
+
+def _run(
+    model: str | Path,
+    budget: Any,
+    target: str | None,
+    out: str | Path | None,
+    options: Options,
+    on_event: Callable[[Event], None] | None,
+    env: Mapping[str, str] | None,
+    started: float | None,
+    command: Sequence[str] | None,
+) -> Result:
+    # Spend counts from here: importing, checking and reading the model are part of it.
+    called = time.monotonic() if started is None else started
     from .events import Emitter
     from .model.importer import import_for_tuning
     from .run import prepare

@@ -105,33 +105,36 @@ def estimate(
     `started` (time.monotonic()) is when the command started, to forecast a run's import
     phase; the call, if not given. `budgets` are budget strings to forecast a run under.
     """
-    started = time.monotonic() if started is None else started
-    parsed = [parse_budget(b) if isinstance(b, str) else b for b in budgets]
-    inputs = _read_inputs(
-        model,
-        target=target,
-        input_shapes=input_shapes,
-        config=config,
-        price=price,
-        budgets=parsed,
-        started=started,
-    )
-    if on_event:
-        on_event({"event": "tasks", "tasks": [t.describe() for t in inputs.tasks]})
-    untuned = _fixed_phases(inputs)
-    runs_path = Path(runs_dir)
-    journals = earlier_runs(runs_path)
-    prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
-    rounds = _rounds(inputs, untuned.fixed, seen_cost, seen_split, len(journals))
-    shares = _task_shares(inputs, untuned.tasks)
-    forecast = _gain_forecast(inputs, shares, prior, rounds.costs)
-    reach = Attainable.from_runs(journals, prior, inputs.resolved.device_type, runs_path)
-    minimum_s = _minimum_s(inputs, untuned.guess)
-    runs = [
-        _forecast_run(b, inputs, untuned, rounds, shares, prior, reach.share, minimum_s)
-        for b in parsed
-    ]
-    return _result(inputs, untuned, rounds, shares, prior, reach, forecast, runs)
+    from ..run.alone import alone
+
+    with alone():  # one run at a time in a process (TVM's importer is not thread-safe)
+        started = time.monotonic() if started is None else started
+        parsed = [parse_budget(b) if isinstance(b, str) else b for b in budgets]
+        inputs = _read_inputs(
+            model,
+            target=target,
+            input_shapes=input_shapes,
+            config=config,
+            price=price,
+            budgets=parsed,
+            started=started,
+        )
+        if on_event:
+            on_event({"event": "tasks", "tasks": [t.describe() for t in inputs.tasks]})
+        untuned = _fixed_phases(inputs)
+        runs_path = Path(runs_dir)
+        journals = earlier_runs(runs_path)
+        prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
+        rounds = _rounds(inputs, untuned.fixed, seen_cost, seen_split, len(journals))
+        shares = _task_shares(inputs, untuned.tasks)
+        forecast = _gain_forecast(inputs, shares, prior, rounds.costs)
+        reach = Attainable.from_runs(journals, prior, inputs.resolved.device_type, runs_path)
+        minimum_s = _minimum_s(inputs, untuned.guess)
+        runs = [
+            _forecast_run(b, inputs, untuned, rounds, shares, prior, reach.share, minimum_s)
+            for b in parsed
+        ]
+        return _result(inputs, untuned, rounds, shares, prior, reach, forecast, runs)
 
 
 def _read_inputs(
