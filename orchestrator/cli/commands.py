@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -349,21 +351,45 @@ def tune_command(
 
     printer = None if json_events else Printer(quiet=quiet)
     context = click.get_current_context().obj or {}
-    result = run(
-        model,
-        budget,
-        target=target,
-        out=out,
-        options=_options(**given),
-        on_event=onto_stdout(JsonLines(sys.stdout) if json_events else printer),
-        started=context.get("started"),
-        command=context.get("command"),
-    )
+    sink = onto_stdout(JsonLines(sys.stdout) if json_events else printer)
+    with _error_event(sink if json_events else None):
+        result = run(
+            model,
+            budget,
+            target=target,
+            out=out,
+            options=_options(**given),
+            on_event=sink,
+            started=context.get("started"),
+            command=context.get("command"),
+        )
     if printer is not None:
         printer.summary(result)
     code = result.exit_code
     _explain_exit(code, result)
     return code
+
+
+@contextlib.contextmanager
+def _error_event(sink: Any) -> Iterator[None]:
+    """With --json, a run that ends in an error ends its event stream with an `error` event:
+    the line stderr gets and the exit code (2 bad input, where it is the only event; 1 an
+    internal error). A refused budget has its own `refused` event; an interrupt, none."""
+    from ..events import Emitter
+
+    try:
+        yield
+    except InputError as exc:
+        if sink is not None:
+            Emitter(sink)("error", reason=str(exc), exit_code=exits.INPUT)
+        raise
+    except BudgetTooSmall:
+        raise
+    except Exception as exc:
+        if sink is not None:
+            why = disk_full(exc) or f"internal error: {type(exc).__name__}: {exc}"
+            Emitter(sink)("error", reason=why, exit_code=exits.INTERNAL)
+        raise
 
 
 def _options(
