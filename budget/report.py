@@ -189,11 +189,17 @@ def make_report(
     }
 
 
+def reverted_tasks(build: Mapping[str, Any] | None) -> frozenset[str]:
+    """The tasks of a build that run their default schedules because their tuned CUDA kernels
+    did not compile (its kernel check's `reverted`)."""
+    return frozenset(((build or {}).get("kernels") or {}).get("reverted", ()))
+
+
 def _summary(outcome: Outcome, tasks: Sequence[Mapping[str, Any]], spend: Spend) -> dict[str, Any]:
     """The report's headline figures: latencies, the verdict, what shipped, coverage, spend,
     why it stopped."""
     shares = [t.get("share") for t in tasks]
-    reverted = ((outcome.tuned or {}).get("kernels") or {}).get("reverted", ())
+    reverted = reverted_tasks(outcome.tuned)
     untouched = (
         None
         if any(x is None for x in shares)

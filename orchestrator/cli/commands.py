@@ -113,7 +113,7 @@ class DefaultGroup(click.Group):
         except Exception as exc:  # a bug or a broken environment
             full = disk_full(exc)
             if full is None:
-                click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+                click.echo(internal_error(exc), err=True)
                 click.echo(traceback.format_exc(), err=True, nl=False)
             else:  # the environment, in one line: no traceback to read
                 click.echo(f"error: {full}", err=True)
@@ -131,6 +131,11 @@ def aborted(exc: BaseException) -> str:
     if isinstance(cause, Aborted):
         return "aborted; resume the run with the same --out"
     return "aborted"
+
+
+def internal_error(exc: BaseException) -> str:
+    """An unexpected exception (a bug) in one line; its traceback follows on stderr."""
+    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def disk_full(exc: BaseException) -> str | None:
@@ -387,7 +392,7 @@ def _error_event(sink: Any) -> Iterator[None]:
         raise
     except Exception as exc:
         if sink is not None:
-            why = disk_full(exc) or f"internal error: {type(exc).__name__}: {exc}"
+            why = disk_full(exc) or internal_error(exc)
             Emitter(sink)("error", reason=why, exit_code=exits.INTERNAL)
         raise
 

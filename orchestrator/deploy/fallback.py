@@ -17,7 +17,7 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
-from ..model.tasks import Task, structural_key
+from ..model.tasks import Task, task_key
 
 _KERNEL_OF = re.compile(r"_kernel(_\d+)?$")  # TVM names a function's kernels <function>_kernel
 
@@ -36,10 +36,10 @@ class WithoutTasks(PyDatabase):
     def __init__(self, database: Any, tasks: Sequence[Task]) -> None:
         super().__init__()
         self.database = database
-        self.hidden = {structural_key(t.workload) for t in tasks}
+        self.hidden = {t.key for t in tasks}
 
     def _hides(self, mod: Any) -> bool:
-        return structural_key(mod) in self.hidden
+        return task_key(mod) in self.hidden
 
     def has_workload(self, mod: Any) -> bool:
         return not self._hides(mod) and self.database.has_workload(mod)

@@ -19,6 +19,7 @@ from tune_orchestrator.budget.report import (
     RunFacts,
     TaskWork,
     make_report,
+    reverted_tasks,
     task_row,
 )
 from tune_orchestrator.budget.units import fmt_duration
@@ -630,8 +631,7 @@ class Session:
             search=self.search,
             library=self.library.report(),
         )
-        # Tasks whose tuned CUDA kernels did not compile run their default schedules.
-        reverted = frozenset(((shipment.tuned or {}).get("kernels") or {}).get("reverted", ()))
+        reverted = reverted_tasks(shipment.tuned)
         return make_report(
             self._facts(restored, started, reverted),
             outcome,
