@@ -277,9 +277,9 @@ def space_generator(
     precheck = (
         GpuPrecheck(counts_with.rejected, counts_with._lock) if counts_with else GpuPrecheck()
     )
-    postprocs = with_precheck(
-        [p.clone() for p in defaults.postprocs], precheck, lanes=_holds_bfloat16(workload)
-    )
+    postprocs = [p.clone() for p in defaults.postprocs]
+    gpu = any(type(p).__name__ == VERIFY for p in postprocs)  # else nothing is lowered to check
+    postprocs = with_precheck(postprocs, precheck, lanes=gpu and _holds_bfloat16(workload))
     if len(postprocs) == len(defaults.postprocs):
         return "post-order-apply", None
     if not verify:
