@@ -283,3 +283,36 @@ def top_k(path: Path) -> Path:
         helper.make_tensor_value_info("indices", TensorProto.INT64, [1, 5]),
     ]
     return _save(_model(nodes, inputs, outputs, [w, k]), path)
+
+
+def shape_arithmetic(path: Path, *, exporter: str = "dynamo") -> Path:
+    """x[N,6] -> an op whose operand is computed from x's shape, as torch's exporters write
+    it. "dynamo": Shape(start=0, end=1) -> Squeeze -> Mul(3) -> Reshape([1]) -> Concat([2])
+    -> Reshape(x), y[3N/2, 2]. "torchscript": Shape -> Gather(1) -> Cast -> Sqrt -> Div(x),
+    y[N,6] (x / sqrt(6))."""
+    const = {"three": 3, "one": [1], "two": [2], "axis1": 1}
+    const = {
+        name: numpy_helper.from_array(np.array(v, np.int64), name) for name, v in const.items()
+    }
+    if exporter == "dynamo":
+        nodes = [
+            helper.make_node("Shape", ["x"], ["n1"], start=0, end=1),
+            helper.make_node("Squeeze", ["n1"], ["n"]),
+            helper.make_node("Mul", ["n", "three"], ["n3"]),
+            helper.make_node("Reshape", ["n3", "one"], ["n3_1"]),
+            helper.make_node("Concat", ["n3_1", "two"], ["to"], axis=0),
+            helper.make_node("Reshape", ["x", "to"], ["y"]),
+        ]
+        inits, out = [const["three"], const["one"], const["two"]], ["M", 2]
+    else:
+        nodes = [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "axis1"], ["c"], axis=0),
+            helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+            helper.make_node("Sqrt", ["cf"], ["root"]),
+            helper.make_node("Div", ["x", "root"], ["y"]),
+        ]
+        inits, out = [const["axis1"]], ["N", 6]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out)
+    return _save(_model(nodes, [x], [y], inits, opsets=(("", 18),)), path)

@@ -194,3 +194,32 @@ def test_relax_import_computes_what_onnxruntime_computes(tiny_model, llvm):
 )
 def test_model_names_become_safe_path_components(text, expected):
     assert safe_name(text) == expected
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_what_a_graph_computes_from_its_input_shapes_imports_as_constants(tmp_path, llvm, exporter):
+    # TVM's importer refused both ("Reshape requires the input data to be Tensor"; a unary
+    # operator on a scalar): torch's exporters write models with dynamic axes so.
+    path = onnx_models.shape_arithmetic(tmp_path / f"{exporter}.onnx", exporter=exporter)
+    model = load_model(path, {"x": (4, 6)})
+    assert "Shape" not in {node.op_type for node in model.tvm_proto.graph.node}
+    assert "Shape" in {node.op_type for node in model.proto.graph.node}  # the user's, as it was
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype("float32")
+    expected = x.reshape(12, 2) if exporter == "dynamo" else x / np.sqrt(6)
+    for proto in (model.proto, model.tvm_proto):
+        session = ort.InferenceSession(
+            proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-6)
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-6)
+
+
+def test_a_graph_without_shape_arithmetic_is_imported_as_it_is(tmp_path):
+    model = load_model(onnx_models.data_dependent(tmp_path / "nz.onnx"))
+    assert model.tvm_proto is model.proto

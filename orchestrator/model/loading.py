@@ -15,7 +15,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import names
+from . import folding, names
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _DTYPES = (
@@ -44,7 +44,8 @@ class OnnxModel:
     """A checked ONNX model with fully known input shapes.
 
     `proto`, `inputs` and `outputs` carry the user's names; TVM imports `tvm_proto`, the same
-    graph with every name a C identifier (`tvm_names` maps the tensor names that changed).
+    graph with every name a C identifier (`tvm_names` maps the tensor names that changed) and
+    what it computes from the inputs' shapes folded into constants (folding.py).
     """
 
     path: Path
@@ -138,6 +139,8 @@ def load_model(
     _check_operators(path, proto.graph)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = names.for_tvm(proto)
+    shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
+    tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),
