@@ -296,8 +296,11 @@ class Predictor:
         if booster is None:
             return
         tmp = path.with_name(f".{path.name}.{os.getpid()}.json")
-        booster.save_model(str(tmp))
-        install(tmp, path, point="predictor")
+        try:
+            booster.save_model(str(tmp))
+            install(tmp, path, point="predictor")
+        finally:  # a full disk leaves no partial file behind
+            tmp.unlink(missing_ok=True)
 
     def load(self, path: Path, *, width: int | None = None) -> None:
         """Load a saved predictor; ValueError (xgboost's XGBoostError is one) where `path` is

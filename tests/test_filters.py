@@ -8,6 +8,7 @@ import json
 import math
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -535,6 +536,26 @@ def test_predictor_survives_a_json_round_trip_with_identical_predictions(tmp_pat
     assert second.objective == objective
     np.testing.assert_array_equal(first.predict(x), second.predict(x))
     assert spearmanr(first.predict(x[:100]), latency[:100]).correlation > 0.8  # lower: faster
+
+
+def test_a_predictor_that_cannot_be_saved_leaves_the_old_file_and_no_partial_one(tmp_path):
+    import errno
+
+    x = np.random.default_rng(2).normal(size=(40, 1, 4)).astype(np.float32)
+    model = Predictor(min_samples=10)
+    model.add("w", x, np.exp(x[:, 0, 0]) * 1e-4)
+    model.fit()
+    (tmp_path / "predictor.json").write_text("{}")
+
+    def full_disk(name):
+        Path(name).write_bytes(b'{"learner": ')
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    model.booster.save_model = full_disk
+    with pytest.raises(OSError, match="No space"):
+        model.save(tmp_path / "predictor.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["predictor.json"]
+    assert (tmp_path / "predictor.json").read_text() == "{}"
 
 
 @pytest.mark.parametrize("objective", ["packsum", "rank"])
