@@ -1,3 +1,4 @@
+import re
 import tomllib
 
 import pytest
@@ -115,6 +116,25 @@ def test_config_command_prints_toml_that_loads_back(tmp_path):
     printed = tomllib.loads(result.stdout)
     assert printed == Settings.load(path).to_dict()
     assert printed["tune"]["budget"] == "2h"
+
+
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        (
+            "ORCHESTRATE_TUNE_BUDGET",
+            "garbage",
+            r"ORCHESTRATE_TUNE_BUDGET: \[tune\] budget 'garbage'",
+        ),
+        ("ORCHESTRATE_TUNE_FILTER", "xgbb", r"\[tune\] filter: unknown filter 'xgbb'"),
+    ],
+)
+def test_config_command_refuses_what_tune_would_refuse(monkeypatch, variable, value, message):
+    """It printed a budget or filter that every tune then refused, and exit 0."""
+    monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(main, ["config"])
+    assert result.exit_code == 2
+    assert re.search(message, result.stderr), result.stderr
 
 
 def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path):

@@ -532,9 +532,11 @@ def config_command(config_file: Path | None) -> int:
     """Print the resolved configuration as TOML, each value with where it came from: the
     packaged defaults, a --config file, an ORCHESTRATE_* variable."""
     from ..config import Settings
+    from ..run.prepare import checked_budget
 
     settings = Settings.load(config_file, env=os.environ)
     sources = Settings.sources(config_file, env=os.environ)
+    checked_budget(settings, sources)  # what tune would refuse of the budget and filter
     for section, values in settings.to_dict().items():
         click.echo(f"[{section}]")
         rows = [

@@ -92,7 +92,7 @@ def describe(
     check_out(out)
     settings = _settings(budget, target, options, env)
     sources = _sources(budget, target, options, env)
-    budget_obj = _budget(settings, sources)
+    budget_obj = checked_budget(settings, sources)
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
@@ -363,7 +363,7 @@ def _named_by(source: str, key: str) -> Iterator[None]:
         raise InputError(f"{source}: [tune] {key}: {exc}") from None
 
 
-def _budget(settings: Any, sources: Mapping[str, str]) -> Any:
+def checked_budget(settings: Any, sources: Mapping[str, str]) -> Any:
     """The budget and the filter, checked; a bad one is named by where it came from (a config
     file or an ORCHESTRATE_* variable the user may not think of) unless the caller gave it."""
     from tune_orchestrator.budget import BudgetError, parse_budget
