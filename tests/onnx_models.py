@@ -316,3 +316,17 @@ def shape_arithmetic(path: Path, *, exporter: str = "dynamo") -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out)
     return _save(_model(nodes, [x], [y], inits, opsets=(("", 18),)), path)
+
+
+def cumsum(path: Path) -> Path:
+    """x[4,16] -> MatMul(w[16,16]) -> CumSum(axis 1): on CUDA TVM dispatches the CumSum to a
+    scan kernel of its own, scheduled for any size."""
+    w = numpy_helper.from_array(np.eye(16, dtype=np.float32), "w")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("CumSum", ["mm", "axis"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
+    return _save(_model(nodes, [x], [y], [w, axis]), path)

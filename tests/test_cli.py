@@ -197,6 +197,7 @@ def test_a_model_with_nothing_to_tune_is_compiled_and_checked_on_a_small_budget(
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 0, result.output
     assert "stopped because     the model has no operators to tune" in result.stdout
+    assert "0 tasks: nothing to tune\n" in result.stdout  # not "0 tasks: " and nothing
     summary = json.loads((out / "report.json").read_text())["summary"]
     assert summary["stop"] == "nothing-to-tune" and summary["shipped_checked"] is True
     estimate = CliRunner().invoke(main, ["estimate", "--target", "llvm", str(model)])

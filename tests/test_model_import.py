@@ -223,3 +223,16 @@ def test_what_a_graph_computes_from_its_input_shapes_imports_as_constants(tmp_pa
 def test_a_graph_without_shape_arithmetic_is_imported_as_it_is(tmp_path):
     model = load_model(onnx_models.data_dependent(tmp_path / "nz.onnx"))
     assert model.tvm_proto is model.proto
+
+
+def test_a_kernel_tvm_schedules_for_any_size_is_no_task_and_values_still_refuse(tmp_path):
+    # CumSum on CUDA was refused as if its shapes came from the input's values (exit 2).
+    import tvm
+
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    model = load_model(onnx_models.cumsum(tmp_path / "cumsum.onnx"))
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(model), target), target)
+    assert [task.name for task in tasks] == ["matmul"]
+    nonzero = load_model(onnx_models.data_dependent(tmp_path / "nz.onnx"))
+    with pytest.raises(InputError, match="shapes computed from the input's values"):
+        extract_tasks(fuse_for_tuning(import_to_relax(nonzero), target), target)

@@ -93,7 +93,7 @@ class Printer:
             f"{t['name']} (x{t['weight']}, {fmt_flops(t['flops'])})" for t in tasks[:6]
         )
         more = f", and {len(tasks) - 6} more" if len(tasks) > 6 else ""
-        self._say(f"{len(tasks)} tasks: {listed}{more}")
+        self._say(f"{len(tasks)} tasks: {listed}{more}" if tasks else "0 tasks: nothing to tune")
 
     def _on_untuned_tasks(self, e: dict[str, Any]) -> None:
         failed = [t["task"] for t in e["tasks"] if t["latency_s"] is None]

@@ -105,14 +105,25 @@ def _static(workload: Any) -> bool:
     return True
 
 
+def _prescheduled(workload: Any) -> bool:
+    """Whether TVM dispatched the PrimFunc to a kernel of its own, scheduled already (a scan
+    on CUDA: written for any size, so its shapes are variables)."""
+    return bool(workload["main"].attrs.get("tirx.is_scheduled", False))
+
+
 def extract_tasks(fused_mod: Any, target: Any) -> list[Task]:
     """One Task per distinct PrimFunc of the fused module, heaviest (weight x FLOPs) first;
     InputError where one has shapes that depend on the input's values (MetaSchedule measures
-    only static shapes, and every input's shape is fixed by then)."""
+    only static shapes, and every input's shape is fixed by then). A kernel TVM dispatched
+    for any size (cumsum on CUDA) is no task: it is compiled as TVM scheduled it."""
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
-    extracted = ms.relax_integration.extract_tasks(fused_mod, target)
+    extracted = [
+        item
+        for item in ms.relax_integration.extract_tasks(fused_mod, target)
+        if _static(item.dispatched[0]) or not _prescheduled(item.dispatched[0])
+    ]
     dynamic = [item.task_name for item in extracted if not _static(item.dispatched[0])]
     if dynamic:
         raise InputError(
