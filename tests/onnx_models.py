@@ -330,3 +330,16 @@ def cumsum(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
     return _save(_model(nodes, [x], [y], [w, axis]), path)
+
+
+def outer_sum(path: Path) -> Path:
+    """x[2,16] -> Einsum("bi,bj->bij") -> ReduceSum(axis -1): one fused task, a reduction of
+    an outer product, on which TVM 0.27's dlight Reduction rule asserts (on CUDA)."""
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    nodes = [
+        helper.make_node("Einsum", ["x", "x"], ["outer"], equation="bi,bj->bij"),
+        helper.make_node("ReduceSum", ["outer", "axes"], ["y"], keepdims=0),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])
+    return _save(_model(nodes, [x], [y], [axes]), path)

@@ -180,3 +180,19 @@ def test_kernels_that_do_not_compile_are_our_bug_exit_1_and_no_library(odd, tmp_
     )
     assert not (out / "model.so").exists() and not (out / "logs" / "tuned.so").exists()
     assert "gpu_0/data_0_ptr" in (out / "logs" / "kernels.cu").read_text()
+
+
+def test_a_dlight_rule_that_raises_leaves_the_kernel_to_the_next_rule(tmp_path):
+    # Reduction's assertion on a summed outer product failed the whole CUDA compile (exit 1).
+    from tune_orchestrator.model.defaults import default_schedule
+    from tune_orchestrator.model.importer import fuse_for_tuning
+    from tune_orchestrator.model.tasks import extract_tasks
+
+    model = load_model(onnx_models.outer_sum(tmp_path / "outer.onnx"))
+    resolved = resolve_target(H100, build_only=True)
+    relax_mod = import_to_relax(model)
+    (task,) = extract_tasks(fuse_for_tuning(relax_mod, resolved.target), resolved.target)
+    assert default_schedule(task, resolved).mod is not None
+    executable = deploy.compile_model(relax_mod, resolved.target, ms.database.MemoryDatabase())
+    (source,) = cuda_sources(executable)
+    assert "__global__" in source

@@ -52,6 +52,33 @@ def default_rules() -> list[Any]:
     ]
 
 
+def first_rule_schedule(func: Any, target: Any, rules: Sequence[Any], tunable: bool) -> Any:
+    """What the first of `rules` that schedules `func` gives, as dlight takes it, or None.
+
+    A rule that raises counts as not applying: TVM 0.27's Reduction asserts on a reduction it
+    half recognises (an outer product summed, `einsum("bi,bj->bij")` then `sum(-1)`), which
+    failed the whole compile on CUDA where GeneralReduction or Fallback, next in line, would
+    have scheduled it."""
+    from tvm import s_tir
+
+    for rule in rules:
+        try:
+            space = rule.apply(func, target, tunable)
+        except Exception:  # as not applying: the rules after it are the fallback
+            continue
+        if space is not None:
+            return [space] if isinstance(space, s_tir.Schedule) else space
+    return None
+
+
+def tolerate_failing_rules() -> None:
+    """Have dlight, wherever TVM schedules a function with it (compile_relax's functions
+    without a record), pass over a rule that raises, as first_rule_schedule does."""
+    from tvm.s_tir.dlight.base import transform
+
+    transform._apply_rules = first_rule_schedule
+
+
 def default_schedule(task: Task, target: ResolvedTarget) -> DefaultSchedule:
     """The task's default schedule (never changing `task.workload`, which the database keys on).
 
@@ -69,11 +96,8 @@ def default_schedule(task: Task, target: ResolvedTarget) -> DefaultSchedule:
     sch = None
     if target.device_type == "cuda":
         with target.target:
-            for rule in default_rules():
-                space = rule.apply(func, target.target, False)
-                if space is not None:
-                    sch = space[0] if isinstance(space, list) else space
-                    break
+            space = first_rule_schedule(func, target.target, default_rules(), False)
+        sch = space[0] if space else None
     replayed = s_tir.Schedule(task.workload)
     try:
         if sch is None:
