@@ -343,3 +343,48 @@ def outer_sum(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])
     return _save(_model(nodes, [x], [y], [axes]), path)
+
+
+def recurrent(
+    path: Path,
+    op: str = "LSTM",
+    *,
+    direction: str = "forward",
+    layout: int = 0,
+    bias: bool = True,
+    initial: bool = False,
+    reset_after: int = 0,
+    **attrs,
+) -> Path:
+    """x[S=5, B=2, I=3] (layout 1: [B, S, I]) -> one LSTM or GRU of hidden size 4 -> its
+    outputs Y, Y_h (and Y_c), with random weights (seed 0); `initial`: initial states as
+    model inputs."""
+    rng = np.random.default_rng(0)
+    dirs, gates, hidden = 2 if direction == "bidirectional" else 1, 4 if op == "LSTM" else 3, 4
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (("w", (dirs, gates * hidden, 3)), ("r", (dirs, gates * hidden, 4)))
+    ]
+    if bias:
+        b = rng.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32)
+        inits.append(numpy_helper.from_array(b, "b"))
+    steps, batch = 5, 2
+    state = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    states = ["h0", "c0"][: 2 if op == "LSTM" else 1] if initial else []
+    inputs = ["x", "w", "r", "b" if bias else "", "", *(states or [])]
+    outputs = ["y", "y_h", "y_c"][: 3 if op == "LSTM" else 2]
+    if op == "GRU":
+        attrs["linear_before_reset"] = reset_after
+    node = helper.make_node(
+        op, inputs, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs
+    )
+    shape = [batch, steps, 3] if layout else [steps, batch, 3]
+    x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    x += [helper.make_tensor_value_info(s, TensorProto.FLOAT, state) for s in states]
+    ys = [batch, steps, dirs, hidden] if layout else [steps, dirs, batch, hidden]
+    shapes = [ys, state, state]
+    y = [
+        helper.make_tensor_value_info(o, TensorProto.FLOAT, s)
+        for o, s in zip(outputs, shapes, strict=False)
+    ]
+    return _save(_model([node], x, y, inits, opsets=(("", 14),)), path)

@@ -236,3 +236,61 @@ def test_a_kernel_tvm_schedules_for_any_size_is_no_task_and_values_still_refuse(
     nonzero = load_model(onnx_models.data_dependent(tmp_path / "nz.onnx"))
     with pytest.raises(InputError, match="shapes computed from the input's values"):
         extract_tasks(fuse_for_tuning(import_to_relax(nonzero), target), target)
+
+
+RECURRENT = [
+    ("LSTM", {}),
+    ("LSTM", {"direction": "bidirectional", "initial": True}),
+    ("LSTM", {"direction": "reverse", "bias": False}),
+    ("GRU", {"reset_after": 1, "initial": True}),
+    ("GRU", {"direction": "bidirectional"}),
+    ("GRU", {"direction": "reverse", "bias": False, "reset_after": 0}),
+]
+
+
+@pytest.mark.parametrize("op, variant", RECURRENT)
+def test_lstm_and_gru_are_unrolled_into_what_tvm_imports(tmp_path, op, variant):
+    # TVM's importer has neither: nn.LSTM and nn.GRU exported by torch were refused (exit 2).
+    import onnxruntime as ort
+
+    model = load_model(onnx_models.recurrent(tmp_path / "rnn.onnx", op, **variant))
+    assert op not in {node.op_type for node in model.tvm_proto.graph.node}
+    rng = np.random.default_rng(1)
+    feed = {i.name: rng.standard_normal(i.shape).astype("float32") for i in model.inputs}
+    expected, got = (
+        ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            list(model.outputs), feed
+        )
+        for proto in (model.proto, model.tvm_proto)
+    )
+    for want, have in zip(expected, got, strict=True):
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unrolled_gru_compiles_and_computes_what_onnxruntime_does(tmp_path, llvm):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    path = onnx_models.recurrent(tmp_path / "gru.onnx", "GRU", direction="bidirectional")
+    model = load_model(path)
+    x = np.random.default_rng(2).standard_normal((5, 2, 3)).astype("float32")
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for want, have in zip(session.run(None, {"x": x}), ours, strict=True):
+        np.testing.assert_allclose(have.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "attrs, reason",
+    [
+        ({"clip": 1.0}, "clip"),
+        ({"activations": ["Relu", "Tanh", "Tanh"]}, "activations"),
+        ({"layout": 1}, "layout 1"),
+    ],
+)
+def test_a_recurrence_that_cannot_be_unrolled_is_named_with_the_reason(tmp_path, attrs, reason):
+    path = onnx_models.recurrent(tmp_path / "odd.onnx", "LSTM", **attrs)
+    with pytest.raises(InputError, match=rf"does not support: LSTM with {reason}"):
+        load_model(path)

@@ -1,2 +1,2 @@
-"""The model: ONNX import to Relax, names, shape arithmetic folded, targets, tasks and their
-default schedules."""
+"""The model: ONNX import to Relax, names, shape arithmetic folded, LSTM and GRU unrolled,
+targets, tasks and their default schedules."""

@@ -30,7 +30,7 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
     `copy=False` a fold changes `proto` in place."""
     if not any(node.op_type in ("Shape", "Size") for node in proto.graph.node):
         return proto
-    static = _static_shapes(proto, shapes)
+    static = static_shapes(proto, shapes)
     folded, values = _fold(proto, static)
     if not folded:
         return proto
@@ -43,7 +43,7 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
     return proto
 
 
-def _static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
+def static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
     """{tensor name: its fully known shape} by onnx's shape inference on a copy of the graph
     with the inputs' shapes fixed; its large weights travel as inputs, without their data."""
     import onnx

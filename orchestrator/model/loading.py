@@ -15,7 +15,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import folding, names
+from . import folding, names, recurrent
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _DTYPES = (
@@ -141,6 +141,9 @@ def load_model(
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
+    if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
+        known = folding.static_shapes(tvm_proto, shapes)
+        tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),
@@ -263,10 +266,16 @@ def _check_operators(path: Path, graph: Any) -> None:
             f"{', '.join(custom)}; export the model with standard ONNX operators only"
         )
     known = set(_get_convert_map()) | {"If", "Constant"}
+    weights = {t.name: t for t in graph.initializer}
+    unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
     missing: dict[str, str] = {}
     for node in nodes:
-        if node.op_type not in known:
-            missing.setdefault(node.op_type, node.name or "unnamed")
+        if node.op_type in known:
+            continue
+        why = recurrent.refusal(node, weights) if tuple(node.output) in unrolled else ""
+        if why is not None:  # None: unrolled for TVM (recurrent.py)
+            op = f"{node.op_type} with {why}" if why else node.op_type
+            missing.setdefault(op, node.name or "unnamed")
     if missing:
         listed = ", ".join(f"{op} (node {name!r})" for op, name in sorted(missing.items()))
         raise InputError(
