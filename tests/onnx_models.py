@@ -354,9 +354,10 @@ def recurrent(
     bias: bool = True,
     initial: bool = False,
     reset_after: int = 0,
+    steps: int = 5,
     **attrs,
 ) -> Path:
-    """x[S=5, B=2, I=3] (layout 1: [B, S, I]) -> one LSTM or GRU of hidden size 4 -> its
+    """x[S=steps, B=2, I=3] (layout 1: [B, S, I]) -> one LSTM or GRU of hidden size 4 -> its
     outputs Y, Y_h (and Y_c), with random weights (seed 0); `initial`: initial states as
     model inputs."""
     rng = np.random.default_rng(0)
@@ -368,7 +369,7 @@ def recurrent(
     if bias:
         b = rng.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32)
         inits.append(numpy_helper.from_array(b, "b"))
-    steps, batch = 5, 2
+    batch = 2
     state = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
     states = ["h0", "c0"][: 2 if op == "LSTM" else 1] if initial else []
     inputs = ["x", "w", "r", "b" if bias else "", "", *(states or [])]

@@ -282,6 +282,17 @@ def test_an_unrolled_gru_compiles_and_computes_what_onnxruntime_does(tmp_path, l
         np.testing.assert_allclose(have.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_an_unrolled_recurrence_has_as_many_tasks_whatever_its_length(tmp_path, llvm):
+    # One kernel per step (a Slice per row) or a minute of FoldConstant for 16 steps (a Gather
+    # per row) made long sequences untunable.
+    counts = []
+    for steps in (3, 12):
+        path = onnx_models.recurrent(tmp_path / f"lstm{steps}.onnx", "LSTM", steps=steps)
+        mod = fuse_for_tuning(import_to_relax(load_model(path)), llvm.target)
+        counts.append(len(extract_tasks(mod, llvm.target)))
+    assert counts[0] == counts[1]
+
+
 @pytest.mark.parametrize(
     "attrs, reason",
     [

@@ -71,7 +71,8 @@ def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any
                 "known; give every input's shape with --input-shape"
             )
         arrays = {n: numpy_helper.to_array(weights[n]) for n in node.input[1:4] if n}
-        step = _Emitter(f"rnn{number}_", taken)
+        opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        step = _Emitter(f"rnn{number}_", taken, opset)
         _unrolled(step, node, arrays, shapes[node.input[0]])
         nodes.extend(step.nodes)
         graph.initializer.extend(step.constants)
@@ -83,8 +84,8 @@ def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any
 class _Emitter:
     """Nodes and constants of one unrolled recurrence, under names no other tensor has."""
 
-    def __init__(self, prefix: str, taken: set[str]) -> None:
-        self.prefix, self.taken = prefix, taken
+    def __init__(self, prefix: str, taken: set[str], opset: int) -> None:
+        self.prefix, self.taken, self.opset = prefix, taken, opset
         self.nodes: list[Any] = []
         self.constants: list[Any] = []
 
@@ -101,6 +102,21 @@ class _Emitter:
         out = out or self._name()
         self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
         return out
+
+    def rows(self, name: str, count: int) -> list[str]:
+        """`name` split into its `count` rows along the first axis, each kept [1, ...]. One
+        Split: TVM imports a Gather of one index with shape arithmetic that FoldConstant
+        compiles a kernel for each time (a minute for an LSTM of 16 steps), and a Slice per row
+        makes a kernel per row."""
+        from onnx import helper
+
+        outs = [self._name() for _ in range(count)]
+        if self.opset < 13:  # the sizes were an attribute then
+            node = helper.make_node("Split", [name], outs, axis=0, split=[1] * count)
+        else:
+            node = helper.make_node("Split", [name, self.const(np.ones(count, np.int64))], outs)
+        self.nodes.append(node)
+        return outs
 
     def const(self, array: np.ndarray) -> str:
         from onnx import numpy_helper
@@ -123,36 +139,31 @@ def _unrolled(emit: _Emitter, node: Any, arrays: Mapping[str, np.ndarray], shape
     dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
     ys, finals, cells = [], [], []
     step_shape = emit.const(np.array([1, 1, batch, hidden]))
-    state_shape = emit.const(np.array([1, batch, hidden]))
+    zeros = emit.const(np.zeros((1, batch, hidden), w.dtype))
+    h0s = emit.rows(inputs[5], len(dirs)) if inputs[5] else [zeros] * len(dirs)
+    c0s = emit.rows(inputs[6], len(dirs)) if inputs[6] else [zeros] * len(dirs)
     for d, way in enumerate(dirs):
-        h = _initial(emit, inputs[5], d, batch, hidden, w.dtype)
-        c = _initial(emit, inputs[6], d, batch, hidden, w.dtype) if gates == 4 else ""
-        recur = _Step(emit, node, w[d], r[d], bias[d], hidden, inputs[0])
+        h, c = h0s[d], c0s[d] if gates == 4 else ""
+        recur = _Step(emit, node, w[d], r[d], bias[d], hidden, inputs[0], steps)
         outs: list[str] = [""] * steps
         for t in range(steps) if way == "forward" else reversed(range(steps)):
             h, c = recur(h, c, t)
             outs[t] = emit.op("Reshape", h, step_shape)
         ys.append(emit.op("Concat", *outs, axis=0))
-        finals.append(emit.op("Reshape", h, state_shape))
-        cells.append(emit.op("Reshape", c, state_shape) if c else "")
+        finals.append(h)
+        cells.append(c)
     wanted = [*node.output, "", "", ""]  # Y [steps, dirs, batch, hidden], Y_h, Y_c
     for parts, out, axis in ((ys, wanted[0], 1), (finals, wanted[1], 0), (cells, wanted[2], 0)):
         if out and all(parts):
             emit.op("Concat", *parts, axis=axis, out=out)
 
 
-def _initial(emit: _Emitter, name: str, d: int, batch: int, hidden: int, dtype: Any) -> str:
-    """Direction `d`'s initial state [batch, hidden]: from the input, else zeros."""
-    if not name:
-        return emit.const(np.zeros((batch, hidden), dtype))
-    return emit.op("Gather", name, emit.const(np.array(d, np.int64)), axis=0)
-
-
 class _Step:
-    """One step of an LSTM or GRU direction: (h, c) at t-1 -> (h, c) at t (c "" for GRU)."""
+    """One step of an LSTM or GRU direction: (h, c) at t-1 -> (h, c) at t, each [1, batch,
+    hidden] (c "" for GRU)."""
 
     def __init__(
-        self, emit: _Emitter, node: Any, w: Any, r: Any, bias: Any, hidden: int, x: str
+        self, emit: _Emitter, node: Any, w: Any, r: Any, bias: Any, hidden: int, x: str, steps: int
     ) -> None:
         gates = _GATES[node.op_type]
         self.emit, self.kind = emit, node.op_type
@@ -161,16 +172,16 @@ class _Step:
         self.r = [emit.const(r[g * hidden : (g + 1) * hidden].T) for g in range(gates)]
         if self.kind == "GRU":  # its h gate adds its recurrent bias where the reset says
             self.rb, self.one = emit.const(rb[2 * hidden :]), emit.const(np.ones((), w.dtype))
-        self.xw = []  # each gate's input product over the whole sequence, [steps, batch, hidden]
+        self.xw = []  # each gate's input product over the sequence, split into its steps
         for g in range(gates):
             add = wb[g * hidden : (g + 1) * hidden]
             if not (self.kind == "GRU" and g == gates - 1):
                 add = add + rb[g * hidden : (g + 1) * hidden]
             product = emit.op("MatMul", x, emit.const(w[g * hidden : (g + 1) * hidden].T))
-            self.xw.append(emit.op("Add", product, emit.const(add)))
+            self.xw.append(emit.rows(emit.op("Add", product, emit.const(add)), steps))
 
     def _x(self, gate: int, t: int) -> str:
-        return self.emit.op("Gather", self.xw[gate], self.emit.const(np.array(t, np.int64)))
+        return self.xw[gate][t]
 
     def _gate(self, gate: int, t: int, h: str, activation: str) -> str:
         pre = self.emit.op("Add", self._x(gate, t), self.emit.op("MatMul", h, self.r[gate]))
