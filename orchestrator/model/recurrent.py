@@ -60,6 +60,7 @@ def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any
         graph = proto.graph
     weights = {init.name: init for init in graph.initializer}
     taken = {name for node in graph.node for name in (*node.input, *node.output)}
+    taken |= {init.name for init in graph.initializer} | {v.name for v in graph.input}
     nodes: list[Any] = []
     for number, node in enumerate(graph.node):
         if node.op_type not in OPS:
