@@ -44,8 +44,9 @@ class OnnxModel:
     """A checked ONNX model with fully known input shapes.
 
     `proto`, `inputs` and `outputs` carry the user's names; TVM imports `tvm_proto`, the same
-    graph with every name a C identifier (`tvm_names` maps the tensor names that changed) and
-    what it computes from the inputs' shapes folded into constants (folding.py).
+    graph with every name a C identifier (`tvm_names` maps the tensor names that changed),
+    what it computes from the inputs' shapes folded into constants (folding.py) and its LSTM
+    and GRU nodes unrolled (recurrent.py).
     """
 
     path: Path
