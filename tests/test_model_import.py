@@ -200,14 +200,14 @@ def test_model_names_become_safe_path_components(text, expected):
 def test_what_a_graph_computes_from_its_input_shapes_imports_as_constants(tmp_path, llvm, exporter):
     # TVM's importer refused both ("Reshape requires the input data to be Tensor"; a unary
     # operator on a scalar): torch's exporters write models with dynamic axes so.
-    path = onnx_models.shape_arithmetic(tmp_path / f"{exporter}.onnx", exporter=exporter)
-    model = load_model(path, {"x": (4, 6)})
-    assert "Shape" not in {node.op_type for node in model.tvm_proto.graph.node}
-    assert "Shape" in {node.op_type for node in model.proto.graph.node}  # the user's, as it was
     import onnxruntime as ort
     import tvm
     from tvm import relax
 
+    path = onnx_models.shape_arithmetic(tmp_path / f"{exporter}.onnx", exporter=exporter)
+    model = load_model(path, {"x": (4, 6)})
+    assert "Shape" not in {node.op_type for node in model.tvm_proto.graph.node}
+    assert "Shape" in {node.op_type for node in model.proto.graph.node}  # the user's, as it was
     x = np.random.default_rng(0).standard_normal((4, 6)).astype("float32")
     expected = x.reshape(12, 2) if exporter == "dynamo" else x / np.sqrt(6)
     for proto in (model.proto, model.tvm_proto):
