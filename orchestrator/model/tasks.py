@@ -119,12 +119,12 @@ def extract_tasks(fused_mod: Any, target: Any) -> list[Task]:
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
-    extracted = [
-        item
-        for item in ms.relax_integration.extract_tasks(fused_mod, target)
-        if _static(item.dispatched[0]) or not _prescheduled(item.dispatched[0])
-    ]
-    dynamic = [item.task_name for item in extracted if not _static(item.dispatched[0])]
+    extracted, dynamic = [], []
+    for item in ms.relax_integration.extract_tasks(fused_mod, target):
+        if _static(item.dispatched[0]):
+            extracted.append(item)
+        elif not _prescheduled(item.dispatched[0]):
+            dynamic.append(item.task_name)
     if dynamic:
         raise InputError(
             f"the model's operators {', '.join(dynamic[:3])} have shapes computed from the "
