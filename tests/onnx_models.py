@@ -389,3 +389,59 @@ def recurrent(
         for o, s in zip(outputs, shapes, strict=False)
     ]
     return _save(_model([node], x, y, inits, opsets=(("", 14),)), path)
+
+
+def function_op(path: Path, op: str) -> Path:
+    """A model around one operator ONNX defines by a body of others and TVM 0.27 lacks: Celu
+    (a body built from its input's type, at opset 12, in an opset-22 model), Swish (a body
+    holding a Constant's value_float), HannWindow (an attribute left to its default),
+    RotaryEmbedding (4-D), CenterCropPad (a Pad whose pads follow from a Shape), Bernoulli
+    (a body that draws at random)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    def value(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    x, y, opset = value("x", [2, 8]), value("y", [2, 8]), 17
+    mm = helper.make_node("MatMul", ["x", "w"], ["h"])
+    inits = [weight("w", 8, 8)]
+    if op in ("Celu", "Swish", "Bernoulli"):
+        opset = {"Celu": 22, "Swish": 24, "Bernoulli": 22}[op]
+        head = {"Celu": {"alpha": 0.7}, "Swish": {"alpha": 1.3}}.get(op, {})
+        nodes = [mm, helper.make_node(op, ["h"], ["y"], **head)]
+    elif op == "SwiGLU":  # gate h, value x
+        opset, nodes = 28, [mm, helper.make_node(op, ["h", "x"], ["y"], alpha=1.5)]
+    elif op == "HannWindow":
+        inits.append(numpy_helper.from_array(np.array(8, np.int64), "n"))
+        nodes = [
+            mm,
+            helper.make_node(op, ["n"], ["win"]),
+            helper.make_node("Mul", ["h", "win"], ["y"]),
+        ]
+    elif op == "RotaryEmbedding":  # x[1,2,4,8]: batch, heads, sequence, head size
+        x, y, opset = value("x", [1, 2, 4, 8]), value("y", [1, 2, 4, 8]), 23
+        inits += [weight("cos", 1, 4, 4), weight("sin", 1, 4, 4)]
+        nodes = [mm, helper.make_node(op, ["h", "cos", "sin"], ["y"])]
+    else:  # CenterCropPad to 4 rows (a crop) and 12 columns (a pad)
+        y, opset = value("y", [4, 12]), 18
+        inits.append(numpy_helper.from_array(np.array([4, 12], np.int64), "size"))
+        nodes = [mm, helper.make_node(op, ["h", "size"], ["y"])]
+    return _save(_model(nodes, [x], [y], inits, opsets=(("", opset),)), path)
+
+
+def constant_forms(path: Path) -> Path:
+    """x[2,3] * Constant(value_floats [3]) + Constant(value_float) -> Reshape(Constant(value_ints))."""
+    nodes = [
+        helper.make_node("Constant", [], ["scale"], value_floats=[0.5, 2.0, -1.0]),
+        helper.make_node("Constant", [], ["shift"], value_float=0.25),
+        helper.make_node("Constant", [], ["shape"], value_ints=[3, 2]),
+        helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "shift"], ["shifted"]),
+        helper.make_node("Reshape", ["shifted", "shape"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
+    return _save(_model(nodes, [x], [y], []), path)

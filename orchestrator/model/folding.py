@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# A shape known only once an earlier fold is a constant (a Pad whose pads follow from a
+# Shape, then the Shape of its output) takes another pass of shape inference.
+_PASSES = 4
 SMALL = 4096  # the most elements a value folded (or an initializer read to fold one) may have
 # Operators of shape arithmetic: deterministic, cheap, and all a shape passes through.
 ARITHMETIC = frozenset(
@@ -28,24 +31,36 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
     """`proto` with what its main graph computes from input shapes (`shapes`, by input name)
     held as initializers; `proto` itself when it reads no shape it could fold. With
     `copy=False` a fold changes `proto` in place."""
-    if not any(node.op_type in ("Shape", "Size") for node in proto.graph.node):
-        return proto
-    static = static_shapes(proto, shapes)
-    folded, values = _fold(proto, static)
-    if not folded:
-        return proto
-    if copy:
-        import onnx
+    for _ in range(_PASSES):
+        if not any(node.op_type in ("Shape", "Size") for node in proto.graph.node):
+            break
+        folded, values = _fold(proto, static_shapes(proto, shapes))
+        if not folded:
+            break
+        if copy:
+            import onnx
 
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
-    _replace(proto.graph, folded, values)
+            proto, original = onnx.ModelProto(), proto
+            proto.CopyFrom(original)
+            copy = False
+        _replace(proto.graph, folded, values)
     return proto
 
 
 def static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
-    """{tensor name: its fully known shape} by onnx's shape inference on a copy of the graph
-    with the inputs' shapes fixed; its large weights travel as inputs, without their data."""
+    """{tensor name: its fully known shape}, from `value_types`."""
+    known = {}
+    for name, value_type in value_types(proto, shapes).items():
+        tensor = value_type.tensor_type
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            known[name] = tuple(d.dim_value for d in tensor.shape.dim)
+    return known
+
+
+def value_types(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+    """{tensor name: its TypeProto} by onnx's shape inference on a copy of the main graph with
+    the inputs' shapes fixed (its large weights travel as inputs, without their data); {} when
+    shape inference gives up."""
     import onnx
     from onnx import helper
 
@@ -65,18 +80,23 @@ def static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, 
             light.initializer.append(init)
         elif init.name not in declared:
             light.input.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
-    model = helper.make_model(light, opset_imports=proto.opset_import, ir_version=proto.ir_version)
+    model = helper.make_model(
+        light,
+        opset_imports=proto.opset_import,
+        ir_version=proto.ir_version,
+        functions=proto.functions,
+    )
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
     except Exception:  # shape inference gave up: TVM imports the graph as it is
         return {}
-    known = {}
+    types = {
+        init.name: helper.make_tensor_type_proto(init.data_type, init.dims)
+        for init in graph.initializer
+    }
     for value in [*inferred.input, *inferred.value_info, *inferred.output]:
-        tensor = value.type.tensor_type
-        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
-            known[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    known.update((init.name, tuple(init.dims)) for init in graph.initializer)
-    return known
+        types.setdefault(value.name, value.type)
+    return types
 
 
 def _fold(proto: Any, static: Mapping[str, tuple]) -> tuple[list[int], dict[str, Any]]:

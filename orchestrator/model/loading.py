@@ -8,14 +8,14 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import folding, names, recurrent
+from . import constants, folding, functions, names, recurrent
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _DTYPES = (
@@ -70,7 +70,7 @@ class OnnxModel:
 
     def op_counts(self) -> collections.Counter[str]:
         """How many nodes of each op type the graph has, subgraphs included."""
-        return collections.Counter(node.op_type for node in _walk_nodes(self.proto.graph))
+        return collections.Counter(node.op_type for node in names.all_nodes(self.proto.graph))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -137,10 +137,12 @@ def load_model(
         onnx.checker.check_model(proto if proto.ByteSize() < 2**31 - 1 else str(path.resolve()))
     except Exception as exc:
         raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
-    _check_operators(path, proto.graph)
+    _check_operators(path, proto)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
+    tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
         known = folding.static_shapes(tvm_proto, shapes)
@@ -220,17 +222,6 @@ def _load_external(proto: Any, folder: Path, files: Sequence[str], path: Path) -
         raise InputError(f"{path}: cannot read its weights ({exc}); check the files") from None
 
 
-def _walk_nodes(graph: Any) -> Iterator[Any]:
-    """Every node, including those in the subgraphs of If / Loop / Scan."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _walk_nodes(attr.g)
-            for sub in attr.graphs:
-                yield from _walk_nodes(sub)
-
-
 def type_attribute(attr: Any) -> bool:
     """Whether a node's attribute names an element type: Cast's `to`, a generator's `dtype`."""
     return attr.name in ("to", "dtype") and attr.type == attr.INT
@@ -244,7 +235,7 @@ def _computes_in(graph: Any, types: Sequence[int]) -> bool:
         return True
     if any(t.data_type in types for t in graph.initializer):
         return True
-    for node in _walk_nodes(graph):
+    for node in names.all_nodes(graph):
         for attr in node.attribute:
             if type_attribute(attr) and attr.i in types:
                 return True
@@ -254,10 +245,9 @@ def _computes_in(graph: Any, types: Sequence[int]) -> bool:
     return False
 
 
-def _check_operators(path: Path, graph: Any) -> None:
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    nodes = list(_walk_nodes(graph))
+def _check_operators(path: Path, proto: Any) -> None:
+    graph = proto.graph
+    nodes = list(names.all_nodes(graph))
     custom = sorted(
         {f"{n.domain}.{n.op_type}" for n in nodes if n.domain not in _SUPPORTED_DOMAINS}
     )
@@ -266,12 +256,13 @@ def _check_operators(path: Path, graph: Any) -> None:
             f"{path} uses operator(s) from custom domains that TVM cannot import: "
             f"{', '.join(custom)}; export the model with standard ONNX operators only"
         )
-    known = set(_get_convert_map()) | {"If", "Constant"}
+    known, opset = functions.importable(), functions.opset_of(proto)
     weights = {t.name: t for t in graph.initializer}
     unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
+    expanded = {tuple(node.output) for node in graph.node if functions.expandable(node, opset)}
     missing: dict[str, str] = {}
     for node in nodes:
-        if node.op_type in known:
+        if node.op_type in known or tuple(node.output) in expanded:
             continue
         why = recurrent.refusal(node, weights) if tuple(node.output) in unrolled else ""
         if why is not None:  # None: unrolled for TVM (recurrent.py)

@@ -69,7 +69,7 @@ def for_tvm(proto: Any) -> tuple[Any, dict[str, str]]:
     import onnx
 
     tensors = safe_names(_tensor_names(proto.graph))
-    nodes = safe_names(n.name for n in _nodes(proto.graph))
+    nodes = safe_names(n.name for n in all_nodes(proto.graph))
     if not tensors and not nodes:
         return proto, {}
     copy = onnx.ModelProto()
@@ -78,11 +78,12 @@ def for_tvm(proto: Any) -> tuple[Any, dict[str, str]]:
     return copy, tensors
 
 
-def _nodes(graph: Any) -> Iterator[Any]:
+def all_nodes(graph: Any) -> Iterator[Any]:
+    """Every node of `graph`, including those of the subgraphs of If, Loop and Scan."""
     for node in graph.node:
         yield node
         for sub in _subgraphs(node):
-            yield from _nodes(sub)
+            yield from all_nodes(sub)
 
 
 def _subgraphs(node: Any) -> Iterator[Any]:
