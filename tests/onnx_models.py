@@ -445,3 +445,40 @@ def constant_forms(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
     return _save(_model(nodes, [x], [y], []), path)
+
+
+def padded_blocks(path: Path, blocks: int, *, from_shape: bool = True) -> Path:
+    """x[1,2,5,7] -> `blocks` x (Pad H and W up to a multiple of 3 -> Relu), the pads computed as
+    TorchScript writes a Swin window's: Concat(0.., Mod(3 - Mod(size, 3), 3)), `size` read by
+    Shape from the block's input (each block's shape is known only once the previous block's
+    pads are folded) or, `from_shape` False, held by Constant nodes (Python's own arithmetic)."""
+
+    def const(name, values):
+        tensor = numpy_helper.from_array(np.array(values, np.int64), name)
+        return helper.make_node("Constant", [], [name], value=tensor)
+
+    nodes = [const("three", [3]), const("zeros", [0, 0, 0, 0, 0, 0])]
+    if from_shape:
+        nodes += [const("hw_start", [2]), const("hw_end", [4])]
+    h = "x"
+    for b in range(blocks):
+        if from_shape:
+            nodes += [
+                helper.make_node("Shape", [h], [f"shape{b}"]),
+                helper.make_node("Slice", [f"shape{b}", "hw_start", "hw_end"], [f"hw{b}"]),
+            ]
+        else:
+            nodes.append(const(f"hw{b}", [5, 7]))
+        nodes += [
+            helper.make_node("Mod", [f"hw{b}", "three"], [f"rem{b}"]),
+            helper.make_node("Sub", ["three", f"rem{b}"], [f"short{b}"]),
+            helper.make_node("Mod", [f"short{b}", "three"], [f"add{b}"]),
+            helper.make_node("Concat", ["zeros", f"add{b}"], [f"pads{b}"], axis=0),
+            helper.make_node("Pad", [h, f"pads{b}"], [f"padded{b}"]),
+            helper.make_node("Relu", [f"padded{b}"], [f"h{b}"]),
+        ]
+        h = f"h{b}"
+    nodes[-1].output[0] = "y"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 7])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, "H", "W"])
+    return _save(_model(nodes, [x], [y], []), path)

@@ -11,7 +11,7 @@ from tune_orchestrator.model import functions
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
 from tune_orchestrator.model.loading import load_model, parse_input_shape, safe_name
 from tune_orchestrator.model.targets import resolve_target
-from tune_orchestrator.model.tasks import extract_tasks
+from tune_orchestrator.model.tasks import _static, extract_tasks
 
 
 @pytest.fixture(scope="module")
@@ -384,3 +384,39 @@ def test_constants_in_every_attribute_form_import(tmp_path, llvm):
     ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     want = (x * np.array([0.5, 2.0, -1.0], "float32") + 0.25).reshape(3, 2)
     np.testing.assert_allclose(ours, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("blocks, from_shape", [(6, True), (2, False)])
+def test_pads_computed_from_shapes_or_constants_fold_block_after_block(
+    tmp_path, llvm, blocks, from_shape
+):
+    # TorchScript's Swin: each window's pads are Mod/Sub/Concat of a Shape read after the last
+    # Pad, or of Python's constants; TVM refused them ("Dynamic pads are not supported yet").
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    path = onnx_models.padded_blocks(tmp_path / "pads.onnx", blocks, from_shape=from_shape)
+    model = load_model(path)
+    x = np.random.default_rng(6).standard_normal((1, 2, 5, 7)).astype("float32")
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(ours, session.run(None, {"x": x})[0])
+
+
+def test_a_kernel_whose_size_is_a_parameter_counts_as_dynamic():
+    # TVM raises ValueError, not TypeError, for a size passed as a scalar parameter: a Swin
+    # exported by TorchScript ended "internal error" (exit 1) instead of being named.
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def main(a: T.Buffer((2, 2), "float32"), n: T.int64, b_handle: T.handle):
+        b = T.match_buffer(b_handle, (n, 4), "float32")
+        for i, j in T.grid(n, 4):
+            with T.sblock("b"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                b[vi, vj] = a[vi % 2, vj % 2]
+
+    assert not _static(tvm.IRModule({"main": main}))

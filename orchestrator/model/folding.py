@@ -7,7 +7,9 @@ a scalar PrimValue, which its Reshape and unary and binary operators then refuse
 requires the input data to be Tensor", "Binary operators must have the same datatype"): a
 transformer exported with dynamic axes did not import at all. Once every input's shape is
 fixed, those values are constants: each is evaluated here, one node at a time with onnx's
-reference evaluator, and the graph takes it as an initializer instead.
+reference evaluator, and the graph takes it as an initializer instead. TorchScript writes
+Python's own arithmetic as operators on Constant nodes (a Swin window's pads as Mod, Sub and
+Concat of constants): those are folded too; arithmetic on weights alone is left to TVM.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # A shape known only once an earlier fold is a constant (a Pad whose pads follow from a
-# Shape, then the Shape of its output) takes another pass of shape inference.
-_PASSES = 4
+# Shape, then the Shape of its output) takes another pass of shape inference; passes repeat
+# while one folds something (a 2-stage Swin exported by TorchScript takes 6).
+_PASSES = 64
 SMALL = 4096  # the most elements a value folded (or an initializer read to fold one) may have
 # Operators of shape arithmetic: deterministic, cheap, and all a shape passes through.
 ARITHMETIC = frozenset(
@@ -32,7 +35,7 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
     held as initializers; `proto` itself when it reads no shape it could fold. With
     `copy=False` a fold changes `proto` in place."""
     for _ in range(_PASSES):
-        if not any(node.op_type in ("Shape", "Size") for node in proto.graph.node):
+        if not _worth_folding(proto.graph):
             break
         folded, values = _fold(proto, static_shapes(proto, shapes))
         if not folded:
@@ -45,6 +48,16 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
             copy = False
         _replace(proto.graph, folded, values)
     return proto
+
+
+def _worth_folding(graph: Any) -> bool:
+    """Whether `graph` reads a shape, or computes on Constant nodes' values alone."""
+    made = {name for node in graph.node if node.op_type == "Constant" for name in node.output}
+    return any(
+        node.op_type in ("Shape", "Size")
+        or (node.op_type in ARITHMETIC and node.input and made.issuperset(node.input))
+        for node in graph.node
+    )
 
 
 def static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
@@ -102,7 +115,7 @@ def value_types(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, An
 def _fold(proto: Any, static: Mapping[str, tuple]) -> tuple[list[int], dict[str, Any]]:
     """(where in the graph the nodes are whose every output follows from input shapes and
     small constants, each output's value), in graph order. Constant nodes lend their values
-    but stay."""
+    but stay; arithmetic on small weights alone is not folded."""
     from onnx import numpy_helper
 
     graph = proto.graph
@@ -114,14 +127,15 @@ def _fold(proto: Any, static: Mapping[str, tuple]) -> tuple[list[int], dict[str,
         if _elements(init.dims) <= SMALL
     )
     folded: list[int] = []
-    derived: set[str] = set()  # values that follow from a shape
+    derived: set[str] = set()  # values that follow from a shape or a Constant node
     for at, node in enumerate(graph.node):
         if any(attr.type in (attr.GRAPH, attr.GRAPHS) for attr in node.attribute):
             continue
         if node.op_type == "Constant":
             result = _evaluate(node, values, proto.opset_import)
-            if result is not None:
+            if result is not None and all(value.size <= SMALL for value in result):
                 values.update(zip(node.output, result, strict=True))
+                derived.update(node.output)  # an exporter's Python arithmetic, say
             continue
         if outputs.intersection(node.output):
             continue

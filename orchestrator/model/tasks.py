@@ -100,7 +100,7 @@ def _static(workload: Any) -> bool:
 
     try:
         ArgInfo.from_prim_func(workload["main"])
-    except TypeError:  # TVM's: a shape holds a variable where it wants integers
+    except (TypeError, ValueError):  # TVM's: a shape holds a variable (a parameter, even)
         return False
     return True
 
