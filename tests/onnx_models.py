@@ -184,6 +184,25 @@ def data_dependent(path: Path) -> Path:
     return _save(_model(nodes, [x], [y], []), path)
 
 
+def sliced_by_input(path: Path) -> Path:
+    """w[4,2] -> Slice(0:n) by the input n[1] -> Reshape(-1, 2) + x[1,2]: a reshape of a shape
+    the input's values set, which TVM 0.27's importer refuses."""
+    nodes = [
+        helper.make_node("Slice", ["w", "zero", "n", "zero"], ["s"]),
+        helper.make_node("Reshape", ["s", "shape"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.ones((4, 2), np.float32), "w"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([-1, 2], np.int64), "shape"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
+    n = helper.make_tensor_value_info("n", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k", 2])
+    return _save(_model(nodes, [x, n], [y], inits), path)
+
+
 def half_cnn(path: Path, *, dtype: str = "float16") -> Path:
     """x[1,16,16,16] -> Conv(16) -> Relu -> Conv(16) -> GAP -> MatMul(4), all in `dtype`
     (float16 or bfloat16). TVM's float16 kernels accumulate in float16, onnxruntime's in

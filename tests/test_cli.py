@@ -147,6 +147,16 @@ def test_with_json_a_run_that_ends_in_an_error_ends_its_events_with_one(models, 
     assert f"error: {event['reason']}" in result.stderr  # the line stderr got
 
 
+def test_with_json_a_model_tvm_cannot_import_leaves_nothing_but_events_on_stdout(models):
+    """TVM's importer printed the failing operator's inputs (three lines of Relax) on stdout,
+    ahead of the error event a pipeline parses."""
+    path = onnx_models.sliced_by_input(models / "sliced.onnx")
+    result = CliRunner().invoke(main, ["--json", "--budget", "1min", str(path)])
+    assert result.exit_code == 2
+    (line,) = result.stdout.splitlines()
+    assert json.loads(line)["reason"].startswith(f"TVM cannot import {path}")
+
+
 @pytest.mark.skipif(GPU, reason="checks the behaviour on a host without a GPU")
 @pytest.mark.parametrize("rtol", ["inf", "nan", "0", "1.5"])
 def test_a_tolerance_from_the_environment_that_passes_anything_or_nothing_is_refused(

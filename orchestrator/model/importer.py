@@ -3,7 +3,9 @@ tuning, its tasks extracted."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import time
 import warnings
 from typing import Any
@@ -44,7 +46,9 @@ def import_to_relax(model: OnnxModel) -> Any:
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
-        with warnings.catch_warnings():
+        # TVM's importer prints the failing operator's inputs to stdout, which the --json
+        # event stream owns; the error line says what failed.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             mod = from_onnx(
                 model.tvm_proto,
