@@ -255,6 +255,7 @@ class StoppingSettings:
 class CheckSettings:
     rtol: float
     rtol_half: float
+    rtol_quantized: float
     int_min: int
     int_max: int
     latency_repeat: int
@@ -265,6 +266,7 @@ class CheckSettings:
     def __post_init__(self) -> None:
         _tolerance("check", "rtol", self.rtol)
         _tolerance("check", "rtol_half", self.rtol_half)
+        _tolerance("check", "rtol_quantized", self.rtol_quantized)
         if self.int_min > self.int_max:
             raise ValueError(
                 f"[check] needs int_min <= int_max but got {self.int_min}, {self.int_max}."

@@ -501,3 +501,31 @@ def padded_blocks(path: Path, blocks: int, *, from_shape: bool = True) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 7])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, "H", "W"])
     return _save(_model(nodes, [x], [y], []), path)
+
+
+def conv_integer(path: Path, *, dims: int = 2, per_channel: bool = False) -> Path:
+    """x[1,4,6(,6)] -> DynamicQuantizeLinear -> ConvInteger(w uint8, 2 groups, padding 1) ->
+    Cast -> Mul(scale): what onnxruntime's quantize_dynamic makes of a Conv, 1-D or 2-D. w's
+    zero point is one for all, or one per output channel (which onnxruntime cannot run)."""
+    rng = np.random.default_rng(0)
+    spatial = [6] * dims
+    w = rng.integers(0, 255, (6, 2, *[3] * dims), dtype=np.uint8)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(
+            np.array([120, 128, 131, 90, 200, 7] if per_channel else 131, np.uint8), "w_zero"
+        ),
+        numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+    ]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero"]),
+        helper.make_node(
+            "ConvInteger", ["xq", "w", "x_zero", "w_zero"], ["acc"], group=2, pads=[1] * 2 * dims
+        ),
+        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x_scale", "w_scale"], ["scale"]),
+        helper.make_node("Mul", ["accf", "scale"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, *spatial])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, *spatial])
+    return _save(_model(nodes, [x], [y], inits), path)

@@ -68,7 +68,7 @@ def test_floats_accept_integers():
     assert Settings.load(overrides={"check.latency_max_s": 30}).check.latency_max_s == 30
 
 
-@pytest.mark.parametrize("key", ["rtol", "rtol_half"])
+@pytest.mark.parametrize("key", ["rtol", "rtol_half", "rtol_quantized"])
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "1.5", "-1e-3"])
 def test_an_output_tolerance_outside_0_1_is_refused_from_a_file_or_the_environment(
     tmp_path, key, value

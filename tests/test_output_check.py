@@ -233,6 +233,26 @@ def test_a_half_precision_model_is_checked_within_rtol_half_and_ships(tmp_path, 
     assert (out / "model.so").is_file()
 
 
+def test_a_model_that_quantizes_as_it_runs_is_checked_within_rtol_quantized(tmp_path):
+    """A MobileNet-V3 quantized by onnxruntime's quantize_dynamic: TVM and onnxruntime rounded
+    one value a step apart on one sample, 3.6e-2 at the output; no build could ship (exit 4)."""
+    model = load_model(onnx_models.conv_integer(tmp_path / "q.onnx"))
+    assert model.quantized and not load_model(onnx_models.tiny_cnn(tmp_path / "t.onnx")).quantized
+    settings = Settings.load(overrides={"check.rtol_quantized": 1e-4})
+    checker = Checker.for_model(
+        model,
+        samples=samples.random_samples(model, seed=0, int_range=(0, 9)),
+        settings=settings.check,
+    )
+    assert checker.rtol == 1e-4
+    reference = checker._references()
+    off = [[np.asarray(reference[0][0]) * np.float32(1.01)]] + reference[1:]
+    found = checker.compare(off)
+    assert (
+        found.status == DIFFERS and "> rtol_quantized 0.0001 (output 'y', sample 0)" in found.reason
+    )
+
+
 def test_a_half_precision_build_beyond_rtol_half_is_named_by_it(tmp_path):
     model = load_model(onnx_models.half_cnn(tmp_path / "half.onnx"))
     settings = Settings.load(overrides={"check.rtol_half": 1e-4})

@@ -113,7 +113,9 @@ def end(tmp_path, monkeypatch):
         with RunDir.open(tmp_path / "run", fingerprint={}) as run:
             run.write_json(RunDir.CONFIG, {"fingerprint": {}})  # a later call resumes it
             made = ModelBuilds(
-                model=SimpleNamespace(name="m", inputs=[], outputs=("y",), half_precision=False),
+                model=SimpleNamespace(
+                    name="m", inputs=[], outputs=("y",), half_precision=False, quantized=False
+                ),
                 relax_mod=None,
                 target=SimpleNamespace(
                     device_type="cpu",

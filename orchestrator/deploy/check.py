@@ -192,11 +192,22 @@ class Checker:
 
     @classmethod
     def for_model(cls, model: OnnxModel, *, samples: Samples, settings: Any) -> Checker:
-        """The check by `settings` ([check]): within `rtol`, or within `rtol_half` for a model
+        """The check by `settings` ([check]): within `rtol`; within `rtol_half` for a model
         that computes in 16-bit floats, whose outputs carry three decimal digits and which TVM
-        accumulates in them where onnxruntime's CPU kernels accumulate in 32 bits."""
-        if model.half_precision:
-            return cls(model, samples=samples, rtol=settings.rtol_half, rtol_name="rtol_half")
+        accumulates in them where onnxruntime's CPU kernels accumulate in 32 bits; within
+        `rtol_quantized` for one that rounds to integers as it runs (the looser of the two for
+        a model that does both)."""
+        looser = [
+            (getattr(settings, name), name)
+            for name, applies in (
+                ("rtol_half", model.half_precision),
+                ("rtol_quantized", model.quantized),
+            )
+            if applies
+        ]
+        if looser:
+            rtol, name = max(looser)
+            return cls(model, samples=samples, rtol=rtol, rtol_name=name)
         return cls(model, samples=samples, rtol=settings.rtol)
 
     def outputs(self, vm: Any, dev: Any) -> list[list[np.ndarray]]:

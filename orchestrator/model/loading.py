@@ -15,9 +15,10 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import constants, folding, functions, names, recurrent
+from . import constants, folding, functions, integer, names, recurrent
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
+_QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
 _DTYPES = (
     "float16",
     "bfloat16",
@@ -64,6 +65,10 @@ class OnnxModel:
     # It computes in bfloat16 anywhere (onnxruntime, whose CPU kernels cover few bfloat16
     # operators, then checks it on a float32 copy: deploy/upcast.py).
     bfloat16: bool = False
+    # It rounds values to 8-bit integers as it runs (QuantizeLinear, DynamicQuantizeLinear...):
+    # a value at a rounding boundary may land a step apart in TVM and onnxruntime, and later
+    # layers carry the step (its outputs are then checked within [check] rtol_quantized).
+    quantized: bool = False
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
@@ -143,6 +148,7 @@ def load_model(
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
     tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
+    tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
         known = folding.static_shapes(tvm_proto, shapes)
@@ -161,6 +167,7 @@ def load_model(
             proto.graph, (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
         ),
         bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
+        quantized=any(node.op_type in _QUANTIZING for node in names.all_nodes(proto.graph)),
     )
 
 
@@ -259,7 +266,11 @@ def _check_operators(path: Path, proto: Any) -> None:
     known, opset = functions.importable(), functions.opset_of(proto)
     weights = {t.name: t for t in graph.initializer}
     unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
-    expanded = {tuple(node.output) for node in graph.node if functions.expandable(node, opset)}
+    expanded = {  # written for TVM in other operators (functions.py, integer.py)
+        tuple(node.output)
+        for node in graph.node
+        if functions.expandable(node, opset) or node.op_type in integer.OPS
+    }
     missing: dict[str, str] = {}
     for node in nodes:
         if node.op_type in known or tuple(node.output) in expanded:
