@@ -529,3 +529,31 @@ def conv_integer(path: Path, *, dims: int = 2, per_channel: bool = False) -> Pat
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, *spatial])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, *spatial])
     return _save(_model(nodes, [x], [y], inits), path)
+
+
+def old_opset(path: Path, op: str) -> Path:
+    """x[1,2,4,4] -> Conv(2, 3x3, pad 1) -> one operator in its old form, weights listed as
+    inputs (IR 3), as the ONNX model zoo and older exporters wrote them: Upsample at opset 7
+    (scales as an attribute), Slice at 7 (starts and ends as attributes), BatchNormalization
+    at 6 (older than onnxruntime runs)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((2, 2, 3, 3)).astype(np.float32), "w")
+    inits, opset = [w], 7
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    if op == "Upsample":
+        last, shape = helper.make_node(op, ["c"], ["y"], scales=[1.0, 1.0, 2.0, 2.0]), [8, 8]
+    elif op == "Slice":
+        last = helper.make_node(op, ["c"], ["y"], starts=[1, 0], ends=[3, 4], axes=[2, 3])
+        shape = [2, 4]
+    else:  # BatchNormalization
+        opset, shape = 6, [4, 4]
+        for name in ("scale", "bias", "mean"):
+            inits.append(numpy_helper.from_array(rng.standard_normal(2).astype(np.float32), name))
+        inits.append(numpy_helper.from_array(np.array([0.5, 2.0], np.float32), "var"))
+        last = helper.make_node(op, ["c", "scale", "bias", "mean", "var"], ["y"], is_test=1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, *shape])
+    weights = [helper.make_tensor_value_info(i.name, i.data_type, i.dims) for i in inits]
+    model = _model([conv, last], [x, *weights], [y], inits, opsets=(("", opset),))
+    model.ir_version = 3
+    return _save(model, path)

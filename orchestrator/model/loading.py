@@ -15,7 +15,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import constants, folding, functions, integer, names, recurrent
+from . import constants, folding, functions, integer, names, recurrent, upgrade
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
@@ -146,6 +146,7 @@ def load_model(
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
+    tvm_proto = upgrade.upgrade(tvm_proto)
     tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
