@@ -534,14 +534,19 @@ def conv_integer(path: Path, *, dims: int = 2, per_channel: bool = False) -> Pat
 def old_opset(path: Path, op: str) -> Path:
     """x[1,2,4,4] -> Conv(2, 3x3, pad 1) -> one operator in its old form, weights listed as
     inputs (IR 3), as the ONNX model zoo and older exporters wrote them: Upsample at opset 7
-    (scales as an attribute), Slice at 7 (starts and ends as attributes), BatchNormalization
-    at 6 (older than onnxruntime runs)."""
+    (scales as an attribute), Upsample at 9 (linear, by 1.5 and 2.5), Slice at 7 (starts and
+    ends as attributes), BatchNormalization at 6 (older than onnxruntime runs)."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((2, 2, 3, 3)).astype(np.float32), "w")
     inits, opset = [w], 7
     conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
     if op == "Upsample":
         last, shape = helper.make_node(op, ["c"], ["y"], scales=[1.0, 1.0, 2.0, 2.0]), [8, 8]
+    elif op == "Upsample9":
+        opset, shape = 9, [6, 10]
+        scales = numpy_helper.from_array(np.array([1, 1, 1.5, 2.5], np.float32), "scales")
+        inits.append(scales)
+        last = helper.make_node("Upsample", ["c", "scales"], ["y"], mode="linear")
     elif op == "Slice":
         last = helper.make_node(op, ["c"], ["y"], starts=[1, 0], ends=[3, 4], axes=[2, 3])
         shape = [2, 4]

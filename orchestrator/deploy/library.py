@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ..model import upgrade
 from ..model.loading import OnnxModel
 from ..rundir.atomic import install
 from . import upcast
@@ -77,7 +76,7 @@ def onnxruntime_session(model: OnnxModel) -> Any:
             return session(upcast.save_with_weights_beside(copy, Path(folder)))
     if model.external_weights:
         return session(str(model.path.resolve()))
-    return session(upgrade.for_onnxruntime(model.proto).SerializeToString())
+    return session(model.proto.SerializeToString())
 
 
 def serialize(proto: Any) -> bytes | None:
