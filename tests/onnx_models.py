@@ -562,3 +562,29 @@ def old_opset(path: Path, op: str) -> Path:
     model = _model([conv, last], [x, *weights], [y], inits, opsets=(("", opset),))
     model.ir_version = 3
     return _save(model, path)
+
+
+def resize(path: Path, *, mode: str, factor: float, rank: int = 4, **attrs) -> Path:
+    """x[1,2,(9,)11] -> Conv(1x1) -> Resize of the spatial axes by `factor` (as scales, or as
+    sizes where attrs holds antialias), mode and other attributes as given; opset 18."""
+    spatial = [9, 11][-(rank - 2) :]
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(
+        rng.standard_normal((2, 2, *[1] * (rank - 2))).astype(np.float32), "w"
+    )
+    out = [int(np.floor(d * factor)) for d in spatial]
+    if attrs.get("antialias"):
+        how = numpy_helper.from_array(np.array([1, 2, *out], np.int64), "sizes")
+        inputs = ["c", "", "", "sizes"]
+    else:
+        how = numpy_helper.from_array(
+            np.array([1, 1, *[factor] * (rank - 2)], np.float32), "scales"
+        )
+        inputs = ["c", "", "scales"]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Resize", inputs, ["y"], mode=mode, **attrs),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, *spatial])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, *out])
+    return _save(_model(nodes, [x], [y], [w, how], opsets=(("", 18),)), path)

@@ -486,3 +486,36 @@ def test_a_model_older_than_onnxruntime_runs_is_not_converted(tmp_path):
     # what a model computes (a bias unsqueezed on the wrong axes).
     model = load_model(onnx_models.old_opset(tmp_path / "old.onnx", "BatchNormalization"))
     assert model.tvm_proto is model.proto
+
+
+RESIZES = [
+    {"mode": "linear", "factor": 1.7},  # torch's bilinear scale_factor=1.7: was 0.19 off
+    {"mode": "linear", "factor": 0.37, "coordinate_transformation_mode": "pytorch_half_pixel"},
+    {"mode": "cubic", "factor": 1.3},
+    {"mode": "nearest", "factor": 1.6, "coordinate_transformation_mode": "asymmetric"},
+    {"mode": "linear", "factor": 2.5, "rank": 3},
+    {"mode": "linear", "factor": 0.5, "antialias": 1},  # torch's antialias=True: was 0.69 off
+    {"mode": "cubic", "factor": 0.6, "antialias": 1},
+]
+
+
+@pytest.mark.parametrize("attrs", RESIZES, ids=lambda a: "-".join(map(str, a.values())))
+def test_a_resize_tvm_would_get_wrong_computes_what_onnxruntime_does(tmp_path, llvm, attrs):
+    # TVM interpolates by the sizes' ratio where ONNX maps by the scale, and ignores antialias.
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    path = onnx_models.resize(tmp_path / "resize.onnx", **attrs)
+    model = load_model(path)
+    assert "Resize" not in {node.op_type for node in model.tvm_proto.graph.node}
+    x = np.random.default_rng(10).standard_normal(model.inputs[0].shape).astype("float32")
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ours, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_resize_tvm_gets_right_is_left_to_it(tmp_path):
+    path = onnx_models.resize(tmp_path / "resize.onnx", mode="linear", factor=2.0)
+    assert "Resize" in {node.op_type for node in load_model(path).tvm_proto.graph.node}

@@ -15,7 +15,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import constants, folding, functions, integer, names, recurrent, upgrade
+from . import constants, folding, functions, integer, names, recurrent, resize, upgrade
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
@@ -151,6 +151,7 @@ def load_model(
     tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
     if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
         known = folding.static_shapes(tvm_proto, shapes)
         tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
