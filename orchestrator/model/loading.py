@@ -144,17 +144,7 @@ def load_model(
         raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
     _check_operators(path, proto)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
-    tvm_proto, tvm_names = names.for_tvm(proto)
-    shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
-    tvm_proto = upgrade.upgrade(tvm_proto)
-    tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
-    tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
-    tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
-    tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
-    tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
-    if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
-        known = folding.static_shapes(tvm_proto, shapes)
-        tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
+    tvm_proto, tvm_names = _for_tvm(proto, inputs)
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),
@@ -171,6 +161,27 @@ def load_model(
         bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
         quantized=any(node.op_type in _QUANTIZING for node in names.all_nodes(proto.graph)),
     )
+
+
+def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, str]]:
+    """(the graph TVM imports, {the user's tensor name: its name there}): `proto` itself where
+    nothing needs rewriting, else a copy, each step in its own module. Names made C
+    identifiers; an old opset upgraded; operators defined as functions expanded (before the
+    folding, as bodies compute from shapes too); Constants as tensors; ConvInteger in int32;
+    shape arithmetic folded; Resizes TVM gets wrong as matrix products (their input shapes
+    known once folded); LSTM and GRU unrolled."""
+    tvm_proto, tvm_names = names.for_tvm(proto)
+    shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
+    tvm_proto = upgrade.upgrade(tvm_proto)
+    tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
+    tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
+    tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
+    if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
+        known = folding.static_shapes(tvm_proto, shapes)
+        tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
+    return tvm_proto, tvm_names
 
 
 def as_path(name: str, value: Any) -> Path:
