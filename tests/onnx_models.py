@@ -588,3 +588,28 @@ def resize(path: Path, *, mode: str, factor: float, rank: int = 4, **attrs) -> P
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, *spatial])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, *out])
     return _save(_model(nodes, [x], [y], [w, how], opsets=(("", 18),)), path)
+
+
+def attention(path: Path, *, causal: bool = False, kv_heads: int = 4) -> Path:
+    """q[1,4,6,8], k and v [1,kv_heads,6,8] -> Attention (opset 23; grouped-query where
+    kv_heads < 4), as torch's exporter writes scaled_dot_product_attention at that opset."""
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 6, 8])
+    kv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, kv_heads, 6, 8]) for n in "kv"]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 8])
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=int(causal))
+    return _save(_model([node], [q, *kv], [y], [], opsets=(("", 23),)), path)
+
+
+def scalar_axes(path: Path) -> Path:
+    """x[2,3] -> Unsqueeze -> Unsqueeze, each by one axis held in a 0-d tensor (an initializer,
+    a Constant), as torch's exporter writes them."""
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero_axis")
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "one"], ["u"]),
+        helper.make_node("Constant", [], ["zero"], value=zero),
+        helper.make_node("Unsqueeze", ["u", "zero"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 3])
+    return _save(_model(nodes, [x], [y], [one], opsets=(("", 18),)), path)

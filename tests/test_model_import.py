@@ -519,3 +519,36 @@ def test_a_resize_tvm_would_get_wrong_computes_what_onnxruntime_does(tmp_path, l
 def test_a_resize_tvm_gets_right_is_left_to_it(tmp_path):
     path = onnx_models.resize(tmp_path / "resize.onnx", mode="linear", factor=2.0)
     assert "Resize" in {node.op_type for node in load_model(path).tvm_proto.graph.node}
+
+
+def _compiled_and_onnxruntime(path, model, target, feed):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(import_to_relax(model), target=target)
+    args = [tvm.runtime.tensor(feed[i.name]) for i in model.inputs]
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return ours, session.run(None, feed)[0]
+
+
+@pytest.mark.parametrize("causal, kv_heads", [(False, 4), (True, 4), (False, 2)])
+def test_opset_23_attention_is_expanded_not_read_as_microsofts(tmp_path, llvm, causal, kv_heads):
+    # TVM's importer converts any Attention as com.microsoft's: "TVM cannot import ...:
+    # 'num_heads'" for torch's scaled_dot_product_attention exported at opset 23.
+    path = onnx_models.attention(tmp_path / "att.onnx", causal=causal, kv_heads=kv_heads)
+    model = load_model(path)
+    assert "Attention" not in {node.op_type for node in model.tvm_proto.graph.node}
+    rng = np.random.default_rng(11)
+    feed = {i.name: rng.standard_normal(i.shape).astype("float32") for i in model.inputs}
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, feed)
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
+
+
+def test_one_axis_in_a_0d_tensor_imports(tmp_path, llvm):
+    # torch's grouped-query attention at opset 18: "'int' object is not iterable".
+    path = onnx_models.scalar_axes(tmp_path / "axes.onnx")
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    ours, want = _compiled_and_onnxruntime(path, load_model(path), llvm.target, {"x": x})
+    np.testing.assert_array_equal(ours, want)

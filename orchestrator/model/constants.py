@@ -1,10 +1,14 @@
-"""Constant nodes in the one form TVM's ONNX importer reads.
+"""Constant values in the forms TVM's ONNX importer reads.
 
 ONNX's Constant holds its value in one of several attributes: `value` (a tensor), or, since
 opset 12, `value_float`, `value_floats`, `value_int` or `value_ints`. TVM 0.27 reads `value`
 only and refuses the others ("no value in Constant"); operators ONNX defines as functions
 (Swish's alpha, say) use them, and so may any exporter. The copy TVM sees holds each as the
 same value in a tensor.
+
+Unsqueeze's axes: torch's exporter writes one axis as a 0-d tensor, which onnxruntime takes
+and TVM does not ("'int' object is not iterable": a grouped-query attention did not import);
+the copy TVM sees reads it as a list of one.
 """
 
 from __future__ import annotations
@@ -30,6 +34,47 @@ def as_tensors(proto: Any, *, copy: bool = True) -> Any:
         if _other_form(node):
             _to_tensor(node)
     return proto
+
+
+def axes_as_lists(proto: Any, *, copy: bool = True) -> Any:
+    """`proto` with each 0-d constant `axes` input of its main graph's Unsqueezes read as a
+    1-D one; `proto` itself where there is none. With `copy=False` the change is in `proto`."""
+    from onnx import numpy_helper
+
+    scalars = _scalar_axes(proto.graph)
+    if not scalars:
+        return proto
+    if copy:
+        import onnx
+
+        proto, original = onnx.ModelProto(), proto
+        proto.CopyFrom(original)
+    graph = proto.graph
+    for name, value in scalars.items():
+        graph.initializer.append(numpy_helper.from_array(value.reshape(1), f"{name}__as_list"))
+    for node in graph.node:
+        if _takes_axes(node) and node.input[1] in scalars:
+            node.input[1] = f"{node.input[1]}__as_list"
+    return proto
+
+
+def _takes_axes(node: Any) -> bool:
+    return node.op_type == "Unsqueeze" and len(node.input) > 1
+
+
+def _scalar_axes(graph: Any) -> dict[str, Any]:
+    """{name: value} of the 0-d initializers and Constant values read as `axes`."""
+    from onnx import numpy_helper
+
+    read = {node.input[1] for node in graph.node if _takes_axes(node)}
+    tensors = {init.name: init for init in graph.initializer if init.name in read}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] in read and node.attribute:
+            if node.attribute[0].name == "value":
+                tensors[node.output[0]] = node.attribute[0].t
+    return {
+        name: numpy_helper.to_array(tensor) for name, tensor in tensors.items() if not tensor.dims
+    }
 
 
 def _other_form(node: Any) -> bool:

@@ -1,8 +1,9 @@
 """ONNX operators defined as functions, expanded into their bodies before TVM imports a model.
 
 ONNX defines some operators by a body of simpler ones (Celu, Swish, SwiGLU, RotaryEmbedding,
-CenterCropPad, the window functions...): a runtime that lacks one runs its body instead.
-TVM 0.27's importer lacks them and stops at the first (a model with nn.CELU was refused).
+CenterCropPad, the window functions, opset 23's Attention...): a runtime that lacks one runs
+its body instead. TVM 0.27's importer lacks them and stops at the first (a model with nn.CELU
+was refused), or, for Attention, reads them as com.microsoft's operator of the name.
 Each such node of the main graph whose operator TVM lacks is replaced by its body, at the
 model's opset, in the copy TVM sees; the user's graph, which onnxruntime checks against, keeps
 the operator. A body built from the node's input types (a "context-dependent" function) takes
@@ -22,6 +23,9 @@ from . import folding
 
 _DOMAIN = "tune_orchestrator.expanded"  # the bodies' private domain until they are inlined
 _ROUNDS = 4  # a body may hold an operator defined as a function in turn
+# Standard operators TVM's importer converts as another operator of the same name: its
+# Attention is com.microsoft's (it wants num_heads), not opset 23's.
+_READ_OTHERWISE = frozenset({"Attention"})
 
 
 @functools.cache
@@ -38,9 +42,10 @@ def opset_of(proto: Any) -> int:
 
 
 def expandable(node: Any, opset: int) -> bool:
-    """Whether `node`, a node of the main graph, is an operator TVM lacks and ONNX defines by
-    a body at `opset`."""
-    return node.op_type not in importable() and _body_version(node, opset) is not None
+    """Whether `node`, a node of the main graph, is an operator TVM lacks (or reads as another)
+    and ONNX defines by a body at `opset`."""
+    missing = node.op_type not in importable() or node.op_type in _READ_OTHERWISE
+    return missing and _body_version(node, opset) is not None
 
 
 def expand(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = True) -> Any:

@@ -167,7 +167,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     """(the graph TVM imports, {the user's tensor name: its name there}): `proto` itself where
     nothing needs rewriting, else a copy, each step in its own module. Names made C
     identifiers; an old opset upgraded; operators defined as functions expanded (before the
-    folding, as bodies compute from shapes too); Constants as tensors; ConvInteger in int32;
+    folding, as bodies compute from shapes too); Constants as tensors, one axis as a list; ConvInteger in int32;
     shape arithmetic folded; Resizes TVM gets wrong as matrix products (their input shapes
     known once folded); LSTM and GRU unrolled."""
     tvm_proto, tvm_names = names.for_tvm(proto)
@@ -175,6 +175,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     tvm_proto = upgrade.upgrade(tvm_proto)
     tvm_proto = functions.expand(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
+    tvm_proto = constants.axes_as_lists(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
