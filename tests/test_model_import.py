@@ -240,6 +240,33 @@ def test_a_kernel_tvm_schedules_for_any_size_is_no_task_and_values_still_refuse(
         extract_tasks(fuse_for_tuning(import_to_relax(nonzero), target), target)
 
 
+def _onnxruntime_agrees(model, feed):
+    """Run the user's graph and the one TVM imports in onnxruntime: the same outputs."""
+    import onnxruntime as ort
+
+    expected, got = (
+        ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            list(model.outputs), feed
+        )
+        for proto in (model.proto, model.tvm_proto)
+    )
+    for want, have in zip(expected, got, strict=True):
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def _compiled_and_onnxruntime(path, model, target, feed):
+    """(the model's first output compiled by TVM for `target`, onnxruntime's on the file)."""
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(import_to_relax(model), target=target)
+    args = [tvm.runtime.tensor(feed[i.name]) for i in model.inputs]
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return ours, session.run(None, feed)[0]
+
+
 RECURRENT = [
     ("LSTM", {}),
     ("LSTM", {"direction": "bidirectional", "initial": True}),
@@ -253,20 +280,12 @@ RECURRENT = [
 @pytest.mark.parametrize("op, variant", RECURRENT)
 def test_lstm_and_gru_are_unrolled_into_what_tvm_imports(tmp_path, op, variant):
     # TVM's importer has neither: nn.LSTM and nn.GRU exported by torch were refused (exit 2).
-    import onnxruntime as ort
-
     model = load_model(onnx_models.recurrent(tmp_path / "rnn.onnx", op, **variant))
     assert op not in {node.op_type for node in model.tvm_proto.graph.node}
     rng = np.random.default_rng(1)
-    feed = {i.name: rng.standard_normal(i.shape).astype("float32") for i in model.inputs}
-    expected, got = (
-        ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            list(model.outputs), feed
-        )
-        for proto in (model.proto, model.tvm_proto)
+    _onnxruntime_agrees(
+        model, {i.name: rng.standard_normal(i.shape).astype("float32") for i in model.inputs}
     )
-    for want, have in zip(expected, got, strict=True):
-        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
 
 
 def test_an_unrolled_gru_compiles_and_computes_what_onnxruntime_does(tmp_path, llvm):
@@ -309,20 +328,6 @@ def test_a_recurrence_that_cannot_be_unrolled_is_named_with_the_reason(tmp_path,
         load_model(path)
 
 
-def _onnxruntime_agrees(model, feed):
-    """Run the user's graph and the one TVM imports in onnxruntime: the same outputs."""
-    import onnxruntime as ort
-
-    expected, got = (
-        ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            list(model.outputs), feed
-        )
-        for proto in (model.proto, model.tvm_proto)
-    )
-    for want, have in zip(expected, got, strict=True):
-        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("op", ["Celu", "Swish", "HannWindow", "RotaryEmbedding", "CenterCropPad"])
 def test_operators_defined_as_functions_are_expanded_into_their_bodies(tmp_path, op):
     # TVM's importer lacks them: a model with nn.CELU was refused (exit 2).
@@ -336,16 +341,10 @@ def test_operators_defined_as_functions_are_expanded_into_their_bodies(tmp_path,
 
 
 def test_an_expanded_operator_compiles_and_computes_what_onnxruntime_does(tmp_path, llvm):
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
-
     path = onnx_models.function_op(tmp_path / "celu.onnx", "Celu")
     x = np.random.default_rng(4).standard_normal((2, 8)).astype("float32")
-    ex = tvm.compile(import_to_relax(load_model(path)), target=llvm.target)
-    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(ours, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    ours, want = _compiled_and_onnxruntime(path, load_model(path), llvm.target, {"x": x})
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_body_holding_an_operator_defined_as_a_function_is_expanded_in_turn(tmp_path, llvm):
@@ -392,17 +391,11 @@ def test_pads_computed_from_shapes_or_constants_fold_block_after_block(
 ):
     # TorchScript's Swin: each window's pads are Mod/Sub/Concat of a Shape read after the last
     # Pad, or of Python's constants; TVM refused them ("Dynamic pads are not supported yet").
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
-
     path = onnx_models.padded_blocks(tmp_path / "pads.onnx", blocks, from_shape=from_shape)
     model = load_model(path)
     x = np.random.default_rng(6).standard_normal((1, 2, 5, 7)).astype("float32")
-    ex = tvm.compile(import_to_relax(model), target=llvm.target)
-    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    np.testing.assert_array_equal(ours, session.run(None, {"x": x})[0])
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
+    np.testing.assert_array_equal(ours, want)
 
 
 def test_a_kernel_whose_size_is_a_parameter_counts_as_dynamic():
@@ -425,18 +418,12 @@ def test_a_kernel_whose_size_is_a_parameter_counts_as_dynamic():
 @pytest.mark.parametrize("dims", [1, 2])
 def test_an_integer_convolution_compiles_and_computes_what_onnxruntime_does(tmp_path, llvm, dims):
     # onnxruntime's quantize_dynamic makes ConvInteger of a CNN's Conv; TVM lacks it (exit 2).
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
-
     path = onnx_models.conv_integer(tmp_path / "qconv.onnx", dims=dims)
     model = load_model(path)
     assert "ConvInteger" not in {node.op_type for node in model.tvm_proto.graph.node}
     x = np.random.default_rng(7).standard_normal(model.inputs[0].shape).astype("float32")
-    ex = tvm.compile(import_to_relax(model), target=llvm.target)
-    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(ours, session.run(None, {"x": x})[0], rtol=1e-6)
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
+    np.testing.assert_allclose(ours, want, rtol=1e-6)
 
 
 def test_an_integer_convolution_with_a_zero_point_per_channel_computes_its_definition(
@@ -502,35 +489,17 @@ RESIZES = [
 @pytest.mark.parametrize("attrs", RESIZES, ids=lambda a: "-".join(map(str, a.values())))
 def test_a_resize_tvm_would_get_wrong_computes_what_onnxruntime_does(tmp_path, llvm, attrs):
     # TVM interpolates by the sizes' ratio where ONNX maps by the scale, and ignores antialias.
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
-
     path = onnx_models.resize(tmp_path / "resize.onnx", **attrs)
     model = load_model(path)
     assert "Resize" not in {node.op_type for node in model.tvm_proto.graph.node}
     x = np.random.default_rng(10).standard_normal(model.inputs[0].shape).astype("float32")
-    ex = tvm.compile(import_to_relax(model), target=llvm.target)
-    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(ours, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_resize_tvm_gets_right_is_left_to_it(tmp_path):
     path = onnx_models.resize(tmp_path / "resize.onnx", mode="linear", factor=2.0)
     assert "Resize" in {node.op_type for node in load_model(path).tvm_proto.graph.node}
-
-
-def _compiled_and_onnxruntime(path, model, target, feed):
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
-
-    ex = tvm.compile(import_to_relax(model), target=target)
-    args = [tvm.runtime.tensor(feed[i.name]) for i in model.inputs]
-    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return ours, session.run(None, feed)[0]
 
 
 @pytest.mark.parametrize("causal, kv_heads", [(False, 4), (True, 4), (False, 2)])
