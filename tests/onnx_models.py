@@ -452,7 +452,8 @@ def function_op(path: Path, op: str) -> Path:
 
 
 def constant_forms(path: Path) -> Path:
-    """x[2,3] * Constant(value_floats [3]) + Constant(value_float) -> Reshape(Constant(value_ints))."""
+    """x[2,3] * Constant(value_floats [3]) + Constant(value_float) -> Reshape by
+    Constant(value_ints)."""
     nodes = [
         helper.make_node("Constant", [], ["scale"], value_floats=[0.5, 2.0, -1.0]),
         helper.make_node("Constant", [], ["shift"], value_float=0.25),
