@@ -614,3 +614,14 @@ def scalar_axes(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 3])
     return _save(_model(nodes, [x], [y], [one], opsets=(("", 18),)), path)
+
+
+def same_lower_pool(path: Path, op: str, *, size: int, stride: int, kernel: int = 3) -> Path:
+    """x[1,2,size,size+1] -> `op` (a pool) with auto_pad SAME_LOWER."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, size, size + 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node(
+        op, ["x"], ["y"], auto_pad="SAME_LOWER", kernel_shape=[kernel] * 2, strides=[stride] * 2
+    )
+    model = _model([node], [x], [y], [])
+    return _save(onnx.shape_inference.infer_shapes(model), path)

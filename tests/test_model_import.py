@@ -521,3 +521,17 @@ def test_one_axis_in_a_0d_tensor_imports(tmp_path, llvm):
     x = np.arange(6, dtype="float32").reshape(2, 3)
     ours, want = _compiled_and_onnxruntime(path, load_model(path), llvm.target, {"x": x})
     np.testing.assert_array_equal(ours, want)
+
+
+@pytest.mark.parametrize("size, stride, kernel", [(9, 2, 3), (10, 3, 3), (7, 1, 4)])
+def test_a_same_lower_max_pool_has_the_shape_and_values_onnx_gives(
+    tmp_path, llvm, size, stride, kernel
+):
+    # TVM made a 3x3 max pool by 2 over 9x9 4x4 where onnxruntime made 5x5.
+    path = onnx_models.same_lower_pool(
+        tmp_path / "pool.onnx", "MaxPool", size=size, stride=stride, kernel=kernel
+    )
+    x = np.random.default_rng(12).standard_normal((1, 2, size, size + 1)).astype("float32")
+    ours, want = _compiled_and_onnxruntime(path, load_model(path), llvm.target, {"x": x})
+    assert ours.shape == want.shape
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)

@@ -15,7 +15,17 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import constants, folding, functions, integer, names, recurrent, resize, upgrade
+from . import (
+    constants,
+    folding,
+    functions,
+    integer,
+    names,
+    padding,
+    recurrent,
+    resize,
+    upgrade,
+)
 
 _SUPPORTED_DOMAINS = ("", "ai.onnx")
 _QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
@@ -169,7 +179,8 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     identifiers; an old opset upgraded; operators defined as functions expanded (before the
     folding, as bodies compute from shapes too); Constants as tensors, one axis as a list;
     ConvInteger in int32; shape arithmetic folded; Resizes TVM gets wrong as matrix products
-    (their input shapes known once folded); LSTM and GRU unrolled."""
+    and SAME_LOWER pools as explicit pads (their input shapes known once folded); LSTM and
+    GRU unrolled."""
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
     tvm_proto = upgrade.upgrade(tvm_proto)
@@ -179,6 +190,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = padding.explicit(tvm_proto, shapes, copy=tvm_proto is proto)
     if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
         known = folding.static_shapes(tvm_proto, shapes)
         tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
