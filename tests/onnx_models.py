@@ -565,22 +565,22 @@ def old_opset(path: Path, op: str) -> Path:
     return _save(model, path)
 
 
-def resize(path: Path, *, mode: str, factor: float, rank: int = 4, **attrs) -> Path:
-    """x[1,2,(9,)11] -> Conv(1x1) -> Resize of the spatial axes by `factor` (as scales, or as
-    sizes where attrs holds antialias), mode and other attributes as given; opset 18."""
+def resize(path: Path, *, mode: str, factor: float | tuple, rank: int = 4, **attrs) -> Path:
+    """x[1,2,(9,)11] -> Conv(1x1) -> Resize of the spatial axes by `factor` (one for each, or
+    one for all; as scales, or as sizes where attrs holds antialias), mode and other
+    attributes as given; opset 18."""
     spatial = [9, 11][-(rank - 2) :]
+    factors = factor if isinstance(factor, tuple) else (factor,) * (rank - 2)
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(
         rng.standard_normal((2, 2, *[1] * (rank - 2))).astype(np.float32), "w"
     )
-    out = [int(np.floor(d * factor)) for d in spatial]
+    out = [int(np.floor(d * f)) for d, f in zip(spatial, factors, strict=True)]
     if attrs.get("antialias"):
         how = numpy_helper.from_array(np.array([1, 2, *out], np.int64), "sizes")
         inputs = ["c", "", "", "sizes"]
     else:
-        how = numpy_helper.from_array(
-            np.array([1, 1, *[factor] * (rank - 2)], np.float32), "scales"
-        )
+        how = numpy_helper.from_array(np.array([1, 1, *factors], np.float32), "scales")
         inputs = ["c", "", "scales"]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"]),

@@ -481,6 +481,7 @@ RESIZES = [
     {"mode": "cubic", "factor": 1.3},
     {"mode": "nearest", "factor": 1.6, "coordinate_transformation_mode": "asymmetric"},
     {"mode": "linear", "factor": 2.5, "rank": 3},
+    {"mode": "linear", "factor": (1.7, 1.0)},  # the height alone
     {"mode": "linear", "factor": 0.5, "antialias": 1},  # torch's antialias=True: was 0.69 off
     {"mode": "cubic", "factor": 0.6, "antialias": 1},
 ]

@@ -32,24 +32,32 @@ def as_matmuls(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = 
     if not any(node.op_type == "Resize" for node in proto.graph.node):
         return proto
     types = folding.value_types(proto, shapes)
-    values = _constants(proto.graph)
-    plans = {}
+    values, opset = _constants(proto.graph), functions.opset_of(proto)
+    matrices = {}
     for at, node in enumerate(proto.graph.node):
         plan = _plan(node, types, values) if node.op_type == "Resize" else None
         if plan is not None:
-            plans[at] = plan
-    if not plans:
+            rank, axes = plan
+            try:
+                matrices[at] = (
+                    rank,
+                    {axis: _matrix(node, opset, rank, *axes[axis]) for axis in axes},
+                )
+            except Exception:  # onnxruntime would not resize so: the Resize is left to TVM
+                continue
+    if not matrices:
         return proto
     if copy:
         proto, original = onnx.ModelProto(), proto
         proto.CopyFrom(original)
-    _replace(proto, plans)
+    _replace(proto.graph, matrices)
     return proto
 
 
-def _plan(node: Any, types: Mapping[str, Any], values: Mapping[str, Any]) -> dict | None:
-    """{axis: (its size in, its size out, the node's scale or None)} for a float32 Resize of
-    spatial axes (2 and 3 of NCHW, 2 of NCW) TVM would get wrong, else None."""
+def _plan(node: Any, types: Mapping[str, Any], values: Mapping[str, Any]) -> tuple | None:
+    """(the input's rank, {axis: (the axis, its size in and out, the node's scale or None)})
+    for a float32 Resize of spatial axes (2 and 3 of NCHW, 2 of NCW) TVM would get wrong,
+    else None."""
     attrs = {a.name: _attribute(a) for a in node.attribute}
     shape = _float32_shape(types.get(node.input[0]))
     inputs = [*node.input, "", "", ""]
@@ -79,28 +87,26 @@ def _plan(node: Any, types: Mapping[str, Any], values: Mapping[str, Any]) -> dic
     )
     if not (antialias or off_ratio):
         return None
-    return {i: (shape[i], out[i], None if scales is None else float(scales[i])) for i in moved}
+    scale = [None] * len(shape) if scales is None else [float(s) for s in scales]
+    return len(shape), {i: (i, shape[i], out[i], scale[i]) for i in moved}
 
 
-def _replace(proto: Any, plans: Mapping[int, dict]) -> None:
-    """Each planned Resize becomes MatMul(X, A_W^T) then MatMul(A_H, .), its matrices
-    initializers."""
+def _replace(graph: Any, matrices: Mapping[int, tuple]) -> None:
+    """The Resize at each key of `matrices` becomes MatMul(X, A_W^T) and/or MatMul(A_H, .),
+    by its (input rank, {axis: matrix}), the matrices initializers."""
     from onnx import helper, numpy_helper
 
-    graph, opset = proto.graph, functions.opset_of(proto)
     nodes = []
     for at, node in enumerate(graph.node):
-        plan = plans.get(at)
-        if plan is None:
+        if at not in matrices:
             nodes.append(node)
             continue
-        rank = max(plan) + 1
+        rank, by_axis = matrices[at]
         current = node.input[0]
-        for axis in sorted(plan, reverse=True):  # the last axis first: X @ A^T
-            matrix = _matrix(node, opset, rank, axis, *plan[axis])
+        for axis in sorted(by_axis, reverse=True):  # the last axis first: X @ A^T
+            matrix = by_axis[axis]
             name = f"{node.output[0]}__resize_axis{axis}"
-            last = axis == min(plan)
-            out = node.output[0] if last else f"{name}_out"
+            out = node.output[0] if axis == min(by_axis) else f"{name}_out"
             if axis == rank - 1:
                 graph.initializer.append(numpy_helper.from_array(matrix.T.copy(), name))
                 nodes.append(helper.make_node("MatMul", [current, name], [out]))
@@ -143,7 +149,8 @@ def _matrix(node: Any, opset: int, rank: int, axis: int, size: int, out: int, sc
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (resized,) = session.run(None, {"x": eye})
-    return resized.reshape(size, out).T.astype(np.float32)  # row j: unit vector j, resized
+    # row j of the product: unit vector j, resized (to onnxruntime's size, should it differ)
+    return resized.reshape(size, -1).T.astype(np.float32)
 
 
 def _constants(graph: Any) -> dict[str, Any]:
