@@ -62,19 +62,23 @@ def _takes_axes(node: Any) -> bool:
     return node.op_type == "Unsqueeze" and len(node.input) > 1
 
 
-def _scalar_axes(graph: Any) -> dict[str, Any]:
-    """{name: value} of the 0-d initializers and Constant values read as `axes`."""
+def held(graph: Any, wanted: set[str]) -> dict[str, Any]:
+    """{name: value} of the `wanted` tensors the graph holds: initializers, and Constant nodes
+    whose value is a tensor (`as_tensors` makes every one so)."""
     from onnx import numpy_helper
 
-    read = {node.input[1] for node in graph.node if _takes_axes(node)}
-    tensors = {init.name: init for init in graph.initializer if init.name in read}
+    tensors = {init.name: init for init in graph.initializer if init.name in wanted}
     for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] in read and node.attribute:
+        if node.op_type == "Constant" and node.output[0] in wanted and node.attribute:
             if node.attribute[0].name == "value":
                 tensors[node.output[0]] = node.attribute[0].t
-    return {
-        name: numpy_helper.to_array(tensor) for name, tensor in tensors.items() if not tensor.dims
-    }
+    return {name: numpy_helper.to_array(tensor) for name, tensor in tensors.items()}
+
+
+def _scalar_axes(graph: Any) -> dict[str, Any]:
+    """{name: value} of the 0-d initializers and Constant values read as `axes`."""
+    read = {node.input[1] for node in graph.node if _takes_axes(node)}
+    return {name: value for name, value in held(graph, read).items() if value.ndim == 0}
 
 
 def _other_form(node: Any) -> bool:

@@ -62,12 +62,16 @@ def _worth_folding(graph: Any) -> bool:
 
 def static_shapes(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
     """{tensor name: its fully known shape}, from `value_types`."""
-    known = {}
-    for name, value_type in value_types(proto, shapes).items():
-        tensor = value_type.tensor_type
-        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
-            known[name] = tuple(d.dim_value for d in tensor.shape.dim)
-    return known
+    fixed = ((name, fixed_shape(t)) for name, t in value_types(proto, shapes).items())
+    return {name: shape for name, shape in fixed if shape is not None}
+
+
+def fixed_shape(value_type: Any) -> tuple[int, ...] | None:
+    """A tensor type's shape where every dimension is known, else None."""
+    tensor = value_type.tensor_type
+    if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+        return tuple(d.dim_value for d in tensor.shape.dim)
+    return None
 
 
 def value_types(proto: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:

@@ -58,16 +58,14 @@ def expand(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = True
     opset = opset_of(proto)
     if not any(expandable(node, opset) for node in proto.graph.node):
         return proto
+    if copy:
+        proto, original = onnx.ModelProto(), proto
+        proto.CopyFrom(original)
     before = {node.op_type for node in proto.graph.node}
     for _ in range(_ROUNDS):
         nodes = [node for node in proto.graph.node if expandable(node, opset)]
         if not nodes:
             break
-        if copy:
-            proto, original = onnx.ModelProto(), proto
-            proto.CopyFrom(original)
-            copy = False
-            nodes = [node for node in proto.graph.node if expandable(node, opset)]
         proto = _inline(proto, nodes, opset, shapes)
     _check_expanded(proto, before)
     return proto

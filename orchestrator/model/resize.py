@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import folding, functions
+from . import constants, folding, functions
 
 _SCALED = frozenset({"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric"})
 
@@ -32,9 +32,12 @@ def as_matmuls(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = 
     if not any(node.op_type == "Resize" for node in proto.graph.node):
         return proto
     types = folding.value_types(proto, shapes)
-    values, opset = _constants(proto.graph), functions.opset_of(proto)
+    graph, opset = proto.graph, functions.opset_of(proto)
+    values = constants.held(
+        graph, {n for node in graph.node if node.op_type == "Resize" for n in node.input[2:4]}
+    )
     matrices = {}
-    for at, node in enumerate(proto.graph.node):
+    for at, node in enumerate(graph.node):
         plan = _plan(node, types, values) if node.op_type == "Resize" else None
         if plan is not None:
             rank, axes = plan
@@ -153,28 +156,11 @@ def _matrix(node: Any, opset: int, rank: int, axis: int, size: int, out: int, sc
     return resized.reshape(size, -1).T.astype(np.float32)
 
 
-def _constants(graph: Any) -> dict[str, Any]:
-    """The values of the Resizes' scales and sizes the graph holds (initializers, Constant
-    nodes), by name."""
-    from onnx import numpy_helper
-
-    wanted = {n for node in graph.node if node.op_type == "Resize" for n in node.input[2:4]}
-    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name in wanted}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] in wanted and node.attribute:
-            if node.attribute[0].name == "value":
-                values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
-
-
 def _float32_shape(value_type: Any) -> tuple[int, ...] | None:
     """The fixed shape of a float32 tensor's type, else None."""
     if value_type is None or value_type.tensor_type.elem_type != 1:  # FLOAT
         return None
-    dims = value_type.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") for d in dims):
-        return None
-    return tuple(d.dim_value for d in dims)
+    return folding.fixed_shape(value_type)
 
 
 def _attribute(attr: Any) -> Any:
