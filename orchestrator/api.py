@@ -45,10 +45,11 @@ class Result:
     `shipped` says which build model.so is: "tuned", "untuned", or "none" (no model.so: no
     build passed its check). `shipped_checked` is True where model.so's outputs matched
     onnxruntime's (`checked_on` says where); False with `unchecked_reason` where nothing could
-    run it (no device here and no fleet, --simulate). `check_status` is the tuned build's
-    check: "matched", "differs", "failed" (it failed when run), "not checkable" (an output
-    NaN everywhere), "unchecked" (the fleet could not be reached), None (nothing could run
-    it); `tuned_not_shipped` says why model.so is not the tuned build. A tuned build that
+    run it (no device here and no fleet, --simulate) or the comparison was turned off
+    (output_check=False). `check_status` is the tuned build's check: "matched", "differs",
+    "failed" (it failed when run), "not checkable" (an output NaN everywhere), "unchecked" (the
+    fleet could not be reached), "skipped" (it ran; the comparison was off), None (nothing
+    could run it); `tuned_not_shipped` says why model.so is not the tuned build. A tuned build that
     failed its check (`check_ok` False, exit code 4) or could not be checked (exit code 5)
     never ships; one whose outputs differ is kept aside as `mismatch_library`.
     """
@@ -148,13 +149,15 @@ class Result:
     @property
     def exit_code(self) -> int:
         """The exit code `orchestrate` ends with for this result (exits.py)."""
+        from .deploy.check import SKIPPED
+
         if self.interrupted:
             return exits.INTERRUPTED
         if self.budget_too_small:
             return exits.BUDGET_TOO_SMALL
         if self.check_ok is False:
             return exits.CHECK_FAILED
-        if self.check_ok is None and self.check_status is not None:  # a device could not tell
+        if self.check_ok is None and self.check_status not in (None, SKIPPED):  # none could tell
             return exits.UNCHECKED
         return exits.OK
 

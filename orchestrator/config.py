@@ -253,6 +253,7 @@ class StoppingSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckSettings:
+    outputs: bool
     rtol: float
     rtol_half: float
     rtol_quantized: float

@@ -20,6 +20,8 @@ class Options:
       input named after it (its shape, or N samples of it); default: three random samples
     - config: a TOML file layered over the defaults
     - trials_per_round, seed, candidate_filter ("xgb" or "none"), min_gain, early_stop
+    - output_check: False to run and time the builds without comparing their outputs with
+      onnxruntime's (model.so then ships unchecked), for a model onnxruntime cannot run
     - warm_start: an earlier run directory, or a saved predictor.json, to train the learned
       model on first
     - library: the tuning libraries' root (None: under $XDG_CACHE_HOME or ~/.cache; False: the
@@ -43,6 +45,7 @@ class Options:
     candidate_filter: str | None = None
     min_gain: float | None = None
     early_stop: bool | None = None
+    output_check: bool | None = None
     warm_start: str | Path | None = None
     library: str | Path | bool | None = None
     gpus: Sequence[int] | str | None = None
@@ -93,5 +96,6 @@ class Options:
             "tune.filter": self.candidate_filter,
             "stopping.min_gain": self.min_gain,
             "stopping.early_stop": self.early_stop,
+            "check.outputs": self.output_check,
         }
         return {k: v for k, v in given.items() if v is not None}

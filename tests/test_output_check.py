@@ -17,7 +17,14 @@ from cli_args import tune_args
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import check, samples
-from tune_orchestrator.deploy.check import DIFFERS, MATCHED, NOT_CHECKABLE, Checker, compare
+from tune_orchestrator.deploy.check import (
+    DIFFERS,
+    MATCHED,
+    NOT_CHECKABLE,
+    SKIPPED,
+    Checker,
+    compare,
+)
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.model.loading import load_model
 
@@ -188,19 +195,44 @@ def test_check_inputs_that_do_not_fit_the_model_are_refused(tmp_path, arrays, sa
     assert says in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_a_model_nan_everywhere_is_not_checkable_and_ships_nothing(tmp_path, fast_config):
-    """Log(-|x| - 1) compiles and runs, but no value of it can be compared: exit 5."""
+def test_a_model_nan_everywhere_is_refused_before_any_work(tmp_path, fast_config):
+    """Log(-|x| - 1) compiles and runs, but no value of it can be compared: it tuned for its
+    whole budget, then shipped nothing (exit 5). Refused up front now (exit 2), nothing
+    written; --no-check tunes it and ships it marked unchecked."""
     model = onnx_models.nan_everywhere(tmp_path / "nan.onnx")
     out = tmp_path / "run"
     args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
-    result = CliRunner().invoke(main, [*args, str(model)])
-    assert result.exit_code == 5, result.output
-    assert not (out / "model.so").exists()
-    report = json.loads((out / "report.json").read_text())
-    assert report["summary"]["check_status"] == NOT_CHECKABLE
-    assert report["tuned"]["check"]["status"] == NOT_CHECKABLE
-    assert "give --check-inputs with samples on which it is a number" in result.stderr
-    assert report["summary"]["shipped"] == "none"
+    refused = CliRunner().invoke(main, [*args, str(model)])
+    assert refused.exit_code == 2, refused.output
+    assert not out.exists() and "Traceback" not in refused.output
+    (line,) = refused.stderr.strip().splitlines()
+    assert "output 'y' as NaN everywhere on every sample" in line
+    assert "give --check-inputs with samples on which it is a number" in line
+    assert line.endswith("or give --no-check to tune it and ship model.so unchecked")
+    shipped = CliRunner().invoke(main, [*args, "--no-check", str(model)])
+    assert shipped.exit_code == 0, shipped.output
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["check_status"] == SKIPPED and summary["shipped"] == "tuned"
+    assert not summary["shipped_checked"] and "--no-check" in summary["unchecked_reason"]
+    assert (out / "model.so").is_file()
+    assert "UNCHECKED" in (out / "report.md").read_text()
+
+
+def test_a_model_onnxruntime_has_no_kernel_for_is_refused_with_the_fix(tmp_path, fast_config):
+    """Opset 4: onnxruntime runs opset 7 and later (no Relu-1). The run tuned for its whole
+    budget, then could not check its model (exit 5)."""
+    proto = onnx.load(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    proto.opset_import[0].version = 4
+    onnx.save(proto, tmp_path / "old.onnx")
+    out = tmp_path / "run"
+    args = ["--budget", "1h", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    refused = CliRunner().invoke(main, [*args, str(tmp_path / "old.onnx")])
+    assert refused.exit_code == 2, refused.output
+    assert not out.exists()
+    (line,) = refused.stderr.strip().splitlines()
+    assert "onnxruntime has no CPU kernel for an operator of the model" in line
+    assert "the model is of opset 4 and onnxruntime runs opset 7 and later" in line
+    assert "or give --no-check" in line
 
 
 def test_a_model_computes_in_half_precision_by_any_float16_value_or_cast(tmp_path):

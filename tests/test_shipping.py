@@ -19,7 +19,16 @@ from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import builds, check, devices, library
 from tune_orchestrator.deploy.builds import ModelBuilds
-from tune_orchestrator.deploy.check import DIFFERS, FAILED, MATCHED, UNCHECKED, Check, Checker
+from tune_orchestrator.deploy.check import (
+    DIFFERS,
+    FAILED,
+    MATCHED,
+    OFF,
+    SKIPPED,
+    UNCHECKED,
+    Check,
+    Checker,
+)
 from tune_orchestrator.deploy.samples import Samples
 from tune_orchestrator.deploy.timing import Latency
 from tune_orchestrator.events import schema
@@ -72,9 +81,10 @@ class FakeDevice:
 
 
 class FakeChecker(Checker):
-    """Runs nothing: a build's outputs are its label, its error the one given for it."""
+    """Runs nothing: a build's outputs are its label, its error the one given for it (None:
+    the comparison is turned off)."""
 
-    def __init__(self, errors: dict[str, float]) -> None:
+    def __init__(self, errors: dict[str, float | None]) -> None:
         model = SimpleNamespace(outputs=("y",))
         super().__init__(model, samples=Samples(arrays=((),), source="fake"), rtol=1e-3)
         self.errors = errors
@@ -84,6 +94,8 @@ class FakeChecker(Checker):
 
     def compare(self, outputs: str) -> Check:
         error = self.errors[outputs]
+        if error is None:
+            return self.verdict(SKIPPED, OFF)
         status = MATCHED if error <= 1e-3 else DIFFERS
         return Check(status=status, max_rel_error=error, rtol=1e-3, outputs=1, samples=3)
 
@@ -158,6 +170,22 @@ def test_a_slower_tuned_build_leaves_model_so_to_the_untuned_one(end):
     assert shipment.shipped == shipment.comparison["shipped"] == "untuned"
     assert library_of(run) == "untuned"
     assert (run / "logs" / "untuned.so").is_file()  # kept for the next session's comparison
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_with_the_comparison_off_the_faster_build_ships_unchecked(end, faster):
+    """--no-check: both builds ran and were timed; nothing says their outputs are right."""
+    shipment, events, run = end(None, None, SLOW if faster else FAST, FAST if faster else SLOW)
+    assert shipment.comparison["change"] == ("faster" if faster else "slower")
+    assert shipment.shipped == library_of(run) == ("tuned" if faster else "untuned")
+    assert shipment.checked_on is None and shipment.unchecked_reason == OFF
+    assert (shipment.tuned_not_shipped is None) == faster
+    assert faster or "the untuned build is faster" in shipment.tuned_not_shipped
+    shipped = events[-1]
+    assert shipped["shipped_checked"] is False and shipped["check_status"] == SKIPPED
+    jsonschema.validate(
+        {"schema": "tune-orchestrator/event", "version": 1, "time": 0.0, **shipped}, schema()
+    )
 
 
 def test_within_the_spread_the_tuned_build_ships_and_no_speedup_is_claimed(end):

@@ -108,6 +108,7 @@ _CHECK_WORDS = {
     "failed": "FAILED WHEN RUN",
     "not checkable": "NOT CHECKABLE",
     "unchecked": "NOT CHECKED",
+    "skipped": "NOT COMPARED",
 }
 
 

@@ -310,6 +310,12 @@ PRICE = click.option(
     help="Spend the whole budget: never stop on diminishing returns.",
 )
 @click.option(
+    "--no-check",
+    is_flag=True,
+    help="Run and time the builds without comparing their outputs with onnxruntime's; model.so "
+    "ships unchecked. For a model onnxruntime cannot run, which is otherwise refused up front.",
+)
+@click.option(
     "--build-only",
     is_flag=True,
     help="Do not tune: compile the model with the run directory's records (works for a GPU target on a host without one).",
@@ -402,6 +408,7 @@ def _options(
     library: Path | None,
     no_library: bool,
     no_early_stop: bool,
+    no_check: bool,
     filter_name: str | None,
     config_file: Path | None,
     mlflow_on: bool,
@@ -418,6 +425,7 @@ def _options(
         **fields,
         library=False if no_library else library,
         early_stop=False if no_early_stop else None,
+        output_check=False if no_check else None,
         candidate_filter=filter_name,
         config=config_file,
         mlflow=mlflow_uri or mlflow_on,

@@ -18,7 +18,7 @@ TUNE_GROUPS = {
     "Essentials": ["budget", "target", "out", "json_events", "quiet", "fresh"],
     "Run control": [
         "trials_per_round", "seed", "filter_name", "min_gain", "no_early_stop",
-        "build_only", "input_shapes", "check_inputs", "config_file", "price",
+        "build_only", "input_shapes", "check_inputs", "no_check", "config_file", "price",
     ],
     "What earlier runs learned": ["warm_start", "library", "no_library"],
     "Devices and fleet": ["gpus", "parallelism", "rpc", "rpc_key", "simulate"],

@@ -27,12 +27,21 @@ from ..rundir.atomic import install
 from . import kernels
 from . import library as deploy
 from . import samples as check_samples
-from .check import DIFFERS, MATCHED, NOT_CHECKABLE, Checker, one_line
+from .check import DIFFERS, MATCHED, NOT_CHECKABLE, SKIPPED, Checker, one_line
 from .devices import FleetDevice, LocalDevice, check_on
-from .shipment import NONE, TUNED, UNTUNED, Shipment, check_ok, choose, why_not_tuned
+from .shipment import (
+    NONE,
+    TUNED,
+    UNTUNED,
+    Shipment,
+    check_ok,
+    choose,
+    shippable,
+    why_not_tuned,
+)
 from .timing import Timing, change, claimed_speedup, time_models
 
-RAN = (MATCHED, DIFFERS, NOT_CHECKABLE)  # checks of a build that ran: it can be timed
+RAN = (MATCHED, DIFFERS, NOT_CHECKABLE, SKIPPED)  # checks of a build that ran: it can be timed
 
 __all__ = ["NONE", "TUNED", "UNTUNED", "ModelBuilds", "Shipment", "choose"]
 
@@ -50,11 +59,11 @@ class ModelBuilds:
         run: RunDir,
         emit: Callable[..., None],
         device: LocalDevice | FleetDevice | None = None,
-        samples: check_samples.Samples | None = None,
+        checker: Checker | None = None,
         tasks: Sequence[Task] = (),
     ) -> None:
-        """`device` checks and times the builds at the end (None: nothing can run them) on
-        `samples` (None: random ones, as `settings` say); `tasks`: the model's, which fall
+        """`device` checks and times the builds at the end (None: nothing can run them) by
+        `checker` (None: on random samples, as `settings` say); `tasks`: the model's, which fall
         back to their default schedules where their tuned CUDA kernels do not compile."""
         self.model = model
         self.tasks = list(tasks)
@@ -63,9 +72,10 @@ class ModelBuilds:
         self.run = run
         self.emit = emit
         self.device = device
-        if samples is None:
+        if checker is None:
             samples = check_samples.for_run(model, settings)
-        self.checker = Checker.for_model(model, samples=samples, settings=settings.check)
+            checker = Checker.for_model(model, samples=samples, settings=settings.check)
+        self.checker = checker
         self.timing = Timing.from_settings(settings.check)
         self._checked: set[str] = set()  # builds this session's checker compared
 
@@ -149,7 +159,7 @@ class ModelBuilds:
                 self._check(found.untuned, UNTUNED, ledger)
             self._check(found.tuned, TUNED, ledger)
             # A wrong model's speed is no result; a build that did not run has none.
-            if both and check_ok(found.tuned) and found.untuned["check"]["status"] in RAN:
+            if both and shippable(found.tuned) and found.untuned["check"]["status"] in RAN:
                 try:
                     found.comparison = self._compare(found, ledger)
                 except Exception as exc:
@@ -203,10 +213,10 @@ class ModelBuilds:
         self._place(found)
         found.tuned_not_shipped = why_not_tuned(found, kept=str(self.library(TUNED)))
         shipped = {TUNED: found.tuned, UNTUNED: found.untuned}.get(found.shipped)
-        if shipped is not None and check_ok(shipped) is None:  # nothing here could run it
-            found.unchecked_reason = self._nothing_runs_it()
-            return
-        if shipped is not None and self.device is not None:
+        if shipped is not None and check_ok(shipped) is None:  # its outputs were not compared
+            why = (shipped.get("check") or {}).get("reason")  # the check was off (--no-check)
+            found.unchecked_reason = why or self._nothing_runs_it()
+        elif shipped is not None and self.device is not None:
             found.checked_on = self.device.where
         if failure:
             self.emit("warning", message=f"the end of the run was cut short: {failure}")

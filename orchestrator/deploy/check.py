@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..model.functions import opset_of
 from ..model.loading import OnnxModel
+from ..model.upgrade import OLDEST
 from .library import onnxruntime_session, run_onnxruntime, run_vm
 from .samples import Samples, integer_inputs
 
@@ -20,8 +22,12 @@ DIFFERS = "differs"  # an output differs: a shape, a NaN or Inf place, or beyond
 FAILED = "failed"  # the build failed when run (raised, or took the server down with it)
 NOT_CHECKABLE = "not checkable"  # no difference found, but an output is NaN everywhere
 UNCHECKED = "unchecked"  # nothing ran it: the RPC fleet could not be reached
-STATUSES = (MATCHED, DIFFERS, FAILED, NOT_CHECKABLE, UNCHECKED)
+SKIPPED = "skipped"  # it ran, its outputs not compared: [check] outputs = false (--no-check)
+STATUSES = (MATCHED, DIFFERS, FAILED, NOT_CHECKABLE, UNCHECKED, SKIPPED)
 _OK = {MATCHED: True, DIFFERS: False, FAILED: False}
+# onnxruntime's errors that no other samples would avoid, as what it does to the model
+_REFUSALS = {"NOT_IMPLEMENTED": "has no CPU kernel for an operator of", "INVALID_GRAPH": "refuses"}
+OFF = "the comparison with onnxruntime is turned off ([check] outputs = false, --no-check)"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,7 +80,6 @@ def compare(
     places of each output, after the shapes and the NaN and Inf places were found equal
     (`rtol_name`: the [check] setting `rtol` came from, for the reason)."""
     worst, where = 0.0, ""
-    nan_only = [True] * len(reference[0] if reference else ())
     for k, (mine, theirs) in enumerate(zip(ours, reference, strict=True)):
         if len(mine) != len(theirs):
             why = f"{len(mine)} outputs where onnxruntime gives {len(theirs)}"
@@ -95,20 +100,33 @@ def compare(
                 error = _rel_error(x, y)
                 if error > worst:
                     worst, where = error, f"output {label!r}, sample {k}"
-            nan_only[i] = nan_only[i] and bool(pieces) and all(_nan_only(y) for *_, y in pieces)
-    counts = {"rtol": rtol, "outputs": len(nan_only), "samples": len(reference)}
+    outputs = len(reference[0]) if reference else 0
+    counts = {"rtol": rtol, "outputs": outputs, "samples": len(reference)}
     if worst > rtol:
         why = f"max relative error {worst:.2e} > {rtol_name} {rtol:g} ({where})"
         return Check(status=DIFFERS, max_rel_error=worst, reason=why, **counts)
-    if any(nan_only):
-        blank = [names[i] if i < len(names) else f"#{i}" for i, b in enumerate(nan_only) if b]
-        why = (
-            f"onnxruntime gives output {', '.join(map(repr, blank))} as NaN everywhere on every "
-            "sample, so no value can be compared; give --check-inputs with samples on which it "
-            "is a number"
-        )
+    why = nan_everywhere(reference, names)
+    if why is not None:
         return Check(status=NOT_CHECKABLE, max_rel_error=worst, reason=why, **counts)
     return Check(status=MATCHED, max_rel_error=worst, **counts)
+
+
+def nan_everywhere(reference: Sequence[Sequence[Any]], names: Sequence[str] = ()) -> str | None:
+    """Why onnxruntime's outputs `reference` prove nothing: an output NaN everywhere on every
+    sample, so no value of it can be compared (None: every output has a number)."""
+    blank = []
+    for i in range(len(reference[0]) if reference else 0):
+        name = names[i] if i < len(names) else f"#{i}"
+        pieces = [piece for sample in reference for piece in _pieces(name, sample[i], sample[i])[0]]
+        if pieces and all(_nan_only(y) for *_, y in pieces):
+            blank.append(name)
+    if not blank:
+        return None
+    return (
+        f"onnxruntime gives output {', '.join(map(repr, blank))} as NaN everywhere on every "
+        "sample, so no value can be compared; give --check-inputs with samples on which it is "
+        "a number"
+    )
 
 
 def _pieces(
@@ -176,12 +194,21 @@ class Checker:
     of a build's outputs against those."""
 
     def __init__(
-        self, model: OnnxModel, *, samples: Samples, rtol: float, rtol_name: str = "rtol"
+        self,
+        model: OnnxModel,
+        *,
+        samples: Samples,
+        rtol: float,
+        rtol_name: str = "rtol",
+        compares: bool = True,
     ) -> None:
+        """`compares` False: builds are run on the samples (a build that fails when run still
+        fails its check) but their outputs are not compared (SKIPPED)."""
         self.model = model
         self.samples = samples
         self.rtol = rtol
         self.rtol_name = rtol_name
+        self.compares = compares
         self._reference: list[list[np.ndarray]] | None = None
         self._no_reference: str | None = None
 
@@ -196,7 +223,7 @@ class Checker:
         that computes in 16-bit floats, whose outputs carry three decimal digits and which TVM
         accumulates in them where onnxruntime's CPU kernels accumulate in 32 bits; within
         `rtol_quantized` for one that rounds to integers as it runs (the looser of the two for
-        a model that does both)."""
+        a model that does both); none at all with `outputs` false."""
         looser = [
             (getattr(settings, name), name)
             for name, applies in (
@@ -205,10 +232,8 @@ class Checker:
             )
             if applies
         ]
-        if looser:
-            rtol, name = max(looser)
-            return cls(model, samples=samples, rtol=rtol, rtol_name=name)
-        return cls(model, samples=samples, rtol=settings.rtol)
+        rtol, name = max(looser) if looser else (settings.rtol, "rtol")
+        return cls(model, samples=samples, rtol=rtol, rtol_name=name, compares=settings.outputs)
 
     def outputs(self, vm: Any, dev: Any) -> list[list[np.ndarray]]:
         """The build's outputs on every sample (its own failures raised)."""
@@ -216,6 +241,8 @@ class Checker:
         return [run_vm(vm, dev, sample, outputs) for sample in self.samples.arrays]
 
     def compare(self, outputs: Sequence[Sequence[np.ndarray]]) -> Check:
+        if not self.compares:
+            return self.verdict(SKIPPED, OFF)
         reference = self._references()
         if reference is None:
             return self.verdict(NOT_CHECKABLE, self._no_reference)
@@ -228,7 +255,8 @@ class Checker:
         return self.compare(self.outputs(vm, dev))
 
     def verdict(self, status: str, reason: str | None) -> Check:
-        """A check that compared nothing: FAILED, NOT_CHECKABLE or UNCHECKED, and why."""
+        """A check that compared nothing: FAILED, NOT_CHECKABLE, UNCHECKED or SKIPPED, and
+        why."""
         return Check(
             status=status,
             rtol=self.rtol,
@@ -250,13 +278,34 @@ class Checker:
                 self._no_reference = self._why_no_reference(exc)
         return self._reference
 
+    def reference_problem(self) -> str | None:
+        """Why no build of the model can be checked on these samples, known before any is
+        made: onnxruntime cannot run the model on them, or gives an output as NaN everywhere
+        (None: it gives numbers to compare with, or nothing is compared). Its outputs are kept
+        for the checks."""
+        if not self.compares:
+            return None
+        reference = self._references()
+        if reference is None:
+            return self._no_reference
+        return nan_everywhere(reference, self.model.outputs)
+
     def _why_no_reference(self, exc: Exception) -> str:
-        """Why onnxruntime gave no outputs, and what would let it: other inputs, or nothing
-        (it has no CPU kernel for an operator of the model)."""
-        if "NOT_IMPLEMENTED" in str(exc):
+        """Why onnxruntime gave no outputs, and what would let it: other inputs, a later opset
+        (it runs none before 7), or nothing (it has no CPU kernel for an operator of the
+        model)."""
+        how = next((how for code, how in _REFUSALS.items() if code in str(exc)), None)
+        if how is not None:
+            opset = opset_of(self.model.proto)
+            older = (
+                f"; the model is of opset {opset} and onnxruntime runs opset {OLDEST} and later:"
+                " convert it (onnx.version_converter)"
+                if opset < OLDEST
+                else ""
+            )
             return (
-                f"onnxruntime has no CPU kernel for an operator of the model ({one_line(exc)}), "
-                "so there is nothing to compare the outputs with"
+                f"onnxruntime {how} the model ({one_line(exc)}), so there is nothing to compare "
+                f"the outputs with{older}"
             )
         fix = (
             "set [check] int_min and int_max to the values it takes, or give --check-inputs"

@@ -166,13 +166,18 @@ def _unreachable(label: str, exc: Unreachable, failures: list[str]) -> str:
     )
 
 
+def runs_model(target: Any, fleet: Any) -> bool:
+    """Whether something runs the model at the end: the target's device here, or the fleet's."""
+    return target.device_present or (fleet is not None and bool(fleet.rpc) and not target.simulated)
+
+
 def for_run(target: Any, fleet: Any, *, timeout_s: float) -> LocalDevice | FleetDevice | None:
     """Where the end of the run runs the model: the target's device on this host, else a
     server of the run's RPC fleet, else None (nothing can: --build-only without the GPU,
     --simulate)."""
     if target.device_present:
         return LocalDevice(target.device_type)
-    if fleet is not None and fleet.rpc and not target.simulated:
+    if runs_model(target, fleet):
         return FleetDevice(
             tracker=fleet.rpc,
             key=fleet.rpc_key or "",

@@ -1,13 +1,14 @@
 """Which build becomes model.so, and why the tuned one did not: only a build whose outputs
 matched onnxruntime's ships (the tuned one unchecked only where nothing could run either
-build: no device here and no fleet, or a simulated GPU)."""
+build: no device here and no fleet, or a simulated GPU; or where the user turned the comparison
+off, a build that ran)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from .check import DIFFERS, FAILED, MATCHED, status_of
+from .check import DIFFERS, FAILED, MATCHED, SKIPPED, status_of
 from .timing import SLOWER
 
 UNTUNED, TUNED, NONE = "untuned", "tuned", "none"
@@ -44,10 +45,10 @@ class Shipment:
 
 
 def choose(found: Shipment) -> str:
-    """The build that ships: the tuned one where its outputs matched, unless the untuned one
-    matched too and is faster beyond the spread; else the untuned one where it matched; else
-    nothing, except where nothing could run either build (the tuned one, marked unchecked)."""
-    tuned_ok, untuned_ok = check_ok(found.tuned), check_ok(found.untuned)
+    """The build that ships: the tuned one where it may (shippable), unless the untuned one
+    may too and is faster beyond the spread; else the untuned one where it may; else nothing,
+    except where nothing could run either build (the tuned one, marked unchecked)."""
+    tuned_ok, untuned_ok = shippable(found.tuned), shippable(found.untuned)
     if tuned_ok:
         slower = found.comparison is not None and found.comparison["change"] == SLOWER
         return UNTUNED if untuned_ok and slower else TUNED
@@ -56,6 +57,12 @@ def choose(found: Shipment) -> str:
     if status_of(found.tuned.get("check")) is None:  # no device here and no fleet
         return TUNED
     return NONE
+
+
+def shippable(result: dict[str, Any] | None) -> bool:
+    """Whether the build may ship: its outputs matched onnxruntime's, or it ran with the
+    comparison turned off (--no-check)."""
+    return check_ok(result) is True or status_of((result or {}).get("check")) == SKIPPED
 
 
 def check_ok(result: dict[str, Any] | None) -> bool | None:
@@ -70,7 +77,7 @@ def why_not_tuned(found: Shipment, *, kept: str) -> str | None:
         return None
     check = found.tuned.get("check") or {}
     status, reason = status_of(check), check.get("reason")
-    if status == MATCHED:
+    if status in (MATCHED, SKIPPED):
         return "the untuned build is faster: every timing of it beat every timing of the tuned one"
     if status == DIFFERS:
         aside = found.mismatch_library or kept

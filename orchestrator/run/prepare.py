@@ -57,7 +57,7 @@ class Invocation:
 class Given:
     """A run as described and checked before any work: what to tune (model), for what (target),
     with which settings, within what (budget, stopping), where it measures (fleet), with which
-    library and cost, from which warm start, checked on which samples, and how it was invoked."""
+    library and cost, from which warm start, checked how, and how it was invoked."""
 
     model: Any  # model.loading.OnnxModel
     target: Any  # model.targets.ResolvedTarget
@@ -68,7 +68,7 @@ class Given:
     library: Any  # library.RunLibrary
     cost: Cost
     warm_start: Path | None
-    samples: Any  # deploy.Samples: the output check's inputs
+    checker: Any  # deploy.Checker: the output check, on its samples
     invocation: Invocation
 
 
@@ -85,6 +85,7 @@ def describe(
     """Read the settings and every input; InputError for the first that does not hold, before
     anything is written."""
     from ..deploy import samples
+    from ..deploy.devices import runs_model
     from ..library import RunLibrary
     from ..model.loading import load_model
     from .measuring import target_and_fleet
@@ -107,6 +108,7 @@ def describe(
             rpc_key=options.rpc_key,
             simulate=options.simulate,
         )
+    checker = output_checker(onnx_model, check_samples, settings, runs_model(resolved, fleet))
     library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
     cost = _cost(budget_obj, resolved, fleet, options.price)
     invocation = Invocation(
@@ -120,8 +122,24 @@ def describe(
     return Given(
         model=onnx_model, target=resolved, settings=settings, budget=budget_obj,
         stopping=stopping_rules(settings, budget_obj), fleet=fleet, library=library, cost=cost,
-        warm_start=warm, samples=check_samples, invocation=invocation,
+        warm_start=warm, checker=checker, invocation=invocation,
     )  # fmt: skip
+
+
+def output_checker(model: Any, samples: Any, settings: Any, runs: bool) -> Any:
+    """The check of the run's builds (`runs`: something runs them); InputError, before any
+    work, where it could not check one: onnxruntime cannot run the model on its samples, or
+    gives an output as NaN everywhere on them."""
+    from ..deploy import Checker
+
+    checker = Checker.for_model(model, samples=samples, settings=settings.check)
+    problem = checker.reference_problem() if runs else None
+    if problem is not None:
+        raise InputError(
+            f"the output check cannot run on {model.path.name}: {problem}; or give --no-check "
+            "to tune it and ship model.so unchecked"
+        )
+    return checker
 
 
 def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cost:

@@ -113,7 +113,7 @@ class Session:
             run=self.run,
             emit=self.emit,
             device=devices.for_run(self.target, self.fleet, timeout_s=timeout_s),
-            samples=self.given.samples,
+            checker=self.given.checker,
             tasks=self.tasks,
         )
 
