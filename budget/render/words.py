@@ -118,7 +118,8 @@ def describe_check(check: Mapping[str, Any], *, subject: bool = True) -> str:
     status = check.get("status") or ("matched" if check.get("ok") else "differs")
     if status == "matched":
         on = f" on {check['samples']} samples" if check.get("samples") else ""
-        said = f"match onnxruntime{on} (max relative error {check['max_rel_error']:.1e})"
+        nudged = f"; {check['reason']}" if check.get("reason") else ""  # sample k matched nudged
+        said = f"match onnxruntime{on} (max relative error {check['max_rel_error']:.1e}{nudged})"
         return f"outputs {said}" if subject else said
     reason = check.get("reason") or (
         f"max relative error {check['max_rel_error']:.2e} > rtol {check['rtol']:g}"
