@@ -27,7 +27,7 @@ STATUSES = (MATCHED, DIFFERS, FAILED, NOT_CHECKABLE, UNCHECKED, SKIPPED)
 _OK = {MATCHED: True, DIFFERS: False, FAILED: False}
 # onnxruntime's errors that no other samples would avoid, as what it does to the model
 _REFUSALS = {"NOT_IMPLEMENTED": "has no CPU kernel for an operator of", "INVALID_GRAPH": "refuses"}
-# Copies of each sample, nudged (scaled by 1 + k/4096), that a model rounding to integers as it
+# Copies of each sample, nudged (nudged()), that a model rounding to integers as it
 # runs is also checked on. A value at a rounding boundary lands a step apart in two right
 # computations (float sums in another order), and later layers carry the step: a TFLite int8
 # EfficientNet-B0 was 0.07-0.37 from onnxruntime on 9 of 24 random inputs. Such a coincidence
@@ -287,13 +287,13 @@ class Checker:
             passed = base if base.status != DIFFERS else None
             passed = passed or next((c for c in copies if c.status == MATCHED), None)
             if passed is None:
-                why = f"{base.reason}, and on the {self.nudges} copies of it nudged (x 1 + k/4096)"
+                why = f"{base.reason}, and on the {self.nudges} nudged copies of it"
                 return dataclasses.replace(base, samples=found.samples, reason=why)
             saved += [] if passed is base else [str(k)]
             worst = max(worst, passed.max_rel_error or 0.0)
         why = (
-            f"sample {', '.join(saved)} matched on a copy nudged by 1/4096 (a value at a rounding "
-            "boundary lands a step apart in TVM and onnxruntime, later layers carry the step)"
+            f"sample {', '.join(saved)} matched on a nudged copy (a value at a rounding boundary "
+            "lands a step apart in TVM and onnxruntime, later layers carry the step)"
         )
         return dataclasses.replace(found, status=MATCHED, max_rel_error=worst, reason=why)
 
@@ -361,17 +361,30 @@ class Checker:
 
 
 def nudged(sample: tuple[np.ndarray, ...], times: int) -> tuple[np.ndarray, ...]:
-    """`sample` with its float16/32/64 arrays scaled by 1 + times * NUDGE, other arrays as they
-    are: a different input, close enough to compute the same things, far enough that the
-    first QuantizeLinear rounds a few of its values the other way."""
+    """`sample`, or (times > 0) a copy of it nudged: a different input, close enough to compute
+    the same things, far enough that a few values round the other way. Float arrays scaled by
+    1 + times * NUDGE; in integer ones, one value in 64 (drawn by seed `times`) moved by one
+    within the array's own range; booleans as they are."""
     if times == 0:
         return sample
-    scale = 1 + times * NUDGE
-    return tuple((a * a.dtype.type(scale)).astype(a.dtype) if _nudgeable(a) else a for a in sample)
+    return tuple(_nudge(array, times) for array in sample)
+
+
+def _nudge(array: np.ndarray, times: int) -> np.ndarray:
+    if np.dtype(array.dtype).kind == "f":
+        return (array * array.dtype.type(1 + times * NUDGE)).astype(array.dtype)
+    if not _nudgeable(array):
+        return array
+    rng = np.random.default_rng(times)
+    step = rng.choice([-1, 1], size=array.shape) * (rng.random(array.shape) < 1 / 64)
+    moved = np.clip(array.astype(np.int64) + step, array.min(), array.max())
+    return moved.astype(array.dtype)
 
 
 def _nudgeable(array: np.ndarray) -> bool:
-    return array.dtype in (np.float16, np.float32, np.float64)
+    """Whether nudged() changes the array: floats and integers (of more than one value)."""
+    kind = np.dtype(array.dtype).kind
+    return kind == "f" or (kind in "iu" and array.size > 1 and array.min() < array.max())
 
 
 def one_line(exc: BaseException) -> str:
