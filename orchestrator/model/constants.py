@@ -26,10 +26,7 @@ def as_tensors(proto: Any, *, copy: bool = True) -> Any:
     if not any(_other_form(node) for node in names.all_nodes(proto.graph)):
         return proto
     if copy:
-        import onnx
-
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     for node in names.all_nodes(proto.graph):
         if _other_form(node):
             _to_tensor(node)
@@ -45,10 +42,7 @@ def axes_as_lists(proto: Any, *, copy: bool = True) -> Any:
     if not scalars:
         return proto
     if copy:
-        import onnx
-
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     graph = proto.graph
     for name, value in scalars.items():
         graph.initializer.append(numpy_helper.from_array(value.reshape(1), f"{name}__as_list"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import names
+
 # A shape known only once an earlier fold is a constant (a Pad whose pads follow from a
 # Shape, then the Shape of its output) takes another pass of shape inference; passes repeat
 # while one folds something (a 2-stage Swin exported by TorchScript takes 6).
@@ -41,10 +43,7 @@ def fold_shapes(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool =
         if not folded:
             break
         if copy:
-            import onnx
-
-            proto, original = onnx.ModelProto(), proto
-            proto.CopyFrom(original)
+            proto = names.copied(proto)
             copy = False
         _replace(proto.graph, folded, values)
     return proto

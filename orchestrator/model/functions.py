@@ -19,7 +19,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
-from . import folding
+from . import folding, names
 
 _DOMAIN = "tune_orchestrator.expanded"  # the bodies' private domain until they are inlined
 _ROUNDS = 4  # a body may hold an operator defined as a function in turn
@@ -53,14 +53,12 @@ def expand(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = True
     itself where it has none. `shapes` fixes the inputs' shapes, by input name. Raises
     InputError naming the operator where its body cannot be built or holds operators TVM
     lacks."""
-    import onnx
 
     opset = opset_of(proto)
     if not any(expandable(node, opset) for node in proto.graph.node):
         return proto
     if copy:
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     before = {node.op_type for node in proto.graph.node}
     for _ in range(_ROUNDS):
         nodes = [node for node in proto.graph.node if expandable(node, opset)]

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import names
+
 OPS = ("ConvInteger",)
 
 
 def widen(proto: Any, *, copy: bool = True) -> Any:
     """`proto` with each ConvInteger of its main graph written as Casts, Subs and a Conv in
     int32; `proto` itself where it has none. With `copy=False` the change is made in `proto`."""
-    import onnx
 
     if not any(node.op_type in OPS for node in proto.graph.node):
         return proto
     if copy:
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     graph = proto.graph
     nodes = []
     for node in graph.node:

@@ -66,16 +66,22 @@ def for_tvm(proto: Any) -> tuple[Any, dict[str, str]]:
 
     The model itself is returned, uncopied, when every name is one already.
     """
-    import onnx
-
     tensors = safe_names(_tensor_names(proto.graph))
     nodes = safe_names(n.name for n in all_nodes(proto.graph))
     if not tensors and not nodes:
         return proto, {}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
+    copy = copied(proto)
     _rename(copy.graph, tensors, nodes)
     return copy, tensors
+
+
+def copied(proto: Any) -> Any:
+    """A copy of the ModelProto `proto`, for a rewrite that must leave it as it is."""
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def all_nodes(graph: Any) -> Iterator[Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import folding
+from . import folding, names
 
 OPS = ("MaxPool",)
 
@@ -25,10 +25,7 @@ def explicit(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = Tr
         return proto
     static = folding.static_shapes(proto, shapes)
     if copy:
-        import onnx
-
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     for node in proto.graph.node:
         size = static.get(node.input[0]) if _same_lower(node) else None
         if size is not None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from . import names
 
 OPS = ("LSTM", "GRU")
 _GATES = {"LSTM": 4, "GRU": 3}  # W's rows: i, o, f, c for LSTM; z, r, h for GRU
@@ -48,15 +49,13 @@ def refusal(node: Any, initializers: Mapping[str, Any]) -> str | None:
 def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any:
     """`proto` with its main graph's LSTM and GRU nodes unrolled (each `refusal`-free, its
     input's shape in `shapes`); `proto` itself where it has none."""
-    import onnx
     from onnx import numpy_helper
 
     graph = proto.graph
     if not any(node.op_type in OPS for node in graph.node):
         return proto
     if copy:
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
         graph = proto.graph
     weights = {init.name: init for init in graph.initializer}
     taken = {name for node in graph.node for name in (*node.input, *node.output)}

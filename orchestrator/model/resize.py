@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import constants, folding, functions
+from . import constants, folding, functions, names
 
 _SCALED = frozenset({"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "asymmetric"})
 
@@ -27,7 +27,6 @@ _SCALED = frozenset({"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
 def as_matmuls(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = True) -> Any:
     """`proto` with each Resize of its main graph that TVM would compute wrongly replaced by
     MatMuls; `proto` itself where there is none. With `copy=False` the change is in `proto`."""
-    import onnx
 
     if not any(node.op_type == "Resize" for node in proto.graph.node):
         return proto
@@ -51,8 +50,7 @@ def as_matmuls(proto: Any, shapes: Mapping[str, Sequence[int]], *, copy: bool = 
     if not matrices:
         return proto
     if copy:
-        proto, original = onnx.ModelProto(), proto
-        proto.CopyFrom(original)
+        proto = names.copied(proto)
     _replace(proto.graph, matrices)
     return proto
 
