@@ -625,3 +625,79 @@ def same_lower_pool(path: Path, op: str, *, size: int, stride: int, kernel: int 
     )
     model = _model([node], [x], [y], [])
     return _save(onnx.shape_inference.infer_shapes(model), path)
+
+
+def counted_loop(path: Path, *, steps: int = 5, until_data: bool = False) -> Path:
+    """A recurrence written as a Loop, as tf2onnx writes Keras 3's SimpleRNN: x[1,steps,4],
+    carried time step (int32) and h[1,3], h = Tanh(x_t W + h U + b) each step, the condition
+    time < steps (`until_data`: sum(h) < 100 too, known only from the data); outputs the last
+    h and every step's h [steps,1,3]."""
+    rng = np.random.default_rng(5)
+    f32 = TensorProto.FLOAT
+    w, u, b = (rng.standard_normal(s).astype("float32") for s in ((4, 3), (3, 3), (3,)))
+    body_nodes = [
+        helper.make_node("Add", ["time", "one"], ["time_next"]),
+        helper.make_node("Gather", ["xs", "time"], ["x_t"], axis=0),
+        helper.make_node("MatMul", ["x_t", "W"], ["xw"]),
+        helper.make_node("MatMul", ["h", "U"], ["hu"]),
+        helper.make_node("Add", ["xw", "hu"], ["pre"]),
+        helper.make_node("Add", ["pre", "B"], ["pre_b"]),
+        helper.make_node("Tanh", ["pre_b"], ["h_next"]),
+        helper.make_node("Identity", ["h_next"], ["h_row"]),
+        helper.make_node("Less", ["time_next", "bound"], ["more" if until_data else "go"]),
+    ]
+    if until_data:
+        body_nodes += [
+            helper.make_node("ReduceSum", ["h_next"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "hundred"], ["small"]),
+            helper.make_node("And", ["more", "small"], ["go"]),
+        ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("time", TensorProto.INT32, []),
+            helper.make_tensor_value_info("h", f32, [1, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("go", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("time_next", TensorProto.INT32, []),
+            helper.make_tensor_value_info("h_next", f32, [1, 3]),
+            helper.make_tensor_value_info("h_row", f32, [1, 3]),
+        ],
+        [
+            numpy_helper.from_array(np.asarray(1, np.int32), "one"),
+            numpy_helper.from_array(np.asarray(steps, np.int32), "bound"),
+            numpy_helper.from_array(np.asarray(100.0, np.float32), "hundred"),
+        ],
+    )
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xs"], perm=[1, 0, 2]),
+        helper.make_node("Less", ["zero", "bound_outer"], ["start"]),
+        helper.make_node(
+            "Loop", ["trips", "start", "zero", "h0"], ["time_end", "h_last", "hs"], body=body
+        ),
+    ]
+    inits = [
+        numpy_helper.from_array(np.asarray(steps, np.int64), "trips"),
+        numpy_helper.from_array(np.asarray(0, np.int32), "zero"),
+        numpy_helper.from_array(np.asarray(steps, np.int32), "bound_outer"),
+        numpy_helper.from_array(np.zeros((1, 3), np.float32), "h0"),
+        numpy_helper.from_array(w, "W"),
+        numpy_helper.from_array(u, "U"),
+        numpy_helper.from_array(b, "B"),
+    ]
+    return _save(
+        _model(
+            nodes,
+            [helper.make_tensor_value_info("x", f32, [1, steps, 4])],
+            [
+                helper.make_tensor_value_info("h_last", f32, [1, 3]),
+                helper.make_tensor_value_info("hs", f32, [steps, 1, 3]),
+            ],
+            inits,
+        ),
+        path,
+    )

@@ -328,6 +328,32 @@ def test_a_recurrence_that_cannot_be_unrolled_is_named_with_the_reason(tmp_path,
         load_model(path)
 
 
+def test_a_loop_its_constants_count_is_unrolled_and_computes_what_onnxruntime_does(tmp_path, llvm):
+    """Keras 3's LSTM, GRU and SimpleRNN, converted by tf2onnx, are Loops over the time steps,
+    which TVM's importer lacks: refused (exit 2)."""
+    path = onnx_models.counted_loop(tmp_path / "loop.onnx", steps=5)
+    model = load_model(path)
+    assert "Loop" not in {node.op_type for node in model.tvm_proto.graph.node}
+    assert "Loop" in {node.op_type for node in model.proto.graph.node}  # the user's keeps it
+    feed = {"x": np.random.default_rng(4).standard_normal((1, 5, 4)).astype("float32")}
+    _onnxruntime_agrees(model, feed)
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(import_to_relax(model), target=llvm.target)
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(feed["x"]))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for want, have in zip(session.run(None, feed), ours, strict=True):
+        np.testing.assert_allclose(have.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_whose_condition_depends_on_the_data_is_refused_by_name(tmp_path):
+    path = onnx_models.counted_loop(tmp_path / "loop.onnx", until_data=True)
+    with pytest.raises(InputError, match=r"does not support: Loop \(node"):
+        load_model(path)
+
+
 @pytest.mark.parametrize("op", ["Celu", "Swish", "HannWindow", "RotaryEmbedding", "CenterCropPad"])
 def test_operators_defined_as_functions_are_expanded_into_their_bodies(tmp_path, op):
     # TVM's importer lacks them: a model with nn.CELU was refused (exit 2).

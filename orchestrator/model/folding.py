@@ -135,7 +135,7 @@ def _fold(proto: Any, static: Mapping[str, tuple]) -> tuple[list[int], dict[str,
         if any(attr.type in (attr.GRAPH, attr.GRAPHS) for attr in node.attribute):
             continue
         if node.op_type == "Constant":
-            result = _evaluate(node, values, proto.opset_import)
+            result = evaluate(node, values, proto.opset_import)
             if result is not None and all(value.size <= SMALL for value in result):
                 values.update(zip(node.output, result, strict=True))
                 derived.update(node.output)  # an exporter's Python arithmetic, say
@@ -145,7 +145,7 @@ def _fold(proto: Any, static: Mapping[str, tuple]) -> tuple[list[int], dict[str,
         if node.op_type in ("Shape", "Size"):
             result = _read_shape(node, static)
         elif node.op_type in ARITHMETIC and derived.intersection(node.input):
-            result = _evaluate(node, values, proto.opset_import)
+            result = evaluate(node, values, proto.opset_import)
         else:
             continue
         if result is None or any(value.size > SMALL for value in result):
@@ -169,7 +169,7 @@ def _read_shape(node: Any, static: Mapping[str, tuple]) -> list[Any] | None:
     return [np.array(shape[ints.get("start", 0) : ints.get("end", len(shape))], dtype=np.int64)]
 
 
-def _evaluate(node: Any, values: Mapping[str, Any], opsets: Any) -> list[Any] | None:
+def evaluate(node: Any, values: Mapping[str, Any], opsets: Any) -> list[Any] | None:
     """What `node` outputs given `values` for its inputs (None where one is not known, or onnx's
     reference evaluator cannot run it)."""
     import numpy as np

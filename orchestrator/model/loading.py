@@ -20,6 +20,7 @@ from . import (
     folding,
     functions,
     integer,
+    loops,
     names,
     padding,
     recurrent,
@@ -178,7 +179,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     nothing needs rewriting, else a copy, each step in its own module. Names made C
     identifiers; an old opset upgraded; operators defined as functions expanded (before the
     folding, as bodies compute from shapes too); Constants as tensors, one axis as a list;
-    ConvInteger in int32; shape arithmetic folded; Resizes TVM gets wrong as matrix products
+    ConvInteger in int32; Loops their constants count unrolled; shape arithmetic folded; Resizes TVM gets wrong as matrix products
     and SAME_LOWER pools as explicit pads (their input shapes known once folded); LSTM and
     GRU unrolled."""
     tvm_proto, tvm_names = names.for_tvm(proto)
@@ -188,6 +189,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     tvm_proto = constants.as_tensors(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = constants.axes_as_lists(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = integer.widen(tvm_proto, copy=tvm_proto is proto)
+    tvm_proto = loops.unroll(tvm_proto, copy=tvm_proto is proto)
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = padding.explicit(tvm_proto, shapes, copy=tvm_proto is proto)
@@ -292,10 +294,12 @@ def _check_operators(path: Path, proto: Any) -> None:
     known, opset = functions.importable(), functions.opset_of(proto)
     weights = {t.name: t for t in graph.initializer}
     unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
-    expanded = {  # written for TVM in other operators (functions.py, integer.py)
+    expanded = {  # written for TVM in other operators (functions.py, integer.py, loops.py)
         tuple(node.output)
         for node in graph.node
-        if functions.expandable(node, opset) or node.op_type in integer.OPS
+        if functions.expandable(node, opset)
+        or node.op_type in integer.OPS
+        or (node.op_type == "Loop" and loops.unrollable(proto, node))
     }
     missing: dict[str, str] = {}
     for node in nodes:
