@@ -179,9 +179,9 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     nothing needs rewriting, else a copy, each step in its own module. Names made C
     identifiers; an old opset upgraded; operators defined as functions expanded (before the
     folding, as bodies compute from shapes too); Constants as tensors, one axis as a list;
-    ConvInteger in int32; Loops their constants count unrolled; shape arithmetic folded; Resizes TVM gets wrong as matrix products
-    and SAME_LOWER pools as explicit pads (their input shapes known once folded); LSTM and
-    GRU unrolled."""
+    ConvInteger in int32; Loops their constants count unrolled; shape arithmetic folded;
+    Resizes TVM gets wrong as matrix products and SAME_LOWER pools as explicit pads (their
+    input shapes known once folded); LSTM and GRU unrolled."""
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
     tvm_proto = upgrade.upgrade(tvm_proto)
