@@ -701,3 +701,37 @@ def counted_loop(path: Path, *, steps: int = 5, until_data: bool = False) -> Pat
         ),
         path,
     )
+
+
+def reversed_sequences(path: Path, *, lengths: list[int] | None = None) -> Path:
+    """x[2,5,3] -> ReverseSequence (batch axis 0, time axis 1) -> Relu; the lengths constant,
+    or (None) the time axis's size for each row, read from x's shape as tf2onnx writes it for
+    a Keras Bidirectional layer."""
+    nodes, inits = [], []
+    if lengths is None:
+        nodes += [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "one"], ["steps"], axis=0),
+            helper.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+            helper.make_node("Expand", ["steps", "rows"], ["lens"]),
+        ]
+        inits += [
+            numpy_helper.from_array(np.asarray([1], np.int64), "one"),
+            numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
+        ]
+    else:
+        inits.append(numpy_helper.from_array(np.asarray(lengths, np.int64), "lens"))
+    nodes += [
+        helper.make_node("ReverseSequence", ["x", "lens"], ["r"], batch_axis=0, time_axis=1),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    f32 = TensorProto.FLOAT
+    return _save(
+        _model(
+            nodes,
+            [helper.make_tensor_value_info("x", f32, [2, 5, 3])],
+            [helper.make_tensor_value_info("y", f32, [2, 5, 3])],
+            inits,
+        ),
+        path,
+    )

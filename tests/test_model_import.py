@@ -354,6 +354,25 @@ def test_a_loop_whose_condition_depends_on_the_data_is_refused_by_name(tmp_path)
         load_model(path)
 
 
+@pytest.mark.parametrize("lengths", [None, [5, 5]])
+def test_a_reverse_sequence_over_whole_sequences_is_a_slice(tmp_path, llvm, lengths):
+    """tf2onnx writes the backward half of a Keras Bidirectional layer so, its lengths read from
+    the input's shape; TVM's importer has no ReverseSequence: refused (exit 2)."""
+    path = onnx_models.reversed_sequences(tmp_path / "r.onnx", lengths=lengths)
+    model = load_model(path)
+    assert "ReverseSequence" not in {node.op_type for node in model.tvm_proto.graph.node}
+    feed = {"x": np.random.default_rng(6).standard_normal((2, 5, 3)).astype("float32")}
+    _onnxruntime_agrees(model, feed)
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, feed)
+    np.testing.assert_allclose(ours, want, rtol=1e-6)
+
+
+def test_a_reverse_sequence_over_shorter_sequences_is_refused_by_name(tmp_path):
+    path = onnx_models.reversed_sequences(tmp_path / "r.onnx", lengths=[5, 3])
+    with pytest.raises(InputError, match=r"ReverseSequence with lengths other than its whole"):
+        load_model(path)
+
+
 @pytest.mark.parametrize("op", ["Celu", "Swish", "HannWindow", "RotaryEmbedding", "CenterCropPad"])
 def test_operators_defined_as_functions_are_expanded_into_their_bodies(tmp_path, op):
     # TVM's importer lacks them: a model with nn.CELU was refused (exit 2).

@@ -25,6 +25,7 @@ from . import (
     padding,
     recurrent,
     resize,
+    reverse,
     upgrade,
 )
 
@@ -156,6 +157,12 @@ def load_model(
     _check_operators(path, proto)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = _for_tvm(proto, inputs)
+    left = reverse.left(tvm_proto)
+    if left:
+        raise InputError(
+            f"{path} uses operator(s) TVM's ONNX importer does not support: {left}; replace "
+            "them in the exporter or simplify the model"
+        )
     return OnnxModel(
         path=path,
         name=safe_name(path.stem),
@@ -180,8 +187,9 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     identifiers; an old opset upgraded; operators defined as functions expanded (before the
     folding, as bodies compute from shapes too); Constants as tensors, one axis as a list;
     ConvInteger in int32; Loops their constants count unrolled; shape arithmetic folded;
-    Resizes TVM gets wrong as matrix products and SAME_LOWER pools as explicit pads (their
-    input shapes known once folded); LSTM and GRU unrolled."""
+    Resizes TVM gets wrong as matrix products, SAME_LOWER pools as explicit pads and whole
+    sequences' ReverseSequence as a Slice (their input shapes known once folded); LSTM and GRU
+    unrolled."""
     tvm_proto, tvm_names = names.for_tvm(proto)
     shapes = {tvm_names.get(i.name, i.name): i.shape for i in inputs}
     tvm_proto = upgrade.upgrade(tvm_proto)
@@ -193,6 +201,7 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     tvm_proto = folding.fold_shapes(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = resize.as_matmuls(tvm_proto, shapes, copy=tvm_proto is proto)
     tvm_proto = padding.explicit(tvm_proto, shapes, copy=tvm_proto is proto)
+    tvm_proto = reverse.as_slices(tvm_proto, shapes, copy=tvm_proto is proto)
     if any(node.op_type in recurrent.OPS for node in tvm_proto.graph.node):
         known = folding.static_shapes(tvm_proto, shapes)
         tvm_proto = recurrent.unroll(tvm_proto, known, copy=tvm_proto is proto)
@@ -300,6 +309,7 @@ def _check_operators(path: Path, proto: Any) -> None:
         if functions.expandable(node, opset)
         or node.op_type in integer.OPS
         or (node.op_type == "Loop" and loops.unrollable(proto, node))
+        or node.op_type in reverse.OPS  # known once the shapes are folded: refused then
     }
     missing: dict[str, str] = {}
     for node in nodes:
