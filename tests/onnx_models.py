@@ -627,11 +627,14 @@ def same_lower_pool(path: Path, op: str, *, size: int, stride: int, kernel: int 
     return _save(onnx.shape_inference.infer_shapes(model), path)
 
 
-def counted_loop(path: Path, *, steps: int = 5, until_data: bool = False) -> Path:
+def counted_loop(
+    path: Path, *, steps: int = 5, until_data: bool = False, sequence: bool = False
+) -> Path:
     """A recurrence written as a Loop, as tf2onnx writes Keras 3's SimpleRNN: x[1,steps,4],
     carried time step (int32) and h[1,3], h = Tanh(x_t W + h U + b) each step, the condition
     time < steps (`until_data`: sum(h) < 100 too, known only from the data); outputs the last
-    h and every step's h [steps,1,3]."""
+    h and every step's h [steps,1,3]. `sequence`: the body also makes a sequence of h, as
+    TorchScript's list appends do."""
     rng = np.random.default_rng(5)
     f32 = TensorProto.FLOAT
     w, u, b = (rng.standard_normal(s).astype("float32") for s in ((4, 3), (3, 3), (3,)))
@@ -646,6 +649,8 @@ def counted_loop(path: Path, *, steps: int = 5, until_data: bool = False) -> Pat
         helper.make_node("Identity", ["h_next"], ["h_row"]),
         helper.make_node("Less", ["time_next", "bound"], ["more" if until_data else "go"]),
     ]
+    if sequence:
+        body_nodes.append(helper.make_node("SequenceConstruct", ["h_next"], ["listed"]))
     if until_data:
         body_nodes += [
             helper.make_node("ReduceSum", ["h_next"], ["total"], keepdims=0),

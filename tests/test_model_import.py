@@ -348,8 +348,12 @@ def test_a_loop_its_constants_count_is_unrolled_and_computes_what_onnxruntime_do
         np.testing.assert_allclose(have.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_a_loop_whose_condition_depends_on_the_data_is_refused_by_name(tmp_path):
-    path = onnx_models.counted_loop(tmp_path / "loop.onnx", until_data=True)
+@pytest.mark.parametrize("variant", [{"until_data": True}, {"sequence": True}])
+def test_a_loop_that_cannot_be_unrolled_is_refused_by_name(tmp_path, variant):
+    """Its condition known from the data only, or a body that builds a sequence (unrolled,
+    TVM's importer never returned from the ConcatFromSequence of a TorchScript loop's list
+    appends)."""
+    path = onnx_models.counted_loop(tmp_path / "loop.onnx", **variant)
     with pytest.raises(InputError, match=r"does not support: Loop \(node"):
         load_model(path)
 

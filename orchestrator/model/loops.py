@@ -9,7 +9,9 @@ condition is false or the trip count reached. Each iteration's body is then copi
 graph, its names prefixed, its iteration number and condition as constants; the values it
 carries flow from one copy to the next, and each scan output is the concatenation of the
 copies' values. A Loop whose condition depends on the data, that runs more than MOST times or
-none, or whose body holds a subgraph of its own, is left to TVM as it is.
+none, whose body holds a subgraph of its own or builds a sequence (a TorchScript list: TVM's
+importer never returns from a ConcatFromSequence of what SequenceInserts made), is left to TVM
+as it is, which refuses it.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ def unrollable(proto: Any, loop: Any) -> bool:
 
 def _trips(proto: Any, loop: Any) -> int | None:
     """How many times `loop` runs (None: not known from constants, more than MOST, none, or a
-    body with subgraphs)."""
+    body with subgraphs or sequences)."""
     body = loop.attribute[0].g if loop.attribute and loop.attribute[0].name == "body" else None
-    if body is None or any(n.attribute and _has_subgraph(n) for n in body.node):
+    if body is None or any(_has_subgraph(n) or "Sequence" in n.op_type for n in body.node):
         return None
     value = _values(proto)
     bound = value(loop.input[0]) if loop.input[0] else np.asarray(MOST + 1)
