@@ -66,7 +66,7 @@ def _trips(proto: Any, loop: Any) -> int | None:
     value = _values(proto)
     bound = value(loop.input[0]) if loop.input[0] else np.asarray(MOST + 1)
     go = value(loop.input[1]) if len(loop.input) > 1 and loop.input[1] else np.asarray(True)
-    control = _control(body, proto.opset_import)
+    control = _Control(body, proto.opset_import)
     start = dict(zip((v.name for v in body.input[2:]), loop.input[2:], strict=False))
     state = {name: value(start[name]) for name in control.inputs}
     if bound is None or go is None or any(v is None for v in state.values()):
@@ -88,61 +88,62 @@ def _trips(proto: Any, loop: Any) -> int | None:
 
 class _Control:
     """The part of a Loop body its condition depends on: the nodes that compute the next
-    condition and the carried values those read, run by onnx's reference evaluator."""
+    condition and the carried values those read (`inputs`), and the tensors of the main graph
+    they read (`outer`). run() evaluates them with onnx's reference evaluator."""
 
-    def __init__(self, body: Any, nodes: list[Any], inputs: list[str], outer: set[str]) -> None:
-        self.body, self.nodes, self.inputs, self.outer = body, nodes, inputs, outer
-        self.opsets: Any = ()
+    def __init__(self, body: Any, opsets: Any) -> None:
+        producer = {out: node for node in body.node for out in node.output}
+        position = {v.name: k for k, v in enumerate(body.input)}
+        local = {init.name for init in body.initializer}
+        todo, seen, reads = [body.output[0].name], set(), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in producer:
+                todo += [i for i in producer[name].input if i]
+            elif position.get(name, 0) >= 2:  # a carried value: its next value is needed too
+                reads.add(name)
+                todo.append(body.output[position[name] - 1].name)
+        self.nodes = [node for node in body.node if any(out in seen for out in node.output)]
+        self.outer = {
+            name
+            for node in self.nodes
+            for name in node.input
+            if name and name not in producer and name not in position and name not in local
+        }
+        self.inputs = [v.name for v in body.input[2:] if v.name in reads]
+        self._body, self._opsets = body, opsets
+        self._evaluator: Any = None
 
     def run(self, feeds: Mapping[str, Any]) -> list[Any] | None:
-        """(next condition, next value of each carried input it reads) from `feeds`."""
+        """(next condition, next value of each carried input it reads) from `feeds` (the
+        iteration number, the condition, `inputs` and `outer`); None where the evaluator
+        cannot run them."""
+        try:
+            if self._evaluator is None:
+                self._evaluator = self._evaluator_of(feeds)
+            return [np.asarray(v) for v in self._evaluator.run(None, dict(feeds))]
+        except Exception:  # an operator the evaluator lacks: the Loop is left to TVM
+            return None
+
+    def _evaluator_of(self, feeds: Mapping[str, Any]) -> Any:
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
 
-        position = {v.name: k for k, v in enumerate(self.body.input)}
-        wanted = [self.body.output[0].name]
-        wanted += [self.body.output[position[name] - 1].name for name in self.inputs]
+        body = self._body
+        position = {v.name: k for k, v in enumerate(body.input)}
+        wanted = [body.output[0].name]
+        wanted += [body.output[position[name] - 1].name for name in self.inputs]
         graph = helper.make_graph(
             self.nodes,
             "control",
             [helper.make_empty_tensor_value_info(name) for name in feeds],
             [helper.make_empty_tensor_value_info(name) for name in wanted],
-            list(self.body.initializer),
+            list(body.initializer),
         )
-        try:
-            evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=self.opsets))
-            return [np.asarray(v) for v in evaluator.run(None, dict(feeds))]
-        except Exception:  # an operator the evaluator lacks: the Loop is left to TVM
-            return None
-
-
-def _control(body: Any, opsets: Any) -> _Control:
-    """The nodes of `body` that the next condition depends on, through the carried values."""
-    producer = {out: node for node in body.node for out in node.output}
-    position = {v.name: k for k, v in enumerate(body.input)}
-    local = {init.name for init in body.initializer}
-    todo, seen, reads = [body.output[0].name], set(), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in producer:
-            todo += [i for i in producer[name].input if i]
-        elif position.get(name, 0) >= 2:  # a carried value: its next value is needed too
-            reads.add(name)
-            todo.append(body.output[position[name] - 1].name)
-    nodes = [node for node in body.node if any(out in seen for out in node.output)]
-    outer = {
-        name
-        for node in nodes
-        for name in node.input
-        if name and name not in producer and name not in position and name not in local
-    }
-    inputs = [v.name for v in body.input[2:] if v.name in reads]
-    control = _Control(body, nodes, inputs, outer)
-    control.opsets = opsets
-    return control
+        return ReferenceEvaluator(helper.make_model(graph, opset_imports=self._opsets))
 
 
 def _values(proto: Any) -> Callable[[str], Any]:

@@ -42,17 +42,16 @@ def _whole(node: Any, static: Mapping[str, tuple], lengths: Mapping[str, Any]) -
     if node.op_type not in OPS or node.input[1] not in lengths:
         return False
     shape = static.get(node.input[0])
-    time = next((a.i for a in node.attribute if a.name == "time_axis"), 0)
-    return shape is not None and bool(np.all(lengths[node.input[1]] == shape[time]))
+    return shape is not None and bool(np.all(lengths[node.input[1]] == shape[_time_axis(node)]))
 
 
 def _to_slice(graph: Any, node: Any) -> None:
     """Make `node` the Slice reversing its input along its time axis."""
     from onnx import numpy_helper
 
-    time = next((a.i for a in node.attribute if a.name == "time_axis"), 0)
     stem = node.output[0]
-    bounds = {"starts": -1, "ends": np.iinfo(np.int64).min, "axes": time, "steps": -1}
+    ends = np.iinfo(np.int64).min
+    bounds = {"starts": -1, "ends": ends, "axes": _time_axis(node), "steps": -1}
     for part, value in bounds.items():
         graph.initializer.append(
             numpy_helper.from_array(np.asarray([value], np.int64), f"{stem}__{part}")
@@ -60,6 +59,10 @@ def _to_slice(graph: Any, node: Any) -> None:
     node.op_type = "Slice"
     node.input[:] = [node.input[0], *(f"{stem}__{part}" for part in bounds)]
     del node.attribute[:]
+
+
+def _time_axis(node: Any) -> int:
+    return next((a.i for a in node.attribute if a.name == "time_axis"), 0)
 
 
 def left(proto: Any) -> str | None:
