@@ -14,6 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule import _ffi_api
 
 import onnx_models
+from tune_orchestrator import _tvm
 from tune_orchestrator.budget.render import describe_search
 from tune_orchestrator.config import Settings
 from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
@@ -31,6 +32,7 @@ def conv_task(tmp_path_factory):
     """A 64-channel 3x3 convolution: most of its random GPU schedules break the H100's limits,
     some by shared memory, some by threads per block."""
     target = resolve_target(H100, build_only=True).target
+    _tvm.load_tensor_intrinsics(target)  # as a search does: the tests make contexts of their own
     path = onnx_models.wide_conv(tmp_path_factory.mktemp("precheck") / "conv.onnx", size=16)
     (task,) = extract_tasks(fuse_for_tuning(import_to_relax(load_model(path)), target), target)
     return target, task
