@@ -2,7 +2,7 @@
 
     python benchmarks/models.py [--model resnetish|vggish|resnet50ish|mlpish|mobilenetish|
                                          smallvgg|resnet18ish|tinybert|squeezenetish|
-                                         densenetish|inceptionish|mobilenetv2ish]
+                                         densenetish|inceptionish|mobilenetv2ish|lstmish]
                                 [--out PATH]
 
 `resnetish`: a small ResNet (stem, three stages of two residual blocks with 16/32/64 channels,
@@ -46,7 +46,11 @@ halved, no batch norms, on a 1x3x64x64 image, 10-way dense: ~0.07 GFLOP; 71 tuni
 expansion x6, a 3x3 depthwise convolution, a linear 1x1 projection, a residual add where the
 shape holds; 16 to 320 channels, ReLU6 as Clip, then a 1x1 to 1280), batch-normalised, on a
 1x3x96x96 image, 10-way dense: ~0.12 GFLOP; 33 tuning tasks called 55 times.
-The last four are sized to run in under 60 ms untuned on two CPU cores; each extracts as many
+`lstmish`: a bidirectional LSTM (128 a direction) and a forward LSTM (128) over 32 steps of
+64 features, batch 1, then the last hidden state's 10-way dense layer; unrolled when imported,
+its steps' kernels are tuned once each, weighted by their 32-64 calls, beside large fused
+kernels of reshapes and concatenations.
+The four before it are sized to run in under 60 ms untuned on two CPU cores; each extracts as many
 tasks for CUDA as for the CPU.
 Weights are random (seeded); the models are for timing, not for accuracy.
 """
@@ -431,6 +435,30 @@ def mobilenetv2ish(seed: int = 0) -> onnx.ModelProto:
     return g.model("mobilenetv2ish", "image", 96, "logits", 10)
 
 
+def lstmish(seed: int = 0) -> onnx.ModelProto:
+    """x[32 steps, 1, 64] -> a bidirectional LSTM (128 a direction) -> an LSTM (128) over
+    its two directions -> the last hidden state -> 10 classes."""
+    g = _Graph(seed)
+    steps, width, hidden = 32, 64, 128
+    x = "frames"
+    for features, direction in [(width, "bidirectional"), (2 * hidden, "forward")]:
+        dirs = 2 if direction == "bidirectional" else 1
+        w = g.param(g.rng.standard_normal((dirs, 4 * hidden, features)) * features**-0.5)
+        r = g.param(g.rng.standard_normal((dirs, 4 * hidden, hidden)) * hidden**-0.5)
+        b = g.param(0.1 * g.rng.standard_normal((dirs, 8 * hidden)))
+        y = g._name("t")  # Y [steps, dirs, 1, hidden]; Y_h [dirs, 1, hidden]
+        last = g._name("t")
+        g.nodes.append(
+            helper.make_node(
+                "LSTM", [x, w, r, b], [y, last], hidden_size=hidden, direction=direction
+            )
+        )
+        x = g.node("Reshape", [g.node("Transpose", [y], perm=[0, 2, 1, 3]), g.ints([steps, 1, -1])])
+    g.dense(g.node("Reshape", [last, g.ints([1, hidden])]), hidden, 10)
+    source = helper.make_tensor_value_info("frames", TensorProto.FLOAT, [steps, 1, width])
+    return g.finish("lstmish", source, 10)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnetish": resnetish,
     "vggish": vggish,
@@ -446,6 +474,7 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "densenetish": densenetish,
     "inceptionish": inceptionish,
     "mobilenetv2ish": mobilenetv2ish,
+    "lstmish": lstmish,
 }
 
 

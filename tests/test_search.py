@@ -28,10 +28,23 @@ from tune_orchestrator.search.strategy import population_size
 
 
 @pytest.fixture(scope="module")
-def conv(tiny_model):
+def tiny_tasks(tiny_model):
     target = resolve_target("llvm").target
     found = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    return target, found
+
+
+@pytest.fixture(scope="module")
+def conv(tiny_tasks):
+    target, found = tiny_tasks
     return target, found[0]
+
+
+@pytest.fixture(scope="module")
+def reshape(tiny_tasks):
+    """The tiny model's reshape: on a CPU its design space holds one schedule."""
+    target, found = tiny_tasks
+    return target, next(task for task in found if task.name == "reshape")
 
 
 def task_search(conv, cost_model, proposals=8, settings=None):
@@ -50,6 +63,10 @@ def task_search(conv, cost_model, proposals=8, settings=None):
 
 def keys(candidates):
     return {structural_key(mc.sch.mod) for mc in candidates}
+
+
+def scheduled(schedules):
+    return {structural_key(sch.mod) for sch in schedules}
 
 
 def latencies(candidates):
@@ -112,6 +129,39 @@ def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_roun
     search._forget()  # TVM's state no longer holds them: its evolution returns them again
     again = search._evolve(search._evolution, search._parents(), 8)
     assert {structural_key(sch.mod) for sch in again} & proposed
+
+
+def test_a_space_of_one_schedule_is_proposed_whole_and_then_exhausted(reshape, monkeypatch):
+    """An injective kernel's design space can hold a single schedule (its design space makes
+    no decision): sampling draws it again and again, and evolving it finds nothing new. It is
+    proposed at once, without an evolution, unjudged by the filter, and the task's search is
+    over (no more searches to pay for)."""
+    search = task_search(reshape, ms.cost_model.RandomModel(seed=0))
+    monkeypatch.setattr(search, "_evolve", lambda *_: pytest.fail("evolved a whole space"))
+    draws = []
+    real = search._sample
+    monkeypatch.setattr(search, "_sample", lambda *args: draws.append(args[1]) or real(*args))
+    proposed = search.propose()
+    assert sum(draws) <= 2  # not the population: a draw of a large fused kernel takes seconds
+    assert len(proposed) == 1 and search.exhausted
+    assert search.explored == keys(proposed)
+    assert (search.last.searches, search.last.proposed, search.last.mutation) == (1, 1, 0.0)
+    assert search.propose() == []
+
+
+def test_only_a_sample_that_drew_each_of_its_schedules_twice_or_more_shows_a_whole_space(conv):
+    """The Good-Turing estimate of what a sample missed is its share of schedules drawn once:
+    one such schedule and the space may hold more. A small sample shows nothing, and a space
+    larger than the round is left to the evolution to rank."""
+    search = task_search(conv, ms.cost_model.RandomModel(seed=0))
+    s = list(search._sample(search._strategy, 9))
+    assert len(scheduled(s)) == 9
+    assert scheduled(search._whole_space(s[:2] * 16, 8)) == scheduled(s[:2])
+    assert search._whole_space(s[:2] * 16 + s[2:3], 8) is None  # s[2] drawn once
+    assert search._whole_space(s[:2] * 15, 8) is None  # 30 draws: too few to tell
+    assert search._whole_space(s * 4, 8) is None  # 9 schedules, a round of 8
+    assert len(search._whole_space(s * 4, 9)) == 9
+    assert search.propose() and not search.exhausted  # a convolution's sample: all drawn once
 
 
 @pytest.mark.slow

@@ -47,6 +47,9 @@ _RANKED = 3
 # With other design spaces in play, the evolution ranks this many times a round's candidates,
 # so that each space's best guess is among them (the ranking costs nothing more to search).
 _SPACE_RANKED = 4
+# A fresh sample this large that drew every schedule in it twice or more shows the task's
+# whole design space (`TaskSearch._whole_space`).
+_WHOLE_SAMPLED = 32
 # A round that cuts a task's best by less than this share did not move it.
 _STALL_GAIN = 0.01
 # TVM's evolution keeps every schedule it returns, its whole IRModule, for as long as its
@@ -148,6 +151,8 @@ class TaskSearch:
             logger=_tvm.quiet_logger(),
         )
         self._spaces = self.ctx.generate_design_space()
+        # No design space makes a decision: each is one schedule, the whole space.
+        self._fixed = not any(len(space.trace.decisions) for space in self._spaces)
         self.ctx.pre_tuning(
             max_trials=1 << 30,
             num_trials_per_iter=proposals,
@@ -234,7 +239,8 @@ class TaskSearch:
     def propose(self, wanted: int | None = None) -> list[Any]:
         """New candidates (MeasureCandidates), the most promising first, plus a share of
         random ones (eps-greedy); empty when nothing new was found. After a few empty searches
-        in a row, or when no valid schedule can be sampled at all, `exhausted` is set."""
+        in a row, when no valid schedule can be sampled at all, or when the whole space is
+        proposed at once (`_whole_space`), `exhausted` is set."""
         self.explored = set()
         if self.exhausted:
             return []
@@ -243,11 +249,22 @@ class TaskSearch:
         parents = self._parents()
         prechecked = self._prechecked()
         start = time.perf_counter()
-        fresh = list(self._sample(self._strategy, max(self.population - len(parents), 8)))
+        fresh, whole = self._fresh(max(self.population - len(parents), 8), wanted)
         sampled = time.perf_counter()
         if not fresh and not parents:  # no valid schedule can be sampled: nothing to search
             self.exhausted = True
             return []
+        if whole is not None:  # the sample holds the whole space: no evolution can add to it
+            self.last = SearchTimes(
+                sampled - start,
+                searches=1,
+                proposed=len(whole),
+                prechecked=self._prechecked() - prechecked,
+            )
+            self.times.add(self.last)
+            self.exhausted, self.explored = True, {structural_key(s.mod) for s in whole}
+            self._seen |= self.explored
+            return [measure_candidate(s) for s in whole]
         scored_before = self._scoring_times()
         # Unverified, some of the evolution's bests fail the late check: more of them wait.
         ranked = wanted * _RANKED if self._verifiers else wanted
@@ -285,6 +302,35 @@ class TaskSearch:
             return []
         self._empty = 0
         return [measure_candidate(s) for s in picks]
+
+    def _fresh(self, count: int, wanted: int) -> tuple[list[Any], list[Any] | None]:
+        """`count` fresh random schedules, and `_whole_space` of them; fewer when a first draw
+        already shows the whole space (one draw can take a second on a large fused kernel)."""
+        first = min(count, 2 * len(self._spaces) if self._fixed else _WHOLE_SAMPLED)
+        fresh = list(self._sample(self._strategy, first))
+        whole = self._whole_space(fresh, wanted)
+        if whole is None and count > first:
+            fresh += self._sample(self._strategy, count - first)
+            whole = self._whole_space(fresh, wanted)
+        return fresh, whole
+
+    def _whole_space(self, fresh: list[Any], wanted: int) -> list[Any] | None:
+        """The unproposed schedules of the task's whole design space, when these fresh samples
+        show all of it and they fit in one round (None otherwise). An injective kernel's space
+        often holds one to five schedules: sampling draws them again and again, and the
+        evolution finds nothing new in them, search after search. The samples show all of it
+        when no design space makes a decision (`_fixed`) and each was drawn, or when
+        `_WHOLE_SAMPLED` or more draws drew no schedule only once: the Good-Turing estimate of
+        the share of the space a sample missed is the share of its draws seen once."""
+        drawn: dict[int, list[Any]] = {}
+        for sch in fresh:
+            drawn.setdefault(structural_key(sch.mod), []).append(sch)
+        every = self._fixed and len(drawn) >= len(self._spaces)
+        unseen = len(fresh) < _WHOLE_SAMPLED or any(len(same) == 1 for same in drawn.values())
+        if not every and unseen:
+            return None
+        unproposed = [same[0] for key, same in drawn.items() if key not in self._seen]
+        return unproposed if len(unproposed) <= wanted else None
 
     def _proposed_before(self) -> set[int] | None:
         """After TVM's state started afresh, the keys of everything proposed before: its
