@@ -242,7 +242,9 @@ def test_exit_130_on_sigterm_after_the_round_with_the_report_written(tmp_path, f
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx", twin_convs=True)
     run = tmp_path / "run"
     proc = orchestrate_process(
-        *tune_args(model, run, fast_config, "--json", "--no-early-stop", budget="30min")
+        *tune_args(model, run, fast_config, "--json", "--no-early-stop", budget="30min"),
+        # As from a terminal: a test suite run under nohup would pass SIGHUP on ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     for line in proc.stdout:  # wait for the first round to finish, then ask to stop
         if json.loads(line)["event"] == "round":
