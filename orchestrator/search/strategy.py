@@ -325,6 +325,8 @@ class TaskSearch:
         drawn: dict[int, list[Any]] = {}
         for sch in fresh:
             drawn.setdefault(structural_key(sch.mod), []).append(sch)
+            if len(drawn) > wanted + len(self._seen):  # more new schedules than the round takes
+                return None
         every = self._fixed and len(drawn) >= len(self._spaces)
         unseen = len(fresh) < _WHOLE_SAMPLED or any(len(same) == 1 for same in drawn.values())
         if not every and unseen:
