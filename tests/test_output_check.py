@@ -337,6 +337,17 @@ def test_a_nudged_copy_moves_floats_a_little_and_a_few_integers_by_one_within_th
     assert not np.array_equal(check.nudged((ids,), 1)[0], check.nudged((ids,), 2)[0])
 
 
+def test_a_nudged_half_precision_copy_differs_from_its_sample():
+    """float16 has 10 bits of fraction: scaled by 1 + 1/4096, nearly every value rounded back
+    to itself, and the nudged copies were the sample again."""
+    half = np.random.default_rng(0).standard_normal((4, 64)).astype("float16")
+    for k in range(1, check.NUDGES + 1):
+        (moved,) = check.nudged((half,), k)
+        assert moved.dtype == half.dtype
+        assert np.count_nonzero(moved != half) > 0.9 * half.size
+        assert np.allclose(moved, half, rtol=k * 2e-3, atol=0)
+
+
 def test_a_half_precision_build_beyond_rtol_half_is_named_by_it(tmp_path):
     model = load_model(onnx_models.half_cnn(tmp_path / "half.onnx"))
     settings = Settings.load(overrides={"check.rtol_half": 1e-4})

@@ -363,8 +363,9 @@ class Checker:
 def nudged(sample: tuple[np.ndarray, ...], times: int) -> tuple[np.ndarray, ...]:
     """`sample`, or (times > 0) a copy of it nudged: a different input, close enough to compute
     the same things, far enough that a few values round the other way. Float arrays scaled by
-    1 + times * NUDGE; in integer ones, one value in 64 (drawn by seed `times`) moved by one
-    within the array's own range; booleans as they are."""
+    1 + times * NUDGE, or times the dtype's own step where that is coarser (float16's is 4x
+    NUDGE: a NUDGE rounds away); in integer ones, one value in 64 (drawn by seed `times`)
+    moved by one within the array's own range; booleans as they are."""
     if times == 0:
         return sample
     return tuple(_nudge(array, times) for array in sample)
@@ -372,7 +373,8 @@ def nudged(sample: tuple[np.ndarray, ...], times: int) -> tuple[np.ndarray, ...]
 
 def _nudge(array: np.ndarray, times: int) -> np.ndarray:
     if np.dtype(array.dtype).kind == "f":
-        return (array * array.dtype.type(1 + times * NUDGE)).astype(array.dtype)
+        step = max(NUDGE, float(np.finfo(array.dtype).eps))
+        return (array.astype(np.float64) * (1 + times * step)).astype(array.dtype)
     if not _nudgeable(array):
         return array
     rng = np.random.default_rng(times)
