@@ -47,6 +47,8 @@ class TaskProgress:
     # Of the model's current latency, what its next round is expected to cut by closing on
     # the best throughput a task of its kind has reached (0: nothing known)
     catch_up: float = 0.0
+    # Of the model's current latency, what the task holds now (None: not known)
+    share_now: float | None = None
 
 
 class StoppingRule(abc.ABC):

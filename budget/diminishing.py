@@ -22,8 +22,10 @@ class DiminishingReturns(StoppingRule):
     when told about the tasks, not before every task holding `min_share` of the untuned
     latency has had `min_measured_rounds` measured rounds and every task has its floor of
     trials, nor while a task's next round is expected to cut `min_gain` of the model's latency
-    by catching up with a task of its kind (retired tasks excepted). Where the curve alone
-    would stop, its decision names the tasks it waits on, for the loop to give them the rounds.
+    by catching up with a task of its kind, nor while the tasks never tried together hold
+    `min_share` of the model's latency now (retired tasks excepted: the curve says nothing of
+    the others). Where the curve alone would stop, its decision names the tasks it waits on,
+    for the loop to give them the rounds.
     """
 
     def __init__(
@@ -88,8 +90,12 @@ class DiminishingReturns(StoppingRule):
 
     def waiting_on(self, tasks: Sequence[TaskProgress]) -> tuple[int, ...]:
         """The live tasks (positions in `tasks`) that have not had their chance: short of
-        their floor of trials, expected to catch up with a task of their kind, or holding
-        `min_share` of the untuned latency with fewer than `min_measured_rounds` rounds."""
+        their floor of trials, expected to catch up with a task of their kind, holding
+        `min_share` of the untuned latency with fewer than `min_measured_rounds` rounds, or
+        never tried while those never tried hold `min_share` of the latency now (an unrolled
+        LSTM's heaviest kernels have one schedule each: their rounds bought nothing, and a
+        curve of those alone stopped runs before the lighter tasks were tried)."""
+        untried = sum(map(_share_now, self._untried(tasks))) >= self.min_share
         return tuple(
             i
             for i, t in enumerate(tasks)
@@ -98,8 +104,14 @@ class DiminishingReturns(StoppingRule):
                 t.trials < t.floor
                 or t.catch_up >= self.min_gain
                 or (self._weighty(t) and t.measured_rounds < self.min_measured_rounds)
+                or (untried and t.trials == 0)
             )
         )
+
+    @staticmethod
+    def _untried(tasks: Sequence[TaskProgress]) -> list[TaskProgress]:
+        """The live tasks that have had no trial."""
+        return [t for t in tasks if not t.done and t.trials == 0]
 
     def _weighty(self, task: TaskProgress) -> bool:
         """It holds `min_share` or more of the untuned latency."""
@@ -138,3 +150,9 @@ class DiminishingReturns(StoppingRule):
             f"latency by {windowed:.2%} (< {self.min_gain:.0%}); forecast for the remaining "
             f"{fmt_amount(kind, left)}: +{forecast:.2%}"
         )
+
+
+def _share_now(task: TaskProgress) -> float:
+    """What the task holds of the model's latency now; its untuned share where not known."""
+    now = task.share_now if task.share_now is not None else task.share
+    return now or 0.0

@@ -582,6 +582,28 @@ def test_diminishing_returns_wait_until_every_task_that_matters_had_its_chance()
     assert run_until_stopped(exp_curve, tasks=retired)[0] == alone  # retired: nothing to wait for
 
 
+def test_diminishing_returns_wait_while_the_tasks_never_tried_hold_a_share_now():
+    """An unrolled LSTM's heaviest kernels have one schedule each, slower than the default:
+    their rounds bought nothing, the curve was flat, and a 1-minute run stopped after them
+    with 12 tasks holding 19% of the latency never tried (each under `min_share` untuned)."""
+
+    def tasks(rounds, held_now=0.19):
+        return [
+            TaskProgress("gates", 0.95, trials=1, measured_rounds=1, done=True),
+            TaskProgress("matmul", 0.03, trials=0, measured_rounds=0, share_now=held_now * 0.6),
+            TaskProgress("dense", 0.02, trials=0, measured_rounds=0, share_now=held_now * 0.4),
+        ]
+
+    alone, _ = run_until_stopped(exp_curve)
+    waits = []
+    assert run_until_stopped(exp_curve, tasks=tasks, waits=waits)[0] is None
+    assert all(w == (1, 2) for x, w in waits if x >= alone)
+    # Tried, or holding under min_share between them now, they are not waited for.
+    tried = lambda r: [replace(t, trials=32, measured_rounds=2) for t in tasks(r)]  # noqa: E731
+    assert run_until_stopped(exp_curve, tasks=tried)[0] == alone
+    assert run_until_stopped(exp_curve, tasks=lambda r: tasks(r, held_now=0.04))[0] == alone
+
+
 def test_diminishing_returns_name_the_tasks_they_wait_for_once_the_curve_would_stop():
     """The loop gives the rounds to the tasks named: none while more spending pays, the task
     short of its floor once the curve alone would stop."""

@@ -436,6 +436,12 @@ class TuningLoop:
             """Of the model's latency, what a largest round would cut toward its peers."""
             return s.task.weight * peer_cut(s, self.sizes.largest, peers.get(s.task.index)) / model
 
+        def share_now(s: TaskState) -> float | None:
+            """Of the model's latency, what the task holds now."""
+            if s.latency_s is None or math.isinf(model):
+                return None
+            return s.task.weight * s.latency_s / model
+
         return [
             TaskProgress(
                 name=s.task.name,
@@ -445,6 +451,7 @@ class TuningLoop:
                 floor=s.floor,
                 done=s.retired is not None,
                 catch_up=catch_up(s),
+                share_now=share_now(s),
             )
             for s in self.states
         ]
