@@ -255,16 +255,7 @@ class TaskSearch:
             self.exhausted = True
             return []
         if whole is not None:  # the sample holds the whole space: no evolution can add to it
-            self.last = SearchTimes(
-                sampled - start,
-                searches=1,
-                proposed=len(whole),
-                prechecked=self._prechecked() - prechecked,
-            )
-            self.times.add(self.last)
-            self.exhausted, self.explored = True, {structural_key(s.mod) for s in whole}
-            self._seen |= self.explored
-            return [measure_candidate(s) for s in whole]
+            return self._propose_whole(whole, sampled - start, self._prechecked() - prechecked)
         scored_before = self._scoring_times()
         # Unverified, some of the evolution's bests fail the late check: more of them wait.
         ranked = wanted * _RANKED if self._verifiers else wanted
@@ -302,6 +293,15 @@ class TaskSearch:
             return []
         self._empty = 0
         return [measure_candidate(s) for s in picks]
+
+    def _propose_whole(self, whole: list[Any], sampling_s: float, prechecked: int) -> list[Any]:
+        """The whole design space as the search's last proposals, random picks the filter lets
+        through unjudged: no evolution, and the search is exhausted."""
+        self.last = SearchTimes(sampling_s, searches=1, proposed=len(whole), prechecked=prechecked)
+        self.times.add(self.last)
+        self.exhausted, self.explored = True, {structural_key(s.mod) for s in whole}
+        self._seen |= self.explored
+        return [measure_candidate(s) for s in whole]
 
     def _fresh(self, count: int, wanted: int) -> tuple[list[Any], list[Any] | None]:
         """`count` fresh random schedules, and `_whole_space` of them; fewer when a first draw
