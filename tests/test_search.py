@@ -131,6 +131,37 @@ def test_a_long_search_lets_go_of_what_tvm_kept_and_still_proposes_full_new_roun
     assert {structural_key(sch.mod) for sch in again} & proposed
 
 
+@pytest.mark.slow
+def test_a_tasks_first_round_is_its_fresh_draws_best_ranked_then_the_evolution_takes_over(conv):
+    """With nothing measured, the evolution's bests are mutants of a few draws; a task's first
+    round is its fresh samples themselves, the cost model's best first. The second round
+    evolves from what the first measured and proposes nothing twice."""
+    rng = np.random.default_rng(1)
+    scores: dict[int, float] = {}
+    model = ScoredBy(lambda mc: scores.setdefault(structural_key(mc.sch.mod), rng.uniform()))
+    search = task_search(conv, model)
+    drawn, evolved = [], []
+    sample, evolve = search._sample, search._evolve
+
+    def sampled(strategy, n):
+        found = list(sample(strategy, n))
+        drawn.extend(found)
+        return found
+
+    def evolution(strategy, population, wanted):
+        evolved.append(scheduled(population))
+        return evolve(strategy, population, wanted)
+
+    search._sample, search._evolve = sampled, evolution
+    first = search.propose()
+    assert not evolved and len(first) == 8
+    assert keys(first) == set(sorted(scheduled(drawn), key=lambda key: -scores[key])[:8])
+    search.learn(list(zip(first, latencies(first), strict=True)))
+    second = search.propose()
+    assert len(evolved) == 1 and keys(first) <= evolved[0]  # its parents: the first round
+    assert len(second) == 8 and not keys(second) & keys(first)
+
+
 def test_a_space_of_one_schedule_is_proposed_whole_and_then_exhausted(reshape, monkeypatch):
     """An injective kernel's design space can hold a single schedule (its design space makes
     no decision): sampling draws it again and again, and evolving it finds nothing new. It is

@@ -9,7 +9,8 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
 
 - the population is sized to the candidates a round needs (`population_per_candidate`);
 - the parents of a round are the task's fastest measured schedules (held in memory, no replay),
-  the previous round's proposals, and only as many fresh random samples as are missing;
+  the previous round's proposals, and only as many fresh random samples as are missing; a
+  task's first search, with no parents, proposes its fresh samples themselves, ranked;
 - every design space whose fastest schedule is close to the best stays in play (spaces.py):
   its fastest are parents, and each round proposes its best-ranked schedule;
 - what it proposes and the loop does not measure waits in the proposal pool (pool.py);
@@ -264,11 +265,17 @@ class TaskSearch:
         seen = self._proposed_before()
         if seen is not None:  # the parents come back too
             asked += len(parents)
-        bests = list(self._evolve(self._evolution, parents + fresh, asked))
-        self._held += len(bests)
+        # A first search (nothing measured or proposed to go on from) proposes its fresh
+        # samples; the evolution fills what they leave (most of a GPU convolution's fail).
+        bests = self._ranked(fresh) if not parents and not self._elites else []
+        evolve = len({structural_key(sch.mod) for sch in bests}) < wanted
+        if evolve:
+            evolution = list(self._evolve(self._evolution, parents + fresh, asked))
+            self._held += len(evolution)
+            bests += evolution
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
-        picks, invalid, self.explored = self._picks(bests, fresh, playing, wanted)
+        picks, invalid, self.explored = self._picks(bests, fresh, playing, wanted, check=evolve)
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
@@ -334,10 +341,21 @@ class TaskSearch:
         unproposed = [same[0] for key, same in drawn.items() if key not in self._seen]
         return unproposed if len(unproposed) <= wanted else None
 
+    def _ranked(self, fresh: list[Any]) -> list[Any]:
+        """A task's first search: its fresh samples, the cost model's best first (at random
+        before it is trained). The evolution's bests would be mutants of a few of them, one
+        decision apart (51-55 of a first round of 64 on the example model's convolutions):
+        a first round spread over independent draws sees more of the space, and the
+        evolution takes over from its fastest. Fresh samples passed every check already."""
+        scores = self._model.predict(self.ctx, [measure_candidate(s) for s in fresh])
+        order = sorted(range(len(fresh)), key=lambda i: -float(scores[i]))
+        return [fresh[i] for i in order]
+
     def _proposed_before(self) -> set[int] | None:
-        """After TVM's state started afresh, the keys of everything proposed before: its
-        evolution returns them again, the parents first (None otherwise)."""
-        return set(self._seen) if self._held == 0 and self.forgotten else None
+        """When TVM's state holds nothing proposed before (it started afresh, or the first
+        round came from fresh samples, not from its evolution), the keys of everything
+        proposed: its evolution returns them again, the parents first (None otherwise)."""
+        return set(self._seen) if self._held == 0 and self._seen else None
 
     @staticmethod
     def _news(bests: list[Any], seen: set[int] | None) -> list[Any]:
@@ -418,7 +436,7 @@ class TaskSearch:
         return elites + self._recent[: self.population // 2]
 
     def _picks(
-        self, bests: list[Any], fresh: list[Any], playing: list[int], wanted: int
+        self, bests: list[Any], fresh: list[Any], playing: list[int], wanted: int, check: bool
     ) -> tuple[list[Any], int, set[int]]:
         """The round's picks (`_with_random`), each other design space in play with one of
         its own first; another space's pick is exploration too, which the filter does not
@@ -427,24 +445,24 @@ class TaskSearch:
         ordered, moved = spaces.every_space_first(
             bests, fresh, playing, head, lambda sch: structural_key(sch.mod) not in self._seen
         )
-        picks, invalid, explored = self._with_random(ordered, fresh, wanted)
+        picks, invalid, explored = self._with_random(ordered, fresh, wanted, check)
         chosen = {id(sch) for sch in picks}
         explored |= {structural_key(s.mod) for s in ordered[:moved] if id(s) in chosen}
         return picks, invalid, explored
 
     def _with_random(
-        self, bests: list[Any], fresh: list[Any], wanted: int
+        self, bests: list[Any], fresh: list[Any], wanted: int, check: bool
     ) -> tuple[list[Any], int, set[int]]:
         """The evolution's bests, with an `eps_greedy` share of the places given to fresh
         random schedules (exploration the cost model cannot veto); none proposed twice. With
-        the late check, the bests are checked as their turn comes, as many at once as places
-        are left, and those that fail are dropped; returns the picks, how many were dropped,
-        and the structural keys of the random ones."""
+        the late check and `check`, the bests are checked as their turn comes, as many at once
+        as places are left, and those that fail are dropped; returns the picks, how many were
+        dropped, and the structural keys of the random ones."""
         picks: list[Any] = []
         dropped = 0
         randoms: set[int] = set()
 
-        def take(source: Any, upto: int, check: bool) -> None:
+        def take(source: Any, upto: int, verify: bool, random: bool) -> None:
             nonlocal dropped
             while len(picks) < upto:
                 batch = []
@@ -457,18 +475,18 @@ class TaskSearch:
                             break
                 if not batch:
                     return
-                passed = self._verify([sch for sch, _ in batch]) if check else [True] * len(batch)
+                passed = self._verify([sch for sch, _ in batch]) if verify else [True] * len(batch)
                 for (sch, key), ok in zip(batch, passed, strict=True):
                     if ok:
                         picks.append(sch)
-                        if not check:
+                        if random:
                             randoms.add(key)
                 dropped += passed.count(False)
 
         ranked = iter(bests)
-        take(ranked, wanted - int(wanted * self.eps_greedy), True)
-        take(iter(fresh), wanted, False)
-        take(ranked, wanted, True)
+        take(ranked, wanted - int(wanted * self.eps_greedy), check, False)
+        take(iter(fresh), wanted, False, True)
+        take(ranked, wanted, check, False)
         return picks, dropped, randoms
 
     def _verify(self, batch: list[Any]) -> list[bool]:
