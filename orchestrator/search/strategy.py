@@ -265,17 +265,12 @@ class TaskSearch:
         seen = self._proposed_before()
         if seen is not None:  # the parents come back too
             asked += len(parents)
-        # A first search (nothing measured or proposed to go on from) proposes its fresh
-        # samples; the evolution fills what they leave (most of a GPU convolution's fail).
-        bests = self._ranked(fresh) if not parents and not self._elites else []
-        evolve = len({structural_key(sch.mod) for sch in bests}) < wanted
-        if evolve:
-            evolution = list(self._evolve(self._evolution, parents + fresh, asked))
-            self._held += len(evolution)
-            bests += evolution
+        bests, evolved_some = self._bests(parents, fresh, asked, wanted)
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
-        picks, invalid, self.explored = self._picks(bests, fresh, playing, wanted, check=evolve)
+        picks, invalid, self.explored = self._picks(
+            bests, fresh, playing, wanted, check=evolved_some
+        )
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
         mutation = max(0.0, evolved - sampled - prediction - features)
@@ -340,6 +335,20 @@ class TaskSearch:
             return None
         unproposed = [same[0] for key, same in drawn.items() if key not in self._seen]
         return unproposed if len(unproposed) <= wanted else None
+
+    def _bests(
+        self, parents: list[Any], fresh: list[Any], asked: int, wanted: int
+    ) -> tuple[list[Any], bool]:
+        """The search's candidates, the most promising first, and whether the evolution made
+        any of them: `asked` of its bests; in a first search (nothing measured or proposed to
+        go on from) the fresh samples, ranked (`_ranked`), and the evolution's only where they
+        are fewer than `wanted` (most of a GPU convolution's fail the checks)."""
+        bests = self._ranked(fresh) if not parents and not self._elites else []
+        if len({structural_key(sch.mod) for sch in bests}) >= wanted:
+            return bests, False
+        evolution = list(self._evolve(self._evolution, parents + fresh, asked))
+        self._held += len(evolution)
+        return bests + evolution, True
 
     def _ranked(self, fresh: list[Any]) -> list[Any]:
         """A task's first search: its fresh samples, the cost model's best first (at random
