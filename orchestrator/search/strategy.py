@@ -265,11 +265,11 @@ class TaskSearch:
         seen = self._proposed_before()
         if seen is not None:  # the parents come back too
             asked += len(parents)
-        bests, evolved_some = self._bests(parents, fresh, asked, wanted)
+        bests, ran_evolution = self._bests(parents, fresh, asked, wanted)
         evolved = time.perf_counter()
         scored = {k: v - scored_before.get(k, 0.0) for k, v in self._scoring_times().items()}
         picks, invalid, self.explored = self._picks(
-            bests, fresh, playing, wanted, check=evolved_some
+            bests, fresh, playing, wanted, check=ran_evolution
         )
         verified = time.perf_counter()
         prediction, features = scored.get("predict", 0.0), scored.get("features", 0.0)
@@ -339,10 +339,11 @@ class TaskSearch:
     def _bests(
         self, parents: list[Any], fresh: list[Any], asked: int, wanted: int
     ) -> tuple[list[Any], bool]:
-        """The search's candidates, the most promising first, and whether the evolution made
-        any of them: `asked` of its bests; in a first search (nothing measured or proposed to
-        go on from) the fresh samples, ranked (`_ranked`), and the evolution's only where they
-        are fewer than `wanted` (most of a GPU convolution's fail the checks)."""
+        """The search's candidates, the most promising first, and whether the evolution ran
+        (its picks then wait for the late check): `asked` of its bests; in a first search
+        (nothing measured or proposed to go on from) the fresh samples, ranked (`_ranked`),
+        and the evolution's only where they are fewer than `wanted` (most of a GPU
+        convolution's fail the checks)."""
         bests = self._ranked(fresh) if not parents and not self._elites else []
         if len({structural_key(sch.mod) for sch in bests}) >= wanted:
             return bests, False
