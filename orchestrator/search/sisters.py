@@ -57,7 +57,9 @@ class Sisters:
                 if key in tried:
                     continue
                 tried.add(key)
-                result = replay(sch.trace, task.workload, self.target)
+                # A prime extent splits trivially in every schedule of the task, its own
+                # samples too: refusing the sister's schedule for it would refuse all of them.
+                result = replay(sch.trace, task.workload, self.target, allow_trivial=True)
                 if result.schedule is None:
                     self.failed += 1
                     continue

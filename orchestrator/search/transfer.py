@@ -152,7 +152,7 @@ class _Provider:
         change = f"{name} {math.prod(old)}->{extent}: {old}->{new}"
         if extent > 1 and trivial(new) and not trivial(old):
             why = "prime" if len(divisors(extent)) == 2 else "no room"
-            if not self.allow_trivial:
+            if not (self.allow_trivial and why == "prime"):
                 raise _Rejected(f"{change} is a trivial split ({why} extent)")
             change += f" (trivial: {why} extent)"
         if self.at == "SamplePartitionedTile":
@@ -176,7 +176,8 @@ def replay(
     the target's extents, then the postprocessors (`postprocs`, else the target's defaults).
 
     `rand_state` seeds the schedule (only a sampling instruction without a decision draws).
-    `allow_trivial`: a split left trivial by a prime extent counts as re-derived, not failed.
+    `allow_trivial`: a split left trivial by a prime extent counts as re-derived, not failed
+    (every schedule of that loop splits it trivially); one left trivial for want of room fails.
     """
     from tvm import s_tir
 
