@@ -77,6 +77,7 @@ class SearchSettings:
     sister_trail: float
     cost_model: str
     cost_model_warmup: int
+    prior: bool
     ahead: int
     gpu_precheck: bool
     late_verify: bool

@@ -481,7 +481,7 @@ def warm_start(
             fit_warm(predictors)
             return f"nothing: {source} could not be loaded"
         return f"predictor {source}"
-    records = _run_records(source, target, skipped)
+    records = run_records(source, target, skipped)
     if not records:
         skipped.add("warm_start", f"{source} holds no record this run can use")
         fit_warm(predictors)
@@ -493,7 +493,7 @@ def warm_start(
     return f"{len(records)} records of {len(workloads)} workloads in {source}"
 
 
-def _run_records(source: Path, target: Any, skipped: Skipped) -> list[Any]:
+def run_records(source: Path, target: Any, skipped: Skipped) -> list[Any]:
     """The TuningRecords of a run directory's database that this run can use: read, for its
     kind of target, and trusted (library.LibraryView, which counts the rest)."""
     from .library.files import RECORDS, WORKLOADS, Contents

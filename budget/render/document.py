@@ -22,7 +22,7 @@ from .words import (
     phase_name,
     tasks_by_share,
 )
-from .workings import describe_filter, describe_measurement, gpu_checks, search_parts
+from .workings import describe_filter, describe_measurement, gpu_checks, prior_clause, search_parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,5 +247,6 @@ def _search_table(report: Mapping[str, Any]) -> Table | None:
     title = (
         f"Search: {search['searches']} searches, {search['proposed']} candidates proposed "
         f"(postprocessing runs inside sampling and mutation){gpu_checks(search)}"
+        f"{prior_clause(search)}"
     )
     return title, ["part", "time", "share of search"], rows

@@ -23,8 +23,15 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
     return (
         f"{search['searches']} searches proposed {search['proposed']} candidates: {parts} "
         f"(postprocessing runs inside sampling and mutation){gpu_checks(search)}"
-        f"{_unmeasured(search)}{_shared(search)}"
+        f"{_unmeasured(search)}{_shared(search)}{prior_clause(search)}"
     )
+
+
+def prior_clause(search: Mapping[str, Any]) -> str:
+    """Which shipped prior ranked the first rounds, as a clause ("" when none)."""
+    if not search.get("prior"):
+        return ""
+    return f"; its first rounds ranked by the prior shipped with the package ({search['prior']})"
 
 
 def _shared(search: Mapping[str, Any]) -> str:

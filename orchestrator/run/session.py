@@ -34,6 +34,7 @@ from ..model.defaults import DefaultRecords, SearchView, default_schedule, deplo
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget, cores_text, host_cores, measured_on_other_cpu
+from ..prior import load_prior, prior_for
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
 from ..rundir.directory import other_run
@@ -54,7 +55,7 @@ from .measuring import RunPools, cpu_caveat, measure_untuned_tasks
 from .prepare import Given, candidate_filter
 from .reporting import write_report
 from .scheduler import GainScheduler, current_shares, model_latency_s
-from .skipped import Skipped
+from .skipped import Skipped, reason
 
 Emit = Callable[..., None]
 
@@ -90,6 +91,7 @@ class Session:
         self.started = utc_now()
         # What the run passes over in files it reads, from the filter's saved state on.
         self.skipped = Skipped()
+        self.prior: str | None = None  # the shipped prior the learned model started on
         self.filter, predictor = candidate_filter(
             given.settings, given.target, run.path, skipped=self.skipped
         )
@@ -201,18 +203,36 @@ class Session:
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
             )
-            if self.given.warm_start is not None and self.predictors:
-                used = warm_start(
-                    self.predictors, self.given.warm_start, self.target.target, skipped=self.skipped
-                )
-                self.run.append(
-                    {"type": "warm_start", "source": str(self.given.warm_start), "used": used}
-                )
+            self._warm_start(restored, cost_model)
         # A crash between a database commit and its journal line leaves records the journal
         # has not counted: count them, so that the trial budget is never exceeded.
         ledger.trials = max(ledger.trials, restored.trials)
         ledger.history = list(restored.points)
         return restored
+
+    def _warm_start(self, restored: Restored, cost_model: Any) -> None:
+        """Start the learned model on --warm-start; where nothing started it (no --warm-start,
+        no library record, nothing of this run measured yet), give the search the prior."""
+        if not self.predictors:
+            return
+        if self.given.warm_start is not None:
+            used = warm_start(
+                self.predictors, self.given.warm_start, self.target.target, skipped=self.skipped
+            )
+            self.run.append(
+                {"type": "warm_start", "source": str(self.given.warm_start), "used": used}
+            )
+            return
+        path = prior_for(self.target) if self.settings.search.prior else None
+        fresh = self.library.trained_records == 0 and restored.trials == 0
+        if path is None or not fresh or not hasattr(cost_model, "prior"):
+            return
+        try:
+            cost_model.prior = load_prior(path)
+        except (OSError, ValueError) as error:  # xgboost's XGBoostError is a ValueError
+            self.skipped.add("prior", f"{path.name}: {reason(error)}")
+            return
+        self.prior = path.name
 
     def _warn_on_start(self, repairs: Sequence[str]) -> None:
         """What the run directory's repairs mended, and that timings are simulated."""
@@ -557,6 +577,7 @@ class Session:
                 "dropped": sum(proposer.pool.dropped.values()),
                 "abandoned": proposer.abandoned,
                 **proposer.shared(),
+                "prior": self.prior,
             }
 
     def _loop_rules(self) -> LoopRules:

@@ -19,6 +19,8 @@ KINDS = {
     "warm_start": "--warm-start sources that could not be used",
     "warm_start_records": "records of a --warm-start run directory that could not be read, "
     "replayed or trusted",
+    "prior": "the prior shipped with the package, where it could not be loaded (another TVM's "
+    "features)",
     "filter_state": "saved filter state (filter.json) that could not be read",
     "unsafe_traces": "replayed schedules with instructions or annotations no schedule rule emits",
     "lock_files": "lock files shared with other users' runs (device claims, GPU timed windows) "

@@ -45,7 +45,8 @@ def candidate_features(
 class SharedCostModel(PyCostModel):
     """Scores schedules for the search with our predictor: exp(-predicted log ratio to the
     task's best), i.e. predicted throughput relative to the best. Before `warmup`
-    measurements (and unless warm-started) it scores at random, as TVM's XGBModel does.
+    measurements (and unless warm-started) it scores with the `prior` shipped with the package
+    where the run set one (orchestrator/prior.py), else at random, as TVM's XGBModel does.
 
     TVM calls `predict` from the search threads (those searching ahead too) while the loop's
     thread adds and fits: they score with the predictor's `fitted`, read once per call and
@@ -62,10 +63,18 @@ class SharedCostModel(PyCostModel):
         )
         self._lock = threading.Lock()
         self._rng = np.random.default_rng(seed)
+        # Scores in place of random ones until the predictor is ready (orchestrator/prior.py).
+        self.prior: Fitted | None = None
 
     @property
     def ready(self) -> bool:
         return self.predictor.fitted.ready(self.warmup)
+
+    def scorer(self) -> Fitted | None:
+        """What scores schedules now: the predictor once ready, else the prior, else None
+        (at random)."""
+        fitted = self.predictor.fitted  # one read: the model ready and the one predicting
+        return fitted if fitted.ready(self.warmup) else self.prior
 
     def features(self, context: Any, candidates: Sequence[Any]) -> list[np.ndarray]:
         """Store features of MeasureCandidates, extracted once per schedule."""
@@ -92,8 +101,8 @@ class SharedCostModel(PyCostModel):
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
-        fitted = self.predictor.fitted  # one read: the model ready and the one predicting
-        if not fitted.ready(self.warmup):  # random scores need no features
+        fitted = self.scorer()
+        if fitted is None:  # random scores need no features
             return self._rng.uniform(size=len(candidates))
         features = self.features(context, candidates)
         start = time.perf_counter()
