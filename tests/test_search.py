@@ -162,30 +162,6 @@ def test_a_tasks_first_round_is_its_fresh_draws_best_ranked_then_the_evolution_t
     assert len(second) == 8 and not keys(second) & keys(first)
 
 
-@pytest.mark.slow
-def test_a_first_search_its_model_can_rank_draws_more_and_proposes_their_best(conv):
-    """Scored at random, a first round of 32 is the best of the population's 64 draws; where
-    the cost model already scores (the prior, a warm start), of 4 draws a candidate."""
-    rng = np.random.default_rng(2)
-    scores: dict[int, float] = {}
-    for scorer, draws in ((None, 64), ("a model", 128)):
-        model = ScoredBy(lambda mc: scores.setdefault(structural_key(mc.sch.mod), rng.uniform()))
-        model.scorer = lambda scorer=scorer: scorer  # as SharedCostModel.scorer says
-        search = task_search(conv, model, proposals=32)
-        drawn: list = []
-
-        def sampled(strategy, n, sample=search._sample, drawn=drawn):
-            found = list(sample(strategy, n))
-            drawn.extend(found)
-            return found
-
-        search._sample = sampled
-        first = search.propose()
-        assert len(drawn) == draws and len(first) == 32
-        chosen = keys(first) - search.explored  # the eps-greedy share aside: the best ranked
-        assert chosen == set(sorted(scheduled(drawn), key=lambda key: -scores[key])[: len(chosen)])
-
-
 def test_a_space_of_one_schedule_is_proposed_whole_and_then_exhausted(reshape, monkeypatch):
     """An injective kernel's design space can hold a single schedule (its design space makes
     no decision): sampling draws it again and again, and evolving it finds nothing new. It is

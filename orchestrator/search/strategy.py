@@ -51,11 +51,6 @@ _SPACE_RANKED = 4
 # A fresh sample this large that drew every schedule in it twice or more shows the task's
 # whole design space (`TaskSearch._whole_space`).
 _WHOLE_SAMPLED = 32
-# A first search whose cost model already scores (the prior, a warm start, other tasks'
-# measurements) draws this many fresh samples per candidate it proposes and proposes the best
-# ranked: the prior's top quarter of a first round held its best within 0-11% on the example
-# model, a random quarter 23-62% (orchestrator/prior.py).
-_FIRST_DRAWS = 4
 # A round that cuts a task's best by less than this share did not move it.
 _STALL_GAIN = 0.01
 # TVM's evolution keeps every schedule it returns, its whole IRModule, for as long as its
@@ -255,7 +250,7 @@ class TaskSearch:
         parents = self._parents()
         prechecked = self._prechecked()
         start = time.perf_counter()
-        fresh, whole = self._fresh(self._draws(parents, wanted), wanted)
+        fresh, whole = self._fresh(max(self.population - len(parents), 8), wanted)
         sampled = time.perf_counter()
         if not fresh and not parents:  # no valid schedule can be sampled: nothing to search
             self.exhausted = True
@@ -309,17 +304,6 @@ class TaskSearch:
         self.exhausted, self.explored = True, {structural_key(s.mod) for s in whole}
         self._seen |= self.explored
         return [measure_candidate(s) for s in whole]
-
-    def _draws(self, parents: list[Any], wanted: int) -> int:
-        """How many fresh samples a search draws: the rest of the population, or, in a first
-        search on a CPU that the cost model can already rank, _FIRST_DRAWS per candidate
-        wanted (on a GPU most draws fail the checks, and what more would cost is unmeasured)."""
-        count = max(self.population - len(parents), 8)
-        scorer = getattr(self._model, "scorer", None)
-        first = not parents and not self._elites and not self._verifiers
-        if first and scorer is not None and scorer() is not None:
-            count = max(count, _FIRST_DRAWS * wanted)
-        return count
 
     def _fresh(self, count: int, wanted: int) -> tuple[list[Any], list[Any] | None]:
         """`count` fresh random schedules, and `_whole_space` of them; fewer when a first draw
