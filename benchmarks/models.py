@@ -464,32 +464,29 @@ def priorcnn(seed: int = 0) -> onnx.ModelProto:
     kernels 1 to 7, strides 1 and 2, depthwise and dense, at widths and sizes none of the
     benchmark models has (80x80 input, 20 to 264 channels)."""
     g = _Graph(seed)
-    x = g.conv_bn("image", 3, 20, 7, 2, relu=True)  # 40x40
-    for cin, cout, k, stride in [(20, 40, 3, 1), (40, 40, 1, 1), (40, 72, 5, 2), (72, 72, 3, 1)]:
-        x = g.conv_bn(x, cin, cout, k, stride, relu=True)
-    x = g.conv_bn(x, 72, 72, 3, 1, relu=True, group=72)  # depthwise, 20x20
-    x = g.conv_bn(x, 72, 136, 3, 2, relu=True)  # 10x10
-    x = g.conv_bn(x, 136, 136, 5, 1, relu=True, group=136)
-    x = g.conv_bn(x, 136, 136, 3, 1, relu=True)
-    x = g.conv_bn(x, 136, 264, 1, 2, relu=True)  # 5x5
-    x = g.conv_bn(x, 264, 264, 3, 1, relu=True)
-    g.head(x, 264, 50)
+    layers = [(3, 20, 7, 2, 1), (20, 40, 3, 1, 1), (40, 40, 1, 1, 1), (40, 72, 5, 2, 1)]
+    layers += [(72, 72, 3, 1, 1), (72, 72, 3, 1, 72), (72, 136, 3, 2, 1), (136, 136, 5, 1, 136)]
+    layers += [(136, 136, 3, 1, 1), (136, 264, 1, 2, 1), (264, 264, 3, 1, 1)]  # down to 5x5
+    g.head(_conv_layers(g, "image", layers), 264, 50)
     return g.model("priorcnn", "image", 80, "logits", 50)
 
 
 def priorcnn2(seed: int = 0) -> onnx.ModelProto:
     """A second corpus model (see priorcnn): 112x112 input, a max-pool, 12 to 200 channels."""
     g = _Graph(seed)
-    x = g.conv_bn("image", 3, 12, 5, 2, relu=True)  # 56x56
+    x = _conv_layers(g, "image", [(3, 12, 5, 2, 1)])  # 56x56
     x = g.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])  # 28x28
-    for cin, cout, k, stride in [(12, 28, 3, 1), (28, 56, 1, 1), (56, 56, 3, 1), (56, 100, 3, 2)]:
-        x = g.conv_bn(x, cin, cout, k, stride, relu=True)
-    x = g.conv_bn(x, 100, 100, 3, 1, relu=True, group=100)  # depthwise, 14x14
-    x = g.conv_bn(x, 100, 200, 1, 1, relu=True)
-    x = g.conv_bn(x, 200, 200, 3, 2, relu=True)  # 7x7
-    x = g.conv_bn(x, 200, 120, 1, 1, relu=True)
-    g.head(x, 120, 30)
+    layers = [(12, 28, 3, 1, 1), (28, 56, 1, 1, 1), (56, 56, 3, 1, 1), (56, 100, 3, 2, 1)]
+    layers += [(100, 100, 3, 1, 100), (100, 200, 1, 1, 1), (200, 200, 3, 2, 1), (200, 120, 1, 1, 1)]
+    g.head(_conv_layers(g, x, layers), 120, 30)
     return g.model("priorcnn2", "image", 112, "logits", 30)
+
+
+def _conv_layers(g: _Graph, x: str, layers: list[tuple[int, int, int, int, int]]) -> str:
+    """A batch-normalised, ReLU'd convolution for each (cin, cout, kernel, stride, group)."""
+    for cin, cout, k, stride, group in layers:
+        x = g.conv_bn(x, cin, cout, k, stride, relu=True, group=group)
+    return x
 
 
 def priorbert(seed: int = 0) -> onnx.ModelProto:
