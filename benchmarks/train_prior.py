@@ -1,9 +1,10 @@
 """Train the prior shipped with the package (orchestrator/prior.py) on this machine.
 
-    python benchmarks/train_prior.py [--models priorcnn:640trials,priorcnn2:640trials,priorbert:480trials]
-                                     [--runs DIR ...] [--out orchestrator/priors]
+    python benchmarks/train_prior.py [--models MODEL:BUDGET,...] [--runs DIR ...]
+                                     [--out orchestrator/priors]
 
-Each MODEL:BUDGET is tuned cold (`--no-library`, the prior off, a fresh process) by this
+Each MODEL:BUDGET (by default priorcnn:640trials,priorcnn2:640trials,priorbert:480trials) is
+tuned cold (`--no-library`, the prior off, a fresh process) by this
 checkout; `--runs` adds earlier run directories instead of or beside them. One predictor is
 trained on all their records, as a warm start trains on a run directory's, and saved as
 `<out>/llvm-<arch>.json`, with `llvm-<arch>.about.json` saying what it learned from. The
