@@ -31,7 +31,7 @@ def prior_clause(search: Mapping[str, Any]) -> str:
     """Which shipped prior ranked the first rounds, as a clause ("" when none)."""
     if not search.get("prior"):
         return ""
-    return f"; its first rounds ranked by the prior shipped with the package ({search['prior']})"
+    return f"; first rounds were ranked by the prior shipped with the package ({search['prior']})"
 
 
 def _shared(search: Mapping[str, Any]) -> str:
