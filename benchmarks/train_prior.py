@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -48,9 +47,9 @@ def tune(models: str, work: Path) -> list[Path]:
 
 def train(runs: list[Path], out: Path) -> dict:
     """One predictor trained on every run's records, saved under `out`; what it learned from."""
-    from tune_orchestrator.model.targets import resolve_target
+    from tune_orchestrator.model.targets import host_arch, resolve_target
     from tune_orchestrator.predictor import Predictor, feature_width, learn_records, run_records
-    from tune_orchestrator.provenance import tvm_version
+    from tune_orchestrator.provenance import cpu_model, tvm_version
     from tune_orchestrator.run.skipped import Skipped
 
     target = resolve_target("llvm").target
@@ -64,13 +63,13 @@ def train(runs: list[Path], out: Path) -> dict:
         )
         sources.append({"run": folder.name, "records": len(records), "workloads": len(workloads)})
     predictor.fit()
-    arch = {"amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    arch = host_arch()
     out.mkdir(parents=True, exist_ok=True)
     predictor.save(out / f"llvm-{arch}.json")
     about = {
         "trained_on": sources,
         "samples": predictor.samples,
-        "cpu": _cpu_name(),
+        "cpu": cpu_model(),
         "tvm": tvm_version(),
         "feature_width": feature_width(),
         "rev": head_rev(),
@@ -78,16 +77,6 @@ def train(runs: list[Path], out: Path) -> dict:
     }
     (out / f"llvm-{arch}.about.json").write_text(json.dumps(about, indent=2) + "\n")
     return about
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

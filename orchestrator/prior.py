@@ -17,23 +17,21 @@ It is used on x86-64 CPU targets when nothing else starts the predictor (`[searc
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 from typing import Any
 
+from .model.targets import host_arch
 from .predictor import Fitted, Predictor, feature_width
 
 PRIORS = Path(__file__).parent / "priors"
-_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64"}
 
 
 def prior_for(target: Any) -> Path | None:
     """The shipped prior for a resolved target (model.targets.ResolvedTarget): one learned on
-    this kind of device and CPU architecture, or None (GPU targets, other CPUs)."""
-    arch = _ARCHES.get(platform.machine().lower())
-    if target.device_type != "cpu" or target.simulated or arch is None:
+    a CPU of this host's architecture, or None (GPU targets, architectures without one)."""
+    if target.device_type != "cpu" or target.simulated:
         return None
-    path = PRIORS / f"llvm-{arch}.json"
+    path = PRIORS / f"llvm-{host_arch()}.json"
     return path if path.is_file() else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -285,6 +286,11 @@ _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 def _arch(triple: str) -> str:
     arch = triple.split("-")[0]
     return _ARCH_ALIASES.get(arch, arch)
+
+
+def host_arch() -> str:
+    """This host's CPU architecture by LLVM's name (x86_64, aarch64)."""
+    return _arch(platform.machine().lower())
 
 
 def _for_this_cpu(target: Any, spec: str, *, fleet: bool) -> Any:
