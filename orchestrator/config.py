@@ -78,6 +78,7 @@ class SearchSettings:
     cost_model: str
     cost_model_warmup: int
     prior: bool
+    prior_weight: int
     ahead: int
     gpu_precheck: bool
     late_verify: bool
@@ -105,6 +106,7 @@ class SearchSettings:
             "genetic_num_iters",
             "genetic_max_fail_count",
             "cost_model_warmup",
+            "prior_weight",
             "restart_after",
             "sister_share",
         )

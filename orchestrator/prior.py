@@ -6,9 +6,10 @@ run (an empty library, or --no-library) would score its first rounds at random, 
 search then climbs from whatever its first random round held. The prior fills that gap: the
 same kind of predictor (`packsum` on MetaSchedule's per-store features), trained on other
 models' measurements on an x86-64 CPU (priors/llvm-x86_64.about.json says which models, how
-many records, on which CPU, with which TVM). It scores the search's schedules only until the
-run's own predictor is ready (`[search] cost_model_warmup` measurements); the filter never
-ranks with it.
+many records, on which CPU, with which TVM). It scores the search's schedules alone until the
+run's own predictor is ready (`[search] cost_model_warmup` measurements), then beside it,
+weighted as `[search] prior_weight` measurements against the run's (search/cost_model.py); the
+filter never ranks with it.
 
 It is used on x86-64 CPU targets when nothing else starts the predictor (`[search] prior`).
 `benchmarks/train_prior.py` trains it again.

@@ -50,7 +50,7 @@ def test_there_is_no_prior_for_a_gpu_or_a_simulated_device(cpu):
 
 
 @x86
-def test_the_search_scores_with_the_prior_until_its_own_model_is_ready(cpu):
+def test_the_search_scores_with_the_prior_until_its_own_model_is_ready_then_beside_it(cpu):
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
@@ -68,8 +68,13 @@ def test_the_search_scores_with_the_prior_until_its_own_model_is_ready(cpu):
     latencies = [1e-4 * (1 + structural_key(c.sch.mod) % 97 / 10) for c in schedules]
     model.add(context, schedules, [RunnerResult([t], None) for t in latencies])
     model.fit()
-    assert np.allclose(model.predict(context, schedules), throughput(model.predictor, features))
-    assert not np.allclose(throughput(model.predictor, features), expected)
+    own = throughput(model.predictor, features)
+    assert np.allclose(model.predict(context, schedules), own)
+    assert not np.allclose(own, expected)
+    # With a prior weight, both score: the prior as `prior_weight` measurements against the
+    # run's own (here as many as it measured, so half each).
+    model.prior_weight = len(schedules)
+    assert np.allclose(model.predict(context, schedules), np.sqrt(own * expected))
 
 
 @x86

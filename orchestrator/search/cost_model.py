@@ -47,15 +47,20 @@ class SharedCostModel(PyCostModel):
     task's best), i.e. predicted throughput relative to the best. Before `warmup`
     measurements (and unless warm-started) it scores with the `prior` shipped with the package
     where the run set one (orchestrator/prior.py), else at random, as TVM's XGBModel does.
+    Once ready, the run's predictor and the prior predict together: their log ratios averaged,
+    the prior weighted as `prior_weight` measurements against the run's own.
 
     TVM calls `predict` from the search threads (those searching ahead too) while the loop's
     thread adds and fits: they score with the predictor's `fitted`, read once per call and
     replaced whole by each fit, and never touch its training data."""
 
-    def __init__(self, predictor: Predictor, *, warmup: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self, predictor: Predictor, *, warmup: int = 0, prior_weight: int = 0, seed: int = 0
+    ) -> None:
         super().__init__()
         self.predictor = predictor
         self.warmup = warmup
+        self.prior_weight = prior_weight
         self.times = {"predict": 0.0, "features": 0.0, "fit": 0.0}  # seconds, all threads
         self._local = threading.local()  # the same, for the calling thread only
         self._cache: collections.OrderedDict[int, tuple[Any, np.ndarray]] = (
@@ -70,11 +75,17 @@ class SharedCostModel(PyCostModel):
     def ready(self) -> bool:
         return self.predictor.fitted.ready(self.warmup)
 
-    def scorer(self) -> Fitted | None:
-        """What scores schedules now: the predictor once ready, else the prior, else None
-        (at random)."""
+    def scorers(self) -> list[tuple[Fitted, float]]:
+        """What scores schedules now, each with its weight: the predictor once ready, beside
+        the prior (weighted `prior_weight` to the predictor's measurements) where the run set
+        one; before, the prior alone; none: at random."""
         fitted = self.predictor.fitted  # one read: the model ready and the one predicting
-        return fitted if fitted.ready(self.warmup) else self.prior
+        if not fitted.ready(self.warmup):
+            return [] if self.prior is None else [(self.prior, 1.0)]
+        if self.prior is None or not self.prior_weight or fitted.objective == "rank":
+            return [(fitted, 1.0)]
+        share = self.prior_weight / (self.prior_weight + fitted.samples)
+        return [(fitted, 1.0 - share), (self.prior, share)]
 
     def features(self, context: Any, candidates: Sequence[Any]) -> list[np.ndarray]:
         """Store features of MeasureCandidates, extracted once per schedule."""
@@ -101,12 +112,15 @@ class SharedCostModel(PyCostModel):
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
-        fitted = self.scorer()
-        if fitted is None:  # random scores need no features
+        scorers = self.scorers()
+        if not scorers:  # random scores need no features
             return self._rng.uniform(size=len(candidates))
         features = self.features(context, candidates)
         start = time.perf_counter()
-        scores = throughput(fitted, features)
+        if len(scorers) == 1:
+            scores = throughput(scorers[0][0], features)
+        else:  # a weighted geometric mean of the predicted throughputs
+            scores = np.exp(-sum(weight * fitted.predict(features) for fitted, weight in scorers))
         self._charge("predict", time.perf_counter() - start)
         return np.asarray(scores, dtype="float64")
 
@@ -164,7 +178,12 @@ def make_cost_model(settings: Any, predictor: Predictor | None) -> Any:
     `[search] cost_model = "tvm-xgb"` (the xgb filter then trains a predictor of its own)."""
     s = settings.search
     if predictor is not None:
-        return SharedCostModel(predictor, warmup=s.cost_model_warmup, seed=settings.tune.seed)
+        return SharedCostModel(
+            predictor,
+            warmup=s.cost_model_warmup,
+            prior_weight=s.prior_weight,
+            seed=settings.tune.seed,
+        )
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
     return XGBModel(num_warmup_samples=s.cost_model_warmup)
