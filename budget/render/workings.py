@@ -28,10 +28,14 @@ def describe_search(search: Mapping[str, Any]) -> str | None:
 
 
 def prior_clause(search: Mapping[str, Any]) -> str:
-    """Which shipped prior ranked the first rounds, as a clause ("" when none)."""
+    """Which shipped prior ranked the search from its first round (alone until the run's model
+    was ready, then beside it unless `[search] prior_weight` is 0), as a clause ("" when none)."""
     if not search.get("prior"):
         return ""
-    return f"; first rounds were ranked by the prior shipped with the package ({search['prior']})"
+    return (
+        f"; the search was ranked by the prior shipped with the package ({search['prior']}) "
+        "from its first round"
+    )
 
 
 def _shared(search: Mapping[str, Any]) -> str:
