@@ -18,44 +18,28 @@ from tune_orchestrator.search import TaskSearch, spaces
 
 
 class Fake:
-    """A schedule that says its family (for the list functions alone); a bare int is a space
-    of tile family (1,)."""
+    """A schedule that says its space (for the list functions alone)."""
 
-    def __init__(self, family: int | tuple, name: str = "") -> None:
-        self.family = family if isinstance(family, tuple) else (family, (1,))
-        self.space, self.name = self.family[0], name
+    def __init__(self, space: int, name: str = "") -> None:
+        self.space, self.name = space, name
 
     def __repr__(self) -> str:
-        return self.name or f"family {self.family}"
+        return self.name or f"space {self.space}"
 
 
 @pytest.fixture
 def fake_spaces(monkeypatch):
-    monkeypatch.setattr(spaces, "family_of", lambda sch: sch.family)
+    monkeypatch.setattr(spaces, "space_of", lambda sch: sch.space)
 
 
 def elites(*pairs):
-    fakes = [(secs, Fake(family, f"{family}@{secs}")) for secs, family in pairs]
-    return [(secs, fake, fake.family) for secs, fake in fakes]
+    return [(secs, Fake(space, f"{space}@{secs}"), space) for secs, space in pairs]
 
 
 def test_a_space_is_in_play_while_its_fastest_is_within_the_band_of_the_best():
     ranked = elites((1.0, 7), (1.2, 7), (1.9, 8), (2.5, 9))
-    assert spaces.in_play(ranked) == [(7, (1,)), (8, (1,))]  # the leader's first; 9 is 2.5x
+    assert spaces.in_play(ranked) == [7, 8]  # the leader's first; 9 is 2.5x the best
     assert spaces.in_play([]) == []
-
-
-def test_a_few_close_tile_families_of_a_space_stay_in_play():
-    ranked = elites(
-        (1.0, (7, (8,))), (1.1, (7, (8,))), (1.2, (7, (16,))), (1.3, (7, (4,))),
-        (1.4, (7, (2,))), (1.6, (7, (1,))), (1.9, (8, (8,))), (1.95, (8, (16,))),
-    )  # fmt: skip
-    playing = spaces.in_play(ranked)
-    # the leader; FAMILIES more of its space within FAMILY_BAND; space 8's fastest family alone
-    assert playing == [(7, (8,)), (7, (16,)), (7, (4,)), (8, (8,))]
-    parents = spaces.parents(ranked, 2)
-    # each family in play's fastest (the leader's two), past the two asked for; none else
-    assert [p.family for p in parents] == playing[:1] + playing
 
 
 def test_each_spaces_fastest_survive_past_the_fastest_kept():
@@ -77,14 +61,13 @@ def test_the_best_ranked_new_schedule_of_each_other_space_comes_first(fake_space
     bests = [Fake(7, f"a{i}") for i in range(6)] + [Fake(8, "b0"), Fake(8, "b1"), Fake(9, "c0")]
     fresh = [Fake(7, "fa"), Fake(9, "fc0"), Fake(9, "fc1")]
     new = lambda sch: sch.name not in ("b0", "fc0")  # noqa: E731 - proposed before
-    ordered, moved = spaces.every_family_first(bests, fresh, [(7, (1,)), (8, (1,))], 4, new)
+    ordered, moved = spaces.every_space_first(bests, fresh, [7, 8], 4, new)
     assert [s.name for s in ordered[:2]] == ["b1", "a0"] and moved == 1
     assert sorted(map(repr, ordered)) == sorted(map(repr, bests))
-    one, two = [(7, (1,))], [(7, (1,)), (8, (1,))]
-    assert spaces.every_family_first(bests, fresh, one, 4, new) == (bests, 0)  # one in play
-    assert spaces.every_family_first(bests, fresh, two, 8, new) == (bests, 0)  # b1 in the head
+    assert spaces.every_space_first(bests, fresh, [7], 4, new) == (bests, 0)  # one in play
+    assert spaces.every_space_first(bests, fresh, [7, 8], 8, new) == (bests, 0)  # b1 in the head
     # a space the ranking left out entirely: a fresh sample of it
-    ordered, moved = spaces.every_family_first(bests[:6], fresh, [(7, (1,)), (9, (1,))], 4, new)
+    ordered, moved = spaces.every_space_first(bests[:6], fresh, [7, 9], 4, new)
     assert [s.name for s in ordered[:2]] == ["fc1", "a0"] and moved == 1
 
 

@@ -11,9 +11,8 @@ Here its two building blocks are called directly (`SampleInitPopulation`,
 - the parents of a round are the task's fastest measured schedules (held in memory, no replay),
   the previous round's proposals, and only as many fresh random samples as are missing; a
   task's first search, with no parents, proposes its fresh samples themselves, ranked;
-- every design space whose fastest schedule is close to the best stays in play, and a few of
-  the register-tile families closest to it (spaces.py): their fastest are parents, and each
-  round proposes each one's best-ranked schedule;
+- every design space whose fastest schedule is close to the best stays in play (spaces.py):
+  its fastest are parents, and each round proposes its best-ranked schedule;
 - what it proposes and the loop does not measure waits in the proposal pool (pool.py);
 - on GPU targets, a schedule whose loop nest already shows it over the GPU's limits is turned
   away before TVM lowers it to find out (gpu_precheck.py);
@@ -46,8 +45,8 @@ _EMPTY_LIMIT = 3
 # With the late check, the evolution ranks this many times a round's candidates: on vggish's
 # 512-channel convolution a third of its picks failed VerifyGPUCode (search_cost.py, 11-25).
 _RANKED = 3
-# With other families in play, the evolution ranks this many times a round's candidates,
-# so that each family's best guess is among them (the ranking costs nothing more to search).
+# With other design spaces in play, the evolution ranks this many times a round's candidates,
+# so that each space's best guess is among them (the ranking costs nothing more to search).
 _SPACE_RANKED = 4
 # A fresh sample this large that drew every schedule in it twice or more shows the task's
 # whole design space (`TaskSearch._whole_space`).
@@ -185,7 +184,7 @@ class TaskSearch:
         self.times = SearchTimes()
         self.last = SearchTimes()  # the last search alone
         self.exhausted = False
-        # (seconds, schedule, family: design space and tile), fastest first
+        # (seconds, schedule, design space), fastest first
         self._elites: list[tuple[float, Any, int]] = []
         self._recent: list[Any] = []  # the last round's proposals: next round's parents
         self._seen: set[int] = set()  # structural keys of everything proposed
@@ -425,7 +424,7 @@ class TaskSearch:
         as parents for the next rounds, and whether the round moved the task's best."""
         before = self.best_s
         ranked = self._elites + [
-            (secs, mc.sch, spaces.family_of(mc.sch)) for mc, secs in measured if secs < float("inf")
+            (secs, mc.sch, spaces.space_of(mc.sch)) for mc, secs in measured if secs < float("inf")
         ]
         ranked.sort(key=lambda e: e[0])
         self._elites = spaces.keep(ranked, most_parents(self._settings))
@@ -448,18 +447,13 @@ class TaskSearch:
         return elites + self._recent[: self.population // 2]
 
     def _picks(
-        self,
-        bests: list[Any],
-        fresh: list[Any],
-        playing: list[spaces.Family],
-        wanted: int,
-        check: bool,
+        self, bests: list[Any], fresh: list[Any], playing: list[int], wanted: int, check: bool
     ) -> tuple[list[Any], int, set[int]]:
-        """The round's picks (`_with_random`), each other family in play with one of its own
-        first; another family's pick is exploration too, which the filter does not
+        """The round's picks (`_with_random`), each other design space in play with one of
+        its own first; another space's pick is exploration too, which the filter does not
         veto: it joins the random picks' keys."""
         head = wanted - int(wanted * self.eps_greedy)
-        ordered, moved = spaces.every_family_first(
+        ordered, moved = spaces.every_space_first(
             bests, fresh, playing, head, lambda sch: structural_key(sch.mod) not in self._seen
         )
         picks, invalid, explored = self._with_random(ordered, fresh, wanted, check)
