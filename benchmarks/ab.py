@@ -53,6 +53,10 @@ def _namespaced(folder: Path) -> bool:
     return "tune_orchestrator" in (folder / "pyproject.toml").read_text()
 
 
+class RunFailed(RuntimeError):
+    """A run that left no report: its exit code and the last line it wrote to stderr."""
+
+
 def run(
     python_path: Path | None,
     module: str,
@@ -80,6 +84,9 @@ def run(
         capture_output=True,
         text=True,
     )
+    if not (out / "report.json").is_file():  # refused up front, or failed before a report
+        said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise RunFailed(f"{model.stem} --budget {budget}: exit {done.returncode}: {said}")
     report = json.loads((out / "report.json").read_text())
     return {
         "exit": done.returncode,

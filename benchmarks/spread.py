@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from _common import ROOT, head_rev, time_databases
-from ab import model_file, run, unpack
+from ab import RunFailed, model_file, run, unpack
 
 
 def main() -> None:
@@ -37,14 +37,20 @@ def main() -> None:
     path, module = unpack(args.rev) if args.rev else (None, "tune_orchestrator")
     target_json = json.dumps(resolve_target("llvm").to_json())
     base = ROOT / "benchmarks" / "work" / f"spread-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = ROOT / "benchmarks" / "results" / f"spread-{args.label}-{dt.date.today()}.json"
+    rev = args.rev or head_rev()
     results = {}
     for item in args.models.split(","):
         name, budget = item.split(":")
         model = model_file(name)
         runs = []
-        for k in range(args.runs):
-            print(f"{name} {budget}: run {k + 1}/{args.runs} ...", flush=True)
-            runs.append(run(path, module, model, budget, base / f"{name}-{budget}-{k}"))
+        try:
+            for k in range(args.runs):
+                print(f"{name} {budget}: run {k + 1}/{args.runs} ...", flush=True)
+                runs.append(run(path, module, model, budget, base / f"{name}-{budget}-{k}"))
+        except RunFailed as failed:  # a budget refused up front: the other models go on
+            print(f"{name} {budget}: {failed}", flush=True)
+            continue
         libraries = {f"run-{k}": Path(r["library"]) for k, r in enumerate(runs)}
         timed = time_databases(model, target_json, {}, args.repeats, libraries=libraries)
         medians = [timed[f"run-{k}"]["median_s"] for k in range(args.runs)]
@@ -54,10 +60,9 @@ def main() -> None:
             f"{m * 1e3:.3f} ms ({r['trials']} trials)" for m, r in zip(medians, runs, strict=True)
         )
         print(f"{name} {budget}: {shown}; slowest / fastest {spread:.2f}x", flush=True)
-    out = ROOT / "benchmarks" / "results" / f"spread-{args.label}-{dt.date.today()}.json"
-    rev = args.rev or head_rev()
-    out.write_text(json.dumps({"rev": rev, "models": results}, indent=2) + "\n")
-    print(f"raw figures: {out.relative_to(ROOT)}")
+        # after each model, so that a later one's failure keeps what was measured
+        out.write_text(json.dumps({"rev": rev, "models": results}, indent=2) + "\n")
+    print(f"raw figures: {out.relative_to(ROOT)}" if results else "nothing measured")
 
 
 if __name__ == "__main__":
