@@ -119,6 +119,7 @@ class Contents:
         rows, texts, broken = [], [], sum(w is None for w in shelf)
         for row, text in json_lines(records):
             ok = isinstance(row, list) and len(row) == 2 and type(row[0]) is int
+            ok = ok and isinstance(row[1], list) and len(row[1]) > 0  # a record: [trace, ...]
             if ok and 0 <= row[0] < len(shelf) and shelf[row[0]] is not None:
                 rows.append((row[0], row[1]))
                 texts.append(text)

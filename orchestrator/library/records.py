@@ -27,10 +27,22 @@ from .files import Contents
 FAILED_RUN_SECS = 1e10
 
 
-def mean_s(record: Any) -> float:
-    """Mean run time of a record (JSON); inf for a failure or a record without times."""
+def run_secs(record: Any) -> list[float] | None:
+    """A record's (JSON) run times where they are a list of finite, positive numbers; None
+    where it has none, or any is not such a number (a file another tool or a bad disk wrote)."""
     secs = record[1] if isinstance(record, list) and len(record) > 1 else None
-    if not secs or any(not isinstance(s, (int, float)) or s >= FAILED_RUN_SECS for s in secs):
+    ok = isinstance(secs, list) and secs and all(_is_time(s) for s in secs)
+    return secs if ok else None
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def mean_s(record: Any) -> float:
+    """Mean run time of a record (JSON); inf for a failure or a record without usable times."""
+    secs = run_secs(record)
+    if secs is None or any(s >= FAILED_RUN_SECS for s in secs):
         return math.inf
     return sum(secs) / len(secs)
 
@@ -232,8 +244,8 @@ def _unusable(record: Any, kind: str) -> str | None:
     secs = record[1] if isinstance(record, list) and len(record) > 1 else None
     if not isinstance(secs, list) or not secs:
         return f"no run times ({json.dumps(secs)})"
-    if not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in secs):
-        return "run times that are not numbers"
+    if run_secs(record) is None:
+        return "run times that are not positive, finite numbers"
     theirs = record[2] if len(record) > 2 else None
     if isinstance(theirs, dict) and theirs.get("kind") not in (None, kind):
         return f"tuned for a {theirs.get('kind')} target, not {kind}"
