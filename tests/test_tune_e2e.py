@@ -224,20 +224,28 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     assert report["spend"]["wall_s"] > first_wall
 
 
+@pytest.mark.parametrize("shipped", [True, False], ids=["finished", "killed-before-shipping"])
 def test_a_resume_short_of_its_final_phase_keeps_what_was_measured_and_says_so(
-    tuned, tmp_path, fast_config
+    tuned, tmp_path, fast_config, shipped
 ):
     run = tmp_path / "run"
     shutil.copytree(tuned.out, run)
+    if not shipped:
+        (run / "model.so").unlink()
     before = records(run)
     spent = tuned.report["spend"]["wall_s"]
     budget = f"{math.ceil(spent) + 1}s"  # a second more than the first session spent
     result = CliRunner().invoke(main, tune_args(tuned.model, run, fast_config, budget=budget))
     assert result.exit_code == 3, result.output
     (line,) = result.stderr.strip().splitlines()
-    assert "too small to compile and check the 16 candidates measured earlier" in line
+    if shipped:  # the same command again: not "compile and check", that was done
+        assert f"the run in {run} already finished" in line
+        assert "model.so is what it shipped" in line and "to tune further give --budget" in line
+    else:
+        assert "too small to compile and check the 16 candidates measured earlier" in line
     assert "nothing was tuned" not in line
     assert records(run) == before  # refused before any work: the run directory is as it was
+    assert (run / "model.so").is_file() == shipped
 
 
 def test_rerunning_a_finished_run_spends_nothing_more(tuned, tmp_path, fast_config):

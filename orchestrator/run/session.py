@@ -139,7 +139,7 @@ class Session:
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
         if not self.build_only:  # a build-only run spends what compiling takes
-            self._refuse_too_small(ledger, fixed, restored)
+            self._refuse_too_small(ledger, fixed, restored, finished=_finished(journal, self.run))
         self._start(restored, ledger)
         self._warn_on_start(repairs)
         with Heartbeat(self.run, ledger.snapshot):
@@ -378,13 +378,19 @@ class Session:
         )
 
     def _refuse_too_small(
-        self, ledger: Ledger, fixed: overheads.FixedCosts, restored: Restored
+        self,
+        ledger: Ledger,
+        fixed: overheads.FixedCosts,
+        restored: Restored,
+        *,
+        finished: bool = False,
     ) -> None:
         """Raise BudgetTooSmall, before any work, when a limit cannot cover the fixed phases,
         a first round's search (forecast as the run will before it times one) and the final
         phase; a budget that covers them is owed that first round (Ledger.promised_round). A
         resumed run with candidates measured before needs no further round: it ships what it
-        has when the final phase fits."""
+        has when the final phase fits. `finished`: the last session shipped model.so and
+        ended (the same command run again)."""
         kept = restored.trials  # measured in earlier sessions, in the database
         first = None
         if not kept and ledger.forecast_round(0) is None:  # no round timed yet
@@ -415,6 +421,16 @@ class Session:
                 ledger.promised_round = overheads.smallest_round(self.settings)
             return
         limit, total = short
+        if kept and finished:
+            before = ledger.wall_s - ledger.session_s
+            raise BudgetTooSmall(
+                f"the run in {self.run.path} already finished: {fmt_duration(before)} of "
+                f"{limit.text} spent, {self.run[RunDir.LIBRARY].name} is what it shipped "
+                f"({RunDir.REPORT_MD} says what it bought); to tune further give --budget "
+                f"{total} or more",
+                minimum=total,
+                needed_s=ledger.wall_s + needed,
+            )
         if kept:
             raise BudgetTooSmall(
                 f"budget {limit.text} is too small to compile and check the {kept} candidates "
@@ -811,3 +827,8 @@ def _schedule(state: Any, restored: Restored) -> str:
         default_s=state.baseline_s,
         recorded=state.task.index in restored.default_records,
     )
+
+
+def _finished(journal: list[dict[str, Any]], run: RunDir) -> bool:
+    """Whether the run's last session ended and left the model it shipped."""
+    return bool(journal) and journal[-1].get("type") == "session_end" and run[run.LIBRARY].is_file()
