@@ -252,6 +252,19 @@ def test_a_run_directory_of_another_model_is_refused_untouched(models):
     assert snapshot(other) == before
 
 
+@pytest.mark.parametrize("config", ["[]", '{"fingerprint": 5}', "{}"])
+def test_a_run_directory_whose_config_holds_no_fingerprint_is_called_damaged(models, config):
+    damaged = models / "damaged_run"
+    with RunDir.open(damaged, fingerprint={"model_name": "resnet"}) as run:
+        run.append({"type": "session"})
+    (damaged / RunDir.CONFIG).write_text(config)
+    before = snapshot(damaged)
+    fails_with_one_line(
+        ["--out", damaged, models / "tiny.onnx"], "holds no run's fingerprint; the run directory"
+    )
+    assert snapshot(damaged) == before
+
+
 def test_workers_start_before_the_import_and_an_import_failure_leaves_no_run_folder(
     models, monkeypatch
 ):

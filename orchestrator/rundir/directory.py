@@ -336,29 +336,30 @@ class RunDir:
     def _check_fingerprint(self, fingerprint: Mapping[str, Any]) -> None:
         config = self.read_json(self.CONFIG)
         theirs = config.get("fingerprint") if isinstance(config, dict) else None
-        if isinstance(theirs, dict) and "tvm" not in theirs and "tvm" in fingerprint:
+        if not isinstance(theirs, dict):  # valid JSON, not what a run writes
+            raise InputError(
+                f"{self.path / self.CONFIG} holds no run's fingerprint; the run directory is "
+                "damaged: restore it from a copy, or give another --out to start a new run"
+            )
+        if "tvm" not in theirs and "tvm" in fingerprint:
             # made before the fingerprint kept TVM's version: resumed as before
             theirs = {**theirs, "tvm": fingerprint.get("tvm")}
         if theirs == json.loads(json.dumps(fingerprint)):
             return
-        differs = [
-            k
-            for k in {**(theirs if isinstance(theirs, dict) else {}), **fingerprint}
-            if not isinstance(theirs, dict) or theirs.get(k) != fingerprint.get(k)
-        ]
+        differs = [k for k in {**theirs, **fingerprint} if theirs.get(k) != fingerprint.get(k)]
         if differs == ["tvm"]:
             raise InputError(
-                f"{self.path} was made with TVM {theirs['tvm']} and this is TVM "  # type: ignore[index]
+                f"{self.path} was made with TVM {theirs['tvm']} and this is TVM "
                 f"{fingerprint['tvm']}, whose search may not replay its records; resume it with "
-                f"pip install apache-tvm=={theirs['tvm']}, or give another --out"  # type: ignore[index]
+                f"pip install apache-tvm=={theirs['tvm']}, or give another --out"
             )
         if differs == ["simulated"]:
-            was = "a SIMULATED run" if theirs.get("simulated") else "a run on a real device"  # type: ignore[union-attr]
-            fix = "add --simulate" if theirs.get("simulated") else "leave out --simulate"  # type: ignore[union-attr]
+            was = "a SIMULATED run" if theirs.get("simulated") else "a run on a real device"
+            fix = "add --simulate" if theirs.get("simulated") else "leave out --simulate"
             raise InputError(f"{self.path} holds {was}; {fix} to resume it, or give another --out")
         what = ", ".join(differs)
         raise InputError(
             f"{self.path} holds a run with a different {what or 'setup'} "
-            f"(model {theirs.get('model_name', '?') if isinstance(theirs, dict) else '?'}); "
+            f"(model {theirs.get('model_name', '?')}); "
             "give another --out to start a new run"
         )
