@@ -29,7 +29,6 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import numpy as np
 
 from .model.tasks import task_key
 from .run.skipped import Skipped, reason
-from .rundir.atomic import install
+from .rundir.atomic import write_atomic
 
 # The log ratio of a candidate that failed to build or run: log(20), "far slower than the
 # best" (the pooled objectives' target; packsum's throughput target for it is 0).
@@ -291,16 +290,13 @@ class Predictor:
         return self.fitted.predict(features)
 
     def save(self, path: Path) -> None:
-        """xgboost's JSON format (never pickle), replaced atomically."""
+        """xgboost's JSON format (never pickle), replaced atomically. Written by Python, not
+        by xgboost: a full disk is then an OSError that says so (xgboost's own writer raises
+        a bare XGBoostError, "FileStream.Write incomplete"), and leaves no partial file."""
         booster = self.booster
         if booster is None:
             return
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.json")
-        try:
-            booster.save_model(str(tmp))
-            install(tmp, path, point="predictor")
-        finally:  # a full disk leaves no partial file behind
-            tmp.unlink(missing_ok=True)
+        write_atomic(path, bytes(booster.save_raw(raw_format="json")), point="predictor")
 
     def load(self, path: Path, *, width: int | None = None) -> None:
         """Load a saved predictor; ValueError (xgboost's XGBoostError is one) where `path` is
