@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cli_args import both_builds
 from tune_orchestrator.budget import Ledger
-from tune_orchestrator.cli.commands import main
+from tune_orchestrator.cli.commands import disk_full, main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy import builds, check, devices, library
 from tune_orchestrator.deploy.builds import ModelBuilds
@@ -467,3 +467,28 @@ def test_a_real_fleet_address_nobody_answers_is_unreachable_not_a_failed_build(t
     )
     with pytest.raises(devices.Unreachable):  # asked once: the end of the run does not wait again
         fleet.load(library)
+
+
+@pytest.mark.parametrize(
+    "says, full",
+    [
+        ("/usr/bin/ld: final link failed: No space left on device", True),
+        ("/usr/bin/ld: cannot find -lfoo", False),
+    ],
+)
+def test_a_full_disk_met_by_the_compiler_is_one_line_not_a_traceback(tmp_path, says, full):
+    """TVM reports a full disk at export as the compiler's failure, a RuntimeError: it was an
+    internal error with a traceback; a compiler failure of another kind still is."""
+
+    class Executable:
+        def export_library(self, name):
+            Path(name).write_bytes(b"\x7fELF")  # the linker's partial output
+            raise RuntimeError(f"Compilation error:\n{says}\ncollect2: error: ld returned 1")
+
+    (tmp_path / "model.so").write_bytes(b"the model shipped before")
+    with pytest.raises(Exception) as raised:
+        library.export_library(Executable(), tmp_path / "model.so")
+    assert (disk_full(raised.value) is not None) == full
+    assert isinstance(raised.value, OSError) == full
+    assert [p.name for p in tmp_path.iterdir()] == ["model.so"]  # no partial file left
+    assert (tmp_path / "model.so").read_bytes() == b"the model shipped before"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Sequence
@@ -27,11 +28,18 @@ def compile_model(relax_mod: Any, target: Any, database: Any) -> Any:
 
 
 def export_library(executable: Any, path: Path) -> Path:
-    """Export to a shared library, replacing `path` only once the new file is complete."""
+    """Export to a shared library, replacing `path` only once the new file is complete. A full
+    disk or quota, which TVM reports as the compiler's failure in its words, is the OSError
+    it was (the CLI's one line: free space and run again)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.so")
     try:
         executable.export_library(str(tmp))
         install(tmp, path, point="model")
+    except RuntimeError as error:  # "Compilation error: ... ld: ... No space left on device"
+        code = next((c for c in (errno.ENOSPC, errno.EDQUOT) if os.strerror(c) in str(error)), 0)
+        if not code:
+            raise
+        raise OSError(code, os.strerror(code)) from error
     finally:
         tmp.unlink(missing_ok=True)
     return path
