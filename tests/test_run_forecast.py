@@ -16,6 +16,7 @@ from tune_orchestrator.cli.commands import main
 from tune_orchestrator.config import Settings
 from tune_orchestrator.deploy.timing import Timing
 from tune_orchestrator.forecast import overheads
+from tune_orchestrator.forecast.earlier import prior_and_round_cost
 from tune_orchestrator.forecast.run import (
     TUNING_PHASES,
     EarlyStop,
@@ -182,6 +183,25 @@ def test_the_split_of_a_round_sums_to_one_whether_guessed_or_seen():
     seen = observed_split([{"search": 10, "build": 30, "import": 99}, {"measure": 10}])
     assert seen == {"search": 0.2, "filter": 0.0, "build": 0.6, "measure": 0.2, "learn": 0.0}
     assert observed_split([{"import": 5}]) is None
+
+
+def test_the_split_of_earlier_runs_comes_from_runs_that_measured_a_round(tmp_path):
+    """A run of a few trials from the library measured no round: its phases (learning the
+    library, no search) once made the estimate's split 'learn 1m11s' and no search."""
+
+    def journal(phases, round_costs=()):
+        spend = Ledger(clock=lambda: 0.0).snapshot().to_dict()
+        spend.update(phases=phases, round_costs=list(round_costs))
+        return [{"type": "session_end", "spend": spend}]
+
+    tuned = journal({"search": 30, "build": 50, "measure": 15, "learn": 5}, [[1.5, 0.2, 64]])
+    from_library = journal({"build": 0.4, "measure": 0.2, "learn": 0.3, "library": 18})
+    _, cost, split = prior_and_round_cost([tuned, from_library], tmp_path)
+    assert cost == (1.5, 0.2)
+    assert split == pytest.approx(
+        {"search": 0.3, "filter": 0.0, "build": 0.5, "measure": 0.15, "learn": 0.05}
+    )
+    assert prior_and_round_cost([from_library], tmp_path)[1:] == (None, None)
 
 
 def test_plan_gives_rounds_as_the_allocation_does():

@@ -92,14 +92,16 @@ def prior_and_round_cost(
     journals: Sequence[Sequence[Mapping[str, Any]]], runs_dir: Path
 ) -> tuple[TuningPrior, tuple[float, float] | None, dict[str, float] | None]:
     """The tuning curve (fitted on earlier runs, else built in), the (fixed, per candidate)
-    seconds of a round seen in earlier runs, and how their tuning time split into phases."""
+    seconds of a round seen in earlier runs, and how their tuning time split into phases
+    (of runs that measured a round: a run of a few trials from the library spends its little
+    tuning time on learning the library, not on searching)."""
     observations = [o for j in journals for o in journal_observations(j)]
     fitted = fit_prior(observations, f"fitted on {len(journals)} earlier run(s) in {runs_dir}")
     costs, phases = [], []
     for journal in journals:
         last = next((e["spend"] for e in reversed(journal) if "spend" in e), None)
-        if last:
-            spend = Spend.from_dict(last)
+        spend = Spend.from_dict(last) if last else None
+        if spend is not None and spend.round_costs:
             costs += spend.round_costs
             phases.append(spend.phases)
     cost = None
