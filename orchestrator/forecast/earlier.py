@@ -56,19 +56,32 @@ def journal_observations(entries: Sequence[Mapping[str, Any]]) -> list[tuple[flo
 def attainable_share(
     journals: Sequence[Sequence[Mapping[str, Any]]], prior: TuningPrior
 ) -> float | None:
-    """The median share of a task's untuned latency that tuning removes in the end, from
-    earlier runs: each task's final cut, divided by the share of its gain the tuning curve
-    says its trials had bought."""
-    shares = []
+    """The share of a task's untuned latency that tuning removes in the end, from earlier
+    runs: each tuned task's final cut, divided by the share of its gain the tuning curve says
+    its trials had bought, averaged by the task's part of its model's untuned latency (untuned
+    latency times call sites). The forecast applies one share to every task, so the heavy
+    tasks' cuts are the ones it must get right, not the many small kernels' that tuning
+    cuts little."""
+    shares, parts = [], []
     for entries in journals:
         baselines, rounds = _task_rounds(entries)
+        calls = {  # call sites of each task
+            t["index"]: t.get("weight", 1)
+            for e in entries
+            if e.get("type") == "session"
+            for t in e.get("tasks", [])
+        }
+        total = sum(s * calls.get(t, 1) for t, s in baselines.items() if s and s > 0)
         for task, done in rounds.items():
             untuned = baselines.get(task)
             trials, best = done[-1]
             if untuned and untuned > 0 and prior.fraction(trials) > 0:
                 cut = max(0.0, (untuned - best) / untuned) / prior.fraction(trials)
                 shares.append(min(cut, _MOST_ATTAINABLE))
-    return statistics.median(shares) if shares else None
+                parts.append(untuned * calls.get(task, 1) / total)
+    if not shares or sum(parts) <= 0:
+        return None
+    return sum(s * p for s, p in zip(shares, parts, strict=True)) / sum(parts)
 
 
 def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
