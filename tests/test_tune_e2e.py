@@ -224,7 +224,7 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     assert report["spend"]["wall_s"] > first_wall
 
 
-@pytest.mark.parametrize("shipped", [True, False], ids=["finished", "killed-before-shipping"])
+@pytest.mark.parametrize("shipped", [True, False], ids=["finished", "no-model-left"])
 def test_a_resume_short_of_its_final_phase_keeps_what_was_measured_and_says_so(
     tuned, tmp_path, fast_config, shipped
 ):
@@ -240,7 +240,7 @@ def test_a_resume_short_of_its_final_phase_keeps_what_was_measured_and_says_so(
     (line,) = result.stderr.strip().splitlines()
     if shipped:  # the same command again: not "compile and check", that was done
         assert f"the run in {run} already finished" in line
-        assert "model.so is what it shipped" in line and "to tune further give --budget" in line
+        assert "model.so is what it shipped" in line and "to tune further: give --budget" in line
     else:
         assert "too small to compile and check the 16 candidates measured earlier" in line
     assert "nothing was tuned" not in line

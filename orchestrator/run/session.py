@@ -424,10 +424,10 @@ class Session:
         if kept and finished:
             before = ledger.wall_s - ledger.session_s
             raise BudgetTooSmall(
-                f"the run in {self.run.path} already finished: {fmt_duration(before)} of "
-                f"{limit.text} spent, {self.run[RunDir.LIBRARY].name} is what it shipped "
-                f"({RunDir.REPORT_MD} says what it bought); to tune further give --budget "
-                f"{total} or more",
+                f"the run in {self.run.path} already finished after {fmt_duration(before)}: "
+                f"{self.run[RunDir.LIBRARY].name} is what it shipped ({RunDir.REPORT_MD} says "
+                f"what it bought); budget {limit.text} leaves too little to tune further: give "
+                f"--budget {total} or more",
                 minimum=total,
                 needed_s=ledger.wall_s + needed,
             )
