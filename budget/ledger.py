@@ -191,6 +191,11 @@ class Ledger:
         return self._carried.wall_s + self.session_s
 
     @property
+    def earlier_wall_s(self) -> float:
+        """Wall-clock seconds earlier sessions spent (carried in)."""
+        return self._carried.wall_s
+
+    @property
     def device_h(self) -> float:
         """Device-hours: the devices are held for the whole run, busy or not."""
         return self._carried.device_h + self.session_s / 3600.0 * self.devices

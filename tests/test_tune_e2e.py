@@ -17,6 +17,9 @@ from click.testing import CliRunner
 import onnx_models
 from cli_args import both_builds, tune_args
 from tune_orchestrator.cli.commands import main
+from tune_orchestrator.rundir import RunDir
+from tune_orchestrator.rundir.durability import checkpointed_spend
+from tune_orchestrator.rundir.restore import spend_so_far
 
 # Every test here runs a whole tune or reads one (the module's `tuned` fixture, ~20 s).
 pytestmark = pytest.mark.slow
@@ -222,6 +225,20 @@ def test_resume_measures_nothing_twice_and_counts_earlier_spend(tuned, tmp_path,
     report = json.loads((run / "report.json").read_text())
     assert report["summary"]["trials"] == 24 and report["sessions"] == 2
     assert report["spend"]["wall_s"] > first_wall
+
+
+def test_a_resume_says_what_earlier_sessions_spent_not_what_its_own_start_took(
+    tuned, tmp_path, fast_config
+):
+    run = tmp_path / "run"
+    shutil.copytree(tuned.out, run)
+    before = checkpointed_spend(RunDir(run), spend_so_far(journal(run))).wall_s
+    args = tune_args(tuned.model, run, fast_config, "--json", budget="24trials")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    (started,) = [e for e in events if e["event"] == "run_started"]
+    assert started["resumed"] and started["spent_s"] == before and started["trials"] == 16
 
 
 @pytest.mark.parametrize("shipped", [True, False], ids=["finished", "no-model-left"])

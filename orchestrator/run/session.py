@@ -422,9 +422,9 @@ class Session:
             return
         limit, total = short
         if kept and finished:
-            before = ledger.wall_s - ledger.session_s
             raise BudgetTooSmall(
-                f"the run in {self.run.path} already finished after {fmt_duration(before)}: "
+                f"the run in {self.run.path} already finished after "
+                f"{fmt_duration(ledger.earlier_wall_s)}: "
                 f"{self.run[RunDir.LIBRARY].name} is what it shipped ({RunDir.REPORT_MD} says "
                 f"what it bought); budget {limit.text} leaves too little to tune further: give "
                 f"--budget {total} or more",
@@ -495,7 +495,7 @@ class Session:
             budget=str(self.budget),
             build_only=self.build_only,
             price=self.price.usd_per_hour if self.price else None,
-            spent_s=ledger.wall_s,
+            spent_s=ledger.earlier_wall_s,  # this session's start is its own spend
             trials=ledger.trials,
         )
         self.emit("tasks", tasks=[t.describe() for t in self.tasks])
