@@ -552,14 +552,14 @@ def test_a_predictor_that_cannot_be_saved_leaves_the_old_file_and_no_partial_one
     # EFBIG instead of ENOSPC): xgboost's own writer raised a bare XGBoostError there, so a
     # full disk was an internal error with a traceback, not the one line that says to free space.
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
     try:
         with pytest.raises(OSError) as raised:
             model.save(tmp_path / "predictor.json")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, ignored)
+        signal.signal(signal.SIGXFSZ, previous)
     assert raised.value.errno == errno.EFBIG
     assert [p.name for p in tmp_path.iterdir()] == ["predictor.json"]
     assert (tmp_path / "predictor.json").read_text() == "{}"
