@@ -80,7 +80,7 @@ def attainable_share(
                 cut = max(0.0, (untuned - best) / untuned) / prior.fraction(trials)
                 shares.append(min(cut, _MOST_ATTAINABLE))
                 parts.append(untuned * calls.get(task, 1) / total)
-    if not shares or sum(parts) <= 0:
+    if not shares:
         return None
     return sum(s * p for s, p in zip(shares, parts, strict=True)) / sum(parts)
 

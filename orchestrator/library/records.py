@@ -31,7 +31,7 @@ def run_secs(record: Any) -> list[float] | None:
     """A record's (JSON) run times where they are a list of finite, positive numbers; None
     where it has none, or any is not such a number (a file another tool or a bad disk wrote)."""
     secs = record[1] if isinstance(record, list) and len(record) > 1 else None
-    ok = isinstance(secs, list) and secs and all(_is_time(s) for s in secs)
+    ok = isinstance(secs, list) and bool(secs) and all(_is_time(s) for s in secs)
     return secs if ok else None
 
 

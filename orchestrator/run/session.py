@@ -408,6 +408,44 @@ class Session:
             untuned_model=restored.untuned is None,
             first_round=first,
         )
+        short = seconds_short(self.budget, ledger, needed)
+        if short is None:
+            if first is not None:  # accepted for a first round: the run owes it
+                ledger.promised_round = overheads.smallest_round(self.settings)
+            return
+        limit, total = short
+        why = self._refusal(limit.text, total, needed, first, ledger, kept=kept, finished=finished)
+        raise BudgetTooSmall(why, minimum=total, needed_s=ledger.wall_s + needed)
+
+    def _refusal(
+        self,
+        limit: str,
+        total: str,
+        needed: float,
+        first: float | None,
+        ledger: Ledger,
+        *,
+        kept: int,
+        finished: bool,
+    ) -> str:
+        """Why budget `limit` is refused up front (`needed` seconds more, `first` of them a
+        first round's), and the budget `total` that would do: a run that finished, one with
+        `kept` candidates measured earlier, or one that has tuned nothing."""
+        if kept and finished:
+            return (
+                f"the run in {self.run.path} already finished after "
+                f"{fmt_duration(ledger.earlier_wall_s)}: "
+                f"{self.run[RunDir.LIBRARY].name} is what it shipped ({RunDir.REPORT_MD} says "
+                f"what it bought); budget {limit} leaves too little to tune further: give "
+                f"--budget {total} or more"
+            )
+        if kept:
+            return (
+                f"budget {limit} is too small to compile and check the {kept} candidates "
+                f"measured earlier: that needs about {fmt_duration(needed)} more after "
+                f"{fmt_duration(ledger.wall_s)} spent; give --budget {total} or more (they stay "
+                f"in {self.run.path})"
+            )
         what = (
             f"the untuned baseline, a first round (~{fmt_duration(first)} to search, build and "
             f"measure {overheads.smallest_round(self.settings)} candidates on "
@@ -415,38 +453,11 @@ class Session:
             if first is not None
             else "the untuned baseline, compiling and checking"
         )
-        short = seconds_short(self.budget, ledger, needed)
-        if short is None:
-            if first is not None:  # accepted for a first round: the run owes it
-                ledger.promised_round = overheads.smallest_round(self.settings)
-            return
-        limit, total = short
-        if kept and finished:
-            raise BudgetTooSmall(
-                f"the run in {self.run.path} already finished after "
-                f"{fmt_duration(ledger.earlier_wall_s)}: "
-                f"{self.run[RunDir.LIBRARY].name} is what it shipped ({RunDir.REPORT_MD} says "
-                f"what it bought); budget {limit.text} leaves too little to tune further: give "
-                f"--budget {total} or more",
-                minimum=total,
-                needed_s=ledger.wall_s + needed,
-            )
-        if kept:
-            raise BudgetTooSmall(
-                f"budget {limit.text} is too small to compile and check the {kept} candidates "
-                f"measured earlier: that needs about {fmt_duration(needed)} more after "
-                f"{fmt_duration(ledger.wall_s)} spent; give --budget {total} or more (they stay "
-                f"in {self.run.path})",
-                minimum=total,
-                needed_s=ledger.wall_s + needed,
-            )
-        raise BudgetTooSmall(
-            f"budget {limit.text} is too small for {self.model.name}: {what} need about "
+        return (
+            f"budget {limit} is too small for {self.model.name}: {what} need about "
             f"{fmt_duration(needed)} more"
             + (f" after {fmt_duration(ledger.wall_s)} spent" if ledger.wall_s >= 1 else "")
-            + f"; give --budget {total} or more (nothing was tuned)",
-            minimum=total,
-            needed_s=ledger.wall_s + needed,
+            + f"; give --budget {total} or more (nothing was tuned)"
         )
 
     def _measurement_stats(
