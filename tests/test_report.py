@@ -193,6 +193,7 @@ def synthetic_report(
             "report_md",
         )
     }
+    paths["library"] = str(run_dir / "model.so")  # as a run names it
     facts = RunFacts(
         model={
             "path": "m.onnx",

@@ -94,6 +94,9 @@ def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhe
     assert 8 <= len(records) <= 8 + len(report["tasks"])  # tuned ones, and default schedules
     assert (out / "model-SIMULATED.so").stat().st_size > 0
     assert report["paths"]["library"].endswith("model-SIMULATED.so")
+    # The summary names the file it shipped, not a model.so that is not there.
+    assert "\n  model-SIMULATED.so  the " in simulated.output
+    assert "model.so " not in simulated.output
     assert report["summary"]["shipped_checked"] is False
     assert report["summary"]["unchecked_reason"] == (
         "a simulated GPU gave the timings and no GPU ran the model"

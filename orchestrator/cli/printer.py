@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -177,18 +178,24 @@ class Printer:
         lines += _workings_lines(result.report)
         lines += [
             f"  run directory       {result.run_dir}",
-            f"  model.so            {describe_shipped(result.report['summary'])}",
+            f"  {_shipped_name(result):<20}{describe_shipped(result.report['summary'])}",
         ]
         if result.shipped != "none":
             lines.append(f"{'':<22}{result.paths['library']}")
         click.echo("\n".join(lines))
 
 
+def _shipped_name(result: Result) -> str:
+    """model.so, or a simulated run's model-SIMULATED.so."""
+    return Path(result.paths["library"]).name
+
+
 def _outcome_lines(result: Result) -> list[str]:
     """Latency untuned and tuned, the schedules, the kernels, the output check."""
     lines = []
     if result.untuned_latency_s and result.tuned_latency_s and result.speedup:
-        shipped = "; model.so is the untuned build" if result.shipped == "untuned" else ""
+        untuned = result.shipped == "untuned"
+        shipped = f"; {_shipped_name(result)} is the untuned build" if untuned else ""
         lines.append(
             f"  end-to-end latency  {fmt_latency(result.untuned_latency_s)} untuned -> "
             f"{fmt_latency(result.tuned_latency_s)} tuned "
