@@ -126,10 +126,11 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
     assert not (models / "runs").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("fails", ["bad input", "internal"])
+@pytest.mark.parametrize("fails", ["bad input", "bad value", "internal"])
 def test_with_json_a_run_that_ends_in_an_error_ends_its_events_with_one(models, monkeypatch, fails):
     """A pipeline reading the --json stream got nothing on stdout for bad input, and no word
-    of an internal error: only an exit code."""
+    of an internal error: only an exit code. A value click itself refuses (a budget's unit)
+    is bad input too."""
     import jsonschema
 
     from tune_orchestrator.events import schema
@@ -137,13 +138,14 @@ def test_with_json_a_run_that_ends_in_an_error_ends_its_events_with_one(models, 
     monkeypatch.chdir(models)
     if fails == "internal":
         monkeypatch.setattr("tune_orchestrator.api.run", _failed_after_the_disk_filled)
-    model = "tiny.onnx" if fails == "internal" else "missing.onnx"
-    result = CliRunner().invoke(main, ["--json", "--budget", "1min", model])
+    model = "missing.onnx" if fails == "bad input" else "tiny.onnx"
+    budget = "5parsecs" if fails == "bad value" else "1min"
+    result = CliRunner().invoke(main, ["--json", "--budget", budget, model])
     (line,) = result.stdout.splitlines()
     event = json.loads(line)
     jsonschema.validate(event, schema())
     assert event["event"] == "error" and event["exit_code"] == result.exit_code
-    assert result.exit_code == (2 if fails == "bad input" else 1)
+    assert result.exit_code == (1 if fails == "internal" else 2)
     assert f"error: {event['reason']}" in result.stderr  # the line stderr got
 
 

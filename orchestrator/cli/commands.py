@@ -100,6 +100,8 @@ class DefaultGroup(click.Group):
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
             click.echo(f"error: {exc.format_message()}{hint}", err=True)
+            if exc.ctx is not None and exc.ctx.command.name == "tune" and "--json" in command:
+                _usage_error_event(f"{exc.format_message()}{hint}")
             code = exits.INPUT
         except InputError as exc:
             click.echo(f"error: {exc}", err=True)
@@ -121,6 +123,14 @@ class DefaultGroup(click.Group):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def _usage_error_event(reason: str) -> None:
+    """With tune's --json, a value click refused before the run began (a budget's unit, an
+    option's type) ends the event stream as any bad input does: one `error` event."""
+    from ..events import Emitter, JsonLines, onto_stdout
+
+    Emitter(onto_stdout(JsonLines(sys.stdout)))("error", reason=reason, exit_code=exits.INPUT)
 
 
 def aborted(exc: BaseException) -> str:
