@@ -88,6 +88,13 @@ def test_malformed_input_shapes_show_the_form(text):
 def test_missing_empty_truncated_and_foreign_files(tmp_path, tiny_model):
     with pytest.raises(InputError, match="does not exist; check the path"):
         load_model(tmp_path / "nope.onnx")
+    # A link `ls` lists, that leads nowhere: said so, not "does not exist".
+    (tmp_path / "moved.onnx").symlink_to(tmp_path / "gone" / "model.onnx")
+    (tmp_path / "a.onnx").symlink_to(tmp_path / "b.onnx")
+    (tmp_path / "b.onnx").symlink_to(tmp_path / "a.onnx")
+    for link in ("moved.onnx", "a.onnx"):
+        with pytest.raises(InputError, match="is a symbolic link to .*, which cannot be followed"):
+            load_model(tmp_path / link)
     (tmp_path / "empty.onnx").write_bytes(b"")
     with pytest.raises(InputError, match=r"is empty \(0 bytes\)"):
         load_model(tmp_path / "empty.onnx")
