@@ -58,47 +58,41 @@ def main() -> None:
         kinds.setdefault(kind, []).append(secs)
     run_best_s = _mean(record.run_secs)
     print(f"{args.task}: its best {run_best_s * 1e6:.1f} us in the run, {base_s * 1e6:.1f} us here")
-    summary = {}
-    for kind, secs in kinds.items():
-        ok = sorted(s for s in secs if s < float("inf"))
-        summary[kind] = {
-            "neighbours": len(secs),
-            "failed": len(secs) - len(ok),
-            "fastest_s": ok[0] if ok else None,
-            "median_s": statistics.median(ok) if ok else None,
-            # a neighbour's best against the schedule's, as the run and as this host timed it
-            "fastest_vs_run": ok[0] / run_best_s if ok else None,
-            "fastest_vs_here": ok[0] / base_s if ok else None,
-        }
-        fastest = (
-            f"fastest {ok[0] * 1e6:.1f} us ({ok[0] / run_best_s:.2f}x the run's best)"
-            if ok
-            else "none built"
-        )
-        print(f"  {kind:26s} {len(secs):3d} distinct, {fastest}")
-    out = (
-        ROOT
-        / "benchmarks"
-        / "results"
-        / (f"neighbours-{model_path.stem}-{args.task}-{args.label}-{dt.date.today()}.json")
-    )
-    out.write_text(
-        json.dumps(
-            {
-                "run": str(args.run),
-                "task": args.task,
-                "decisions": [[i.kind.name, str(d)] for i, d in record.trace.decisions.items()],
-                "run_best_s": run_best_s,
-                "base_s": base_s,
-                "base_timed_s": base_timed,
-                "kinds": summary,
-                "timed_s": {k: v for k, v in kinds.items()},
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    figures = {
+        "run": str(args.run),
+        "task": args.task,
+        "decisions": [[i.kind.name, str(d)] for i, d in record.trace.decisions.items()],
+        "run_best_s": run_best_s,
+        "base_s": base_s,
+        "base_timed_s": base_timed,
+        "kinds": {kind: _summary(kind, secs, run_best_s, base_s) for kind, secs in kinds.items()},
+        "timed_s": kinds,
+    }
+    name = f"neighbours-{model_path.stem}-{args.task}-{args.label}-{dt.date.today()}.json"
+    out = ROOT / "benchmarks" / "results" / name
+    out.write_text(json.dumps(figures, indent=2) + "\n")
     print(f"raw figures: {out.relative_to(ROOT)}")
+
+
+def _summary(kind: str, secs: list[float], run_best_s: float, base_s: float) -> dict[str, Any]:
+    """One kind of neighbour's figures, printed in a line: its fastest against the schedule's
+    time, as the run and as this host timed it."""
+    ok = sorted(s for s in secs if s < float("inf"))
+    fastest = ok[0] if ok else None
+    said = (
+        f"fastest {fastest * 1e6:.1f} us ({fastest / run_best_s:.2f}x the run's best)"
+        if fastest is not None
+        else "none built"
+    )
+    print(f"  {kind:26s} {len(secs):3d} distinct, {said}")
+    return {
+        "neighbours": len(secs),
+        "failed": len(secs) - len(ok),
+        "fastest_s": fastest,
+        "median_s": statistics.median(ok) if ok else None,
+        "fastest_vs_run": fastest / run_best_s if ok else None,
+        "fastest_vs_here": fastest / base_s if ok else None,
+    }
 
 
 def _mean(run_secs: Any) -> float:
@@ -197,7 +191,8 @@ def _timed(schedules: list[tuple[str, Any]], target: Any) -> tuple[list[float], 
     from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RunnerInput
 
-    builder = LocalBuilder()
+    # TVM's 30 s is shorter than a fresh build worker's start on a loaded 2-core host.
+    builder = LocalBuilder(timeout_sec=300)
     runner = LocalRunner(evaluator_config=EvaluatorConfig(number=1, repeat=5, min_repeat_ms=15))
     base, others = schedules[0][1], [sch for _, sch in schedules[1:]]
     timed, again = [], []
