@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
+from _common import ROOT, args_info, measured_secs
 
 # Two-step plans beside each mutator alone: a compute location then a tile, and two tiles.
 _TWO_STEPS = (("MutateComputeLocation", "MutateTileSize"), ("MutateTileSize", "MutateTileSize"))
@@ -56,7 +56,7 @@ def main() -> None:
     kinds: dict[str, list[float]] = {}
     for (kind, _), secs in zip(schedules[1:], timed, strict=True):
         kinds.setdefault(kind, []).append(secs)
-    run_best_s = _mean(record.run_secs)
+    run_best_s = statistics.fmean(measured_secs(record.run_secs))
     print(f"{args.task}: its best {run_best_s * 1e6:.1f} us in the run, {base_s * 1e6:.1f} us here")
     figures = {
         "run": str(args.run),
@@ -93,11 +93,6 @@ def _summary(kind: str, secs: list[float], run_best_s: float, base_s: float) -> 
         "fastest_vs_run": fastest / run_best_s if ok else None,
         "fastest_vs_here": fastest / base_s if ok else None,
     }
-
-
-def _mean(run_secs: Any) -> float:
-    secs = [float(s) for s in run_secs]
-    return sum(secs) / len(secs)
 
 
 def _task(model_path: Path, target: Any, name: str) -> Any:
@@ -202,9 +197,8 @@ def _timed(schedules: list[tuple[str, Any]], target: Any) -> tuple[list[float], 
         for sch, built in zip(batch, builds, strict=True):
             secs = []
             if not built.error_msg:
-                args = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
-                result = runner.run([RunnerInput(built.artifact_path, "cpu", args)])[0].result()
-                secs = [float(s) for s in result.run_secs or []]
+                inputs = [RunnerInput(built.artifact_path, "cpu", args_info(sch))]
+                secs = measured_secs(runner.run(inputs)[0].result().run_secs)
                 ms.utils.remove_build_dir(built.artifact_path)
             (again if sch is base else timed).append(
                 statistics.median(secs) if secs else float("inf")
