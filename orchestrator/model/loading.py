@@ -223,12 +223,12 @@ def as_path(name: str, value: Any) -> Path:
 
 
 def _read_bytes(path: Path) -> bytes:
-    if not path.exists() and path.is_symlink():  # `ls` shows it: say why it cannot be read
-        raise InputError(
-            f"model file {path} is a symbolic link to {os.readlink(path)}, which cannot be "
-            "followed (missing, or a loop of links); point it at the .onnx file"
-        )
     if not path.exists():
+        if path.is_symlink():  # `ls` lists it: say why it cannot be read
+            raise InputError(
+                f"model file {path} is a symbolic link to {os.readlink(path)}, which cannot be "
+                "followed (missing, or a loop of links); point it at the .onnx file"
+            )
         raise InputError(f"model file {path} does not exist; check the path")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give the path of an .onnx file")
