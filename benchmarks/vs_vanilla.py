@@ -3,6 +3,7 @@
     python benchmarks/vs_vanilla.py [--model examples/smallcnn.onnx|NAME] [--trials 128] [--seed 0]
                                     [--filter xgb|none] [--target llvm|cuda]
                                     [--fraction N] [--resume benchmarks/work/FOLDER]
+                                    [--finals-only]
 
 Each side runs in a fresh process, one after the other, and is timed as a whole call, as a
 user would wait for it: vanilla from the ONNX import through `tune_relax` to `compile_relax`
@@ -16,7 +17,9 @@ interleaved, in this process, with the model.so each of our runs shipped.
 Prints the wall times, end-to-end latencies and their ratios, and writes the raw figures to
 benchmarks/results/vs_vanilla-<model>-<trials>trials-<cpu|cuda>-<label>-<date>.json. Each
 side's figures are kept in its run folder as it ends: `--resume benchmarks/work/<folder>`
-tunes only the sides that folder lacks.
+tunes only the sides that folder lacks. `--finals-only` skips the checkpoints' databases (on a
+large model each costs a compile): time to quality is then each side's whole call where its
+final database reaches the mark.
 """
 
 from __future__ import annotations
@@ -98,6 +101,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--label", default=platform.node() or "host", help="machine, for the file")
     parser.add_argument(
         "--resume", type=Path, help="a run folder under benchmarks/work: keep the sides it finished"
+    )
+    parser.add_argument(
+        "--finals-only",
+        action="store_true",
+        help="time only the final databases and shipped libraries, not every checkpoint's "
+        "(time to quality is then the whole call where the final reaches it: an upper bound)",
     )
     parser.add_argument("--budget", help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=["vanilla", "ours"], help=argparse.SUPPRESS)
@@ -190,7 +199,7 @@ def time_sides(
     """Every checkpoint's database, both sides, timed with the finals and the libraries we
     shipped in one interleaved pass: the latency of each final database and shipped library
     (name -> figures), and time to quality."""
-    prefixes = checkpoint_databases(works, figures)
+    prefixes = {} if args.finals_only else checkpoint_databases(works, figures)
     shipped = {f"{side}.so": Path(f["library"]) for side, f in figures.items() if f.get("library")}
     timed = time_databases(
         args.model,
