@@ -46,6 +46,7 @@ class Printer:
         self.quiet = quiet
         self.tty = sys.stdout.isatty() if tty is None else tty
         self._bar = ""  # the progress line on screen, if any
+        self._shipped_as = "model.so"  # the shipped file's name, as run_started gives it
 
     def __call__(self, event: dict[str, Any]) -> None:
         handler = getattr(self, "_on_" + event["event"], None)
@@ -74,6 +75,7 @@ class Printer:
         self._bar = ""
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
+        self._shipped_as = Path(e["library"]).name
         if e["resumed"]:  # the first thing said: nothing starts over unannounced
             self._say(
                 f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
@@ -122,11 +124,11 @@ class Printer:
         self._say(
             f"untuned and tuned model timed in turn, {e['repeats']} timings each: "
             f"{fmt_latency(e['untuned']['median_s'])} -> {fmt_latency(e['tuned']['median_s'])}, "
-            f"{describe_change(e['change'], e['speedup'])}; model.so is the {e['shipped']} build"
+            f"{describe_change(e['change'], e['speedup'])}; {self._shipped_as} is the {e['shipped']} build"
         )
 
     def _on_shipped(self, e: dict[str, Any]) -> None:
-        self._say(f"model.so: {describe_shipped(e)}")
+        self._say(f"{self._shipped_as}: {describe_shipped(e)}")
 
     def _on_round(self, e: dict[str, Any]) -> None:
         spend = e["spend"]

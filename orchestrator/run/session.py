@@ -500,6 +500,7 @@ class Session:
         self.emit(
             "run_started",
             run_dir=str(self.run.path),
+            library=str(self.run[RunDir.LIBRARY]),  # model-SIMULATED.so where simulated
             resumed=self.run.resumed,
             model=self.model.name,
             target=self.target.describe(),
