@@ -128,9 +128,16 @@ class DefaultGroup(click.Group):
 def _usage_error_event(reason: str) -> None:
     """With tune's --json, a value click refused before the run began (a budget's unit, an
     option's type) ends the event stream as any bad input does: one `error` event."""
-    from ..events import Emitter, JsonLines, onto_stdout
+    from ..events import JsonLines, onto_stdout
 
-    Emitter(onto_stdout(JsonLines(sys.stdout)))("error", reason=reason, exit_code=exits.INPUT)
+    _bad_input_event(onto_stdout(JsonLines(sys.stdout)), reason)
+
+
+def _bad_input_event(sink: Any, reason: str) -> None:
+    """The `error` event that ends a --json stream on bad input (exit 2)."""
+    from ..events import Emitter
+
+    Emitter(sink)("error", reason=reason, exit_code=exits.INPUT)
 
 
 def aborted(exc: BaseException) -> str:
@@ -402,7 +409,7 @@ def _error_event(sink: Any) -> Iterator[None]:
         yield
     except InputError as exc:
         if sink is not None:
-            Emitter(sink)("error", reason=str(exc), exit_code=exits.INPUT)
+            _bad_input_event(sink, str(exc))
         raise
     except BudgetTooSmall:
         raise
