@@ -273,7 +273,8 @@ PRICE = click.option(
 @click.option(
     "--seed",
     type=click.IntRange(min=0),
-    help=f"Random seed of the search.  [default: {default_of('tune.seed')}]",
+    help="Random seed of the search. Runs with one seed still differ: 1% of timing noise "
+    f"changes which candidates their rounds take.  [default: {default_of('tune.seed')}]",
 )
 @click.option(
     "--filter",
