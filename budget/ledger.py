@@ -163,8 +163,10 @@ class Ledger:
         self.devices = devices
         self.cores = cores
         self.usd_per_hour = usd_per_hour
-        # Seconds the run keeps back for its final phase (compile, check, report).
+        # Seconds the run keeps back for its final phase (compile, check, report), and what
+        # sets them anew from each point of the curve (None: they stay as set).
         self.reserved_s = 0.0
+        self.reserve: Callable[[float], float] | None = None
         # Seconds and trials of work already started and not yet charged (a round being
         # measured while the next is prepared): what is left of the budget is that much smaller.
         self.committed_s = 0.0
@@ -268,9 +270,12 @@ class Ledger:
         self._round_costs = (self._round_costs + [cost])[-self._KEEP_ROUNDS :]
 
     def record_point(self, latency_s: float | None) -> None:
-        """Add the model latency estimate after a round to the convergence curve."""
+        """Add the model latency estimate after a round to the convergence curve; `reserve`
+        keeps back what the final phase needs at that latency."""
         if latency_s is not None:
             self.history.append(Point.at(self.snapshot(), latency_s))
+            if self.reserve is not None:
+                self.reserved_s = self.reserve(latency_s)
 
     # -- forecasts -------------------------------------------------------------------------
 

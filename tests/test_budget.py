@@ -244,6 +244,18 @@ def test_sessions_without_a_price_are_charged_at_a_later_one():
     assert second.usd == pytest.approx(4.0)
 
 
+def test_each_point_of_the_curve_sets_what_the_final_phase_keeps_back():
+    ledger = Ledger(clock=FakeClock())
+    ledger.reserved_s = 100.0
+    ledger.record_point(4.0)
+    assert ledger.reserved_s == 100.0  # nothing sets it anew
+    ledger.reserve = lambda latency_s: 50.0 + latency_s
+    ledger.record_point(2.0)
+    assert ledger.reserved_s == 52.0
+    ledger.record_point(None)  # no estimate: kept
+    assert ledger.reserved_s == 52.0
+
+
 # -- the budget rule -----------------------------------------------------------------------
 
 

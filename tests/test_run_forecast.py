@@ -363,6 +363,26 @@ def test_a_first_round_is_forecast_above_what_it_took_but_not_many_times_over(na
     assert most <= guess <= 5 * fewest
 
 
+def test_the_final_reserve_shrinks_as_the_tuned_model_gets_faster_to_check_and_time():
+    """A ResNet-50 on 2 cores: the untuned model took 16 s to compile and 36.6 s to check and
+    time (4.03 s an inference); at the end, the tuned model at 0.13 s, compile, check, both
+    models timed in turn and the report took about 50 s. The run kept 100 s back all along;
+    it now keeps less as its kernels get faster, never more than before, and never less than
+    the untuned model's check and timing again."""
+    timing = Timing.from_settings(Settings.load().check)
+    before = overheads.reserve_s(16.0, 36.6, 1.5)
+    reserve = overheads.FinalReserve(
+        compile_s=16.0, check_s=36.6, latency_s=4.03, kernels_s=3.93, report_s=1.5, timing=timing
+    )
+    at_start, tuned = reserve.at(3.93), reserve.at(0.125)
+    # As slow as untuned: its compile, check and timing, and 4 s inferences timed again.
+    assert 1.5 * 16.0 + 36.6 + 20.0 < at_start <= before
+    assert reserve.at(5.0) == pytest.approx(at_start)  # slower than the start: no more
+    assert 50 < tuned < 0.7 * before
+    assert tuned > 1.5 * 16.0 + 36.6
+    assert at_start > reserve.at(0.5) > tuned  # faster kernels, less kept
+
+
 def test_a_budget_up_front_covers_the_fixed_phases_a_first_round_and_the_final_phase():
     """What the run itself needs to tune at all: the baseline and the untuned model, a first
     round's search, and what it keeps back for the final phase while it tunes (the example

@@ -319,12 +319,8 @@ class Session:
             untuned = restored.untuned or self._untuned_model(ledger)
             if not ledger.history:
                 self._point(ledger, model_latency_s(restored.states))
-            if "compile_s" in untuned:  # measured now: a better forecast than the guess
-                ledger.reserved_s = overheads.reserve_s(
-                    untuned["compile_s"],
-                    untuned.get("check_s", 0.0),
-                    overheads.report_s(len(self.tasks)),
-                )
+            if "compile_s" in untuned:  # measured: a better forecast than the guess
+                self._reserve(ledger, untuned)
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))
             stopped = (
@@ -548,6 +544,26 @@ class Session:
         result = self.builds.build(ms.database.MemoryDatabase(), ledger, "untuned", timed=True)
         self.run.append({"type": "untuned", **result})
         return result
+
+    def _reserve(self, ledger: Ledger, untuned: dict[str, Any]) -> None:
+        """What the final phase needs, from the untuned model's compile, check and timing:
+        where that model was timed and the curve starts at its kernels' estimate, set anew
+        from each point of the curve (overheads.FinalReserve), as the tuned model gets
+        faster to check and time."""
+        report_s = overheads.report_s(len(self.tasks))
+        check_s = untuned.get("check_s", 0.0)
+        ledger.reserved_s = overheads.reserve_s(untuned["compile_s"], check_s, report_s)
+        latency = untuned.get("latency")
+        if latency and ledger.history:  # a resumed run's curve starts where its first did
+            ledger.reserve = overheads.FinalReserve(
+                compile_s=untuned["compile_s"],
+                check_s=check_s,
+                latency_s=latency["median_s"],
+                kernels_s=ledger.history[0].latency_s,
+                report_s=report_s,
+                timing=self.builds.timing,
+            ).at
+            ledger.reserved_s = ledger.reserve(ledger.history[-1].latency_s)
 
     def _point(self, ledger: Ledger, latency_s: float | None) -> None:
         """The first point of the convergence curve: the untuned model's kernels."""
