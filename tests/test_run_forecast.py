@@ -381,6 +381,8 @@ def test_the_final_reserve_shrinks_as_the_tuned_model_gets_faster_to_check_and_t
     assert 50 < tuned < 0.7 * before
     assert tuned > 1.5 * 16.0 + 36.6
     assert at_start > reserve.at(0.5) > tuned  # faster kernels, less kept
+    nothing = dataclasses.replace(reserve, kernels_s=0.0)  # a model with no task to tune
+    assert nothing.at(0.0) == pytest.approx(at_start)
 
 
 def test_a_budget_up_front_covers_the_fixed_phases_a_first_round_and_the_final_phase():

@@ -301,7 +301,8 @@ class FinalReserve:
 
     def at(self, kernels_s: float) -> float:
         """Seconds kept back once the run estimates the model's kernels at `kernels_s`."""
-        tuned_s = self.latency_s * min(1.0, kernels_s / self.kernels_s)
+        faster = min(1.0, kernels_s / self.kernels_s) if self.kernels_s > 0 else 1.0  # no kernels
+        tuned_s = self.latency_s * faster
         # The untuned model timed again, and the tuned one checked (on the samples it ran
         # the untuned one on, onnxruntime's outputs kept): no longer than the untuned's
         # check and timing; then the tuned model timed.
