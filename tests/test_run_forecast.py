@@ -385,6 +385,19 @@ def test_the_final_reserve_shrinks_as_the_tuned_model_gets_faster_to_check_and_t
     assert nothing.at(0.0) == pytest.approx(at_start)
 
 
+def test_a_forecast_keeps_back_less_for_the_final_phase_once_tuning_makes_the_model_faster():
+    """A slow untuned model (4 s an inference, 37 s to check and time): as the run does, the
+    forecast keeps back what checking and timing the tuned model will take, not the untuned
+    one's twice, and gives the time saved to rounds, within the budget."""
+    slow = dataclasses.replace(FIXED, compile_s=16.0, check_s=31.6, timing_s=5.0, latency_s=4.03)
+    unknown = dataclasses.replace(slow, latency_s=None)  # as reserve_s alone would keep
+    assert slow.reserve_at(None, Timing()) == slow.reserve_s
+    assert slow.reserve_at(0.13, Timing()) < slow.reserve_s - 25
+    faster, before = run("10min", fixed=slow), run("10min", fixed=unknown)
+    assert faster["trials"] > before["trials"]
+    assert faster["total_s"] <= 600
+
+
 def test_a_budget_up_front_covers_the_fixed_phases_a_first_round_and_the_final_phase():
     """What the run itself needs to tune at all: the baseline and the untuned model, a first
     round's search, and what it keeps back for the final phase while it tunes (the example

@@ -86,6 +86,20 @@ class FixedPhases:
         """What the run keeps back for its final phase."""
         return overheads.reserve_s(self.compile_s, self.check_s + self.timing_s, self.report_s)
 
+    def reserve_at(self, tuned_latency_s: float | None, timing: Timing) -> float:
+        """What the run keeps back once tuned to `tuned_latency_s` (overheads.FinalReserve);
+        reserve_s where the untuned or the tuned model's latency is not known."""
+        if tuned_latency_s is None or not self.latency_s:
+            return self.reserve_s
+        return overheads.FinalReserve(
+            compile_s=self.compile_s,
+            check_s=self.check_s + self.timing_s,
+            latency_s=self.latency_s,
+            kernels_s=self.latency_s,
+            report_s=self.report_s,
+            timing=timing,
+        ).at(tuned_latency_s)
+
     def final_s(self, tuned_latency_s: float | None, timing: Timing) -> float:
         """Compile and check the tuned model, time both in turn, write the report."""
         tuned_timing = (
@@ -205,23 +219,32 @@ def forecast_run(
     if minimum is not None:
         return {**row, "refused": True, "minimum": minimum}
     fixed, rounds = costs.fixed, costs.rounds
-    window = None if seconds is None else seconds - fixed.start_s - fixed.reserve_s
-    allocation = Allocation(
-        outlook.task_shares, outlook.prior, outlook.floors, coverage=outlook.coverage
-    )
-    tuning_s, trials, count, stop = _give_rounds(
-        allocation,
-        rounds,
-        sizes=outlook.sizes,
-        trial_cap=trial_cap,
-        window=window,
-        smallest=BudgetLimits(budget, round_size=rounds.size).min_round,
-        early_stop=outlook.early_stop,
-        max_rounds=max_rounds,
-    )
-    latency = None
-    if fixed.latency_s is not None:
-        latency = fixed.latency_s * (1.0 - allocation.reached * outlook.attainable)
+    smallest = BudgetLimits(budget, round_size=rounds.size).min_round
+
+    def tuned(kept_s: float) -> tuple[Allocation, tuple[float, int, int, str], float | None]:
+        """The rounds that fit while `kept_s` is kept back, and the latency they reach."""
+        allocation = Allocation(
+            outlook.task_shares, outlook.prior, outlook.floors, coverage=outlook.coverage
+        )
+        given = _give_rounds(
+            allocation,
+            rounds,
+            sizes=outlook.sizes,
+            trial_cap=trial_cap,
+            window=None if seconds is None else seconds - fixed.start_s - kept_s,
+            smallest=smallest,
+            early_stop=outlook.early_stop,
+            max_rounds=max_rounds,
+        )
+        if fixed.latency_s is None:
+            return allocation, given, None
+        return allocation, given, fixed.latency_s * (1 - allocation.reached * outlook.attainable)
+
+    allocation, given, latency = tuned(fixed.reserve_s)
+    kept_s = fixed.reserve_at(latency, costs.timing)  # as the run: less once the model is faster
+    if seconds is not None and kept_s < fixed.reserve_s:
+        allocation, given, latency = tuned(kept_s)
+    tuning_s, trials, count, stop = given
     phases = _phases(fixed, tuning_s, rounds.split, fixed.final_s(latency, costs.timing))
     return {
         **row,
