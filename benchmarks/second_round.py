@@ -8,8 +8,8 @@ learned model given every record the run committed before that round (the other 
 rounds) and the task's own first round, proposed again from the run's seed and timed as the
 run timed it (the proposals are checked against the run's). Then the second round is proposed
 twice from identical data, and `--replicas` times with each time multiplied by 1 + N(0, noise)
-(timing noise between runs on one host: the same candidate's times in three runs agreed within
-1-7%). The search and the model use `--threads` threads (a run uses every core). Prints how
+(timing noise between runs on one host: three runs timed the same candidates mostly within 1%
+of each other, some 3-7% apart). The search and the model use `--threads` threads (a run uses every core). Prints how
 many of each second round's candidates every other one shares; nothing is built or timed.
 Raw figures go to benchmarks/results/second_round-<model>-<task>-<label>-<date>.json.
 """
