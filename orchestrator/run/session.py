@@ -552,18 +552,19 @@ class Session:
         faster to check and time."""
         report_s = overheads.report_s(len(self.tasks))
         check_s = untuned.get("check_s", 0.0)
-        ledger.reserved_s = overheads.reserve_s(untuned["compile_s"], check_s, report_s)
         latency = untuned.get("latency")
-        if latency and ledger.history:  # a resumed run's curve starts where its first did
-            ledger.reserve = overheads.FinalReserve(
-                compile_s=untuned["compile_s"],
-                check_s=check_s,
-                latency_s=latency["median_s"],
-                kernels_s=ledger.history[0].latency_s,
-                report_s=report_s,
-                timing=self.builds.timing,
-            ).at
-            ledger.reserved_s = ledger.reserve(ledger.history[-1].latency_s)
+        if not (latency and ledger.history):  # not timed here: as if the tuned were as slow
+            ledger.reserved_s = overheads.reserve_s(untuned["compile_s"], check_s, report_s)
+            return
+        ledger.reserve = overheads.FinalReserve(
+            compile_s=untuned["compile_s"],
+            check_s=check_s,
+            latency_s=latency["median_s"],
+            kernels_s=ledger.history[0].latency_s,  # a resumed run's curve starts as its first
+            report_s=report_s,
+            timing=self.builds.timing,
+        ).at
+        ledger.reserved_s = ledger.reserve(ledger.history[-1].latency_s)
 
     def _point(self, ledger: Ledger, latency_s: float | None) -> None:
         """The first point of the convergence curve: the untuned model's kernels."""
