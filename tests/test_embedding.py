@@ -517,6 +517,9 @@ def test_a_second_signal_aborts_the_run_at_once_and_says_how_to_resume(
     tmp_path, fast_config, tiny_model, monkeypatch
 ):
     from tune_orchestrator.model import importer
+    from tune_orchestrator.run import interrupt
+
+    monkeypatch.setattr(interrupt, "SAME_REQUEST_S", 0.0)  # the second comes later
 
     def pressed_twice(*_args, **_kwargs):
         os.kill(os.getpid(), signal.SIGINT)  # stop after the round
@@ -529,3 +532,26 @@ def test_a_second_signal_aborts_the_run_at_once_and_says_how_to_resume(
     assert result.exit_code == 130, result.output
     assert result.stderr.endswith("aborted; resume the run with the same --out\n")
     assert run.is_dir()  # the run directory stays, to resume
+
+
+def test_one_signal_delivered_twice_at_once_stops_the_run_with_its_report(
+    tmp_path, fast_config, tiny_model, monkeypatch
+):
+    """`timeout 1h orchestrate ...` signals the command and then its process group: one run
+    in three took the pair for a second signal and aborted without its report."""
+    from tune_orchestrator.model import importer
+
+    real = importer.import_for_tuning
+
+    def timed_out(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # to the command
+        os.kill(os.getpid(), signal.SIGTERM)  # to its process group
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(importer, "import_for_tuning", timed_out)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(tiny_model, run, fast_config))
+    assert result.exit_code == 130, result.output
+    assert "aborted" not in result.stderr
+    assert f"resume with the same command and --out {run}" in result.stderr
+    assert json.loads((run / "report.json").read_text())["summary"]["interrupted"] is True

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
@@ -15,6 +16,11 @@ from tune_orchestrator.budget import GO, Decision, Ledger, StoppingRule, TaskPro
 from tune_orchestrator.budget.base import INTERRUPTED
 
 from ..errors import Aborted
+
+# A second signal this soon after the first is the same request delivered twice: coreutils'
+# `timeout` (as `timeout 1h orchestrate ...` in a pipeline) signals the command and then its
+# process group, and one run in three took the pair for "again" and aborted without its report.
+SAME_REQUEST_S = 1.0
 
 
 class Interrupt(StoppingRule):
@@ -39,7 +45,8 @@ class Interrupt(StoppingRule):
 def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
     """While inside, the first SIGINT, SIGTERM or SIGHUP (the terminal closed: what was
     printed to it goes nowhere from then on) asks `interrupt` to stop after the current
-    round; a second one aborts at once. SIGHUP ignored when the run starts (nohup) stays
+    round; a second one aborts at once, unless it came within `SAME_REQUEST_S` of the first
+    (one request delivered twice, as `timeout` does). SIGHUP ignored when the run starts (nohup) stays
     ignored; SIGINT ignored (a background job of a script) is caught, as `kill -INT` asks.
     Outside the main thread (where Python cannot set signal handlers) this does nothing. The
     previous handlers are restored on exit."""
@@ -48,11 +55,16 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
         return
     # Asked now: a terminal that hung up no longer answers that it is one.
     terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
+    first: list[float] = []  # when the first signal was handled
 
     def handle(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        now = time.monotonic()
         if interrupt.requested:
+            if first and now - first[0] < SAME_REQUEST_S:
+                return
             raise Aborted(f"second {name}: aborting")
+        first.append(now)
         if signum == signal.SIGHUP:
             _off_the_terminal(terminals)
         interrupt.request(f"interrupted by {name}")
