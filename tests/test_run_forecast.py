@@ -471,3 +471,18 @@ def test_a_typical_candidate_is_forecast_from_the_baseline_by_the_targets_own_ra
         3.07 * 15, 15
     )
     assert 0.32 / 1.5 <= per_candidate <= 0.32 * 1.5
+
+
+def test_a_guessed_round_searches_as_long_as_its_size_asks():
+    """The search is sized to its round. A first estimate that charged every round a round of
+    64's search forecast resnet50ish 240 trials in 5 minutes (first rounds of 16, 28 tasks)
+    where two runs had 316 and 337."""
+    baseline_task_s = 0.65  # what one task's default schedule took in the baseline
+    costs = RoundCosts.guessed(
+        untuned_s=28 * baseline_task_s, tasks=28, device_type="cpu", cores=2, size=64
+    )
+    search_s = overheads.ROUND_S_ON_2_CORES
+    candidate_s = overheads.CANDIDATE_VS_BASELINE["cpu"] * baseline_task_s
+    assert costs.seconds(64) == pytest.approx(search_s + 64 * candidate_s)  # as calibrated
+    assert costs.seconds(16) == pytest.approx(search_s / 4 + 16 * candidate_s)
+    assert costs.split == pytest.approx(default_split(search_s, candidate_s, 64))

@@ -273,20 +273,23 @@ def _rounds(
     if seen_cost is not None:
         fixed_s, per_s = seen_cost
         source = f"round costs from {earlier} earlier run(s)"
-    else:  # typical rounds on this many cores, before any was timed here (overheads.py)
-        fixed_s = overheads.ROUND_S_ON_2_CORES * 2 / host_cores()
-        ratio = overheads.CANDIDATE_VS_BASELINE
-        per_s = ratio.get(resolved.device_type, ratio["cpu"]) * overheads.baseline_task_s(
-            fixed.untuned_s, len(inputs.tasks)
+        costs = RoundCosts(
+            fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
         )
+    else:  # typical rounds on this many cores, before any was timed here (overheads.py)
+        costs = RoundCosts.guessed(
+            untuned_s=fixed.untuned_s,
+            tasks=len(inputs.tasks),
+            device_type=resolved.device_type,
+            cores=host_cores(),
+            size=round_size,
+        )
+        costs = dataclasses.replace(costs, split=seen_split or costs.split)
         source = (
             "scaled from the baseline timed now; no earlier run here to time a round by"
             if resolved.device_present
             else "a guess: no device here to time a baseline on, no earlier run to time a round by"
         )
-    costs = RoundCosts(
-        fixed_s, per_s, round_size, seen_split or default_split(fixed_s, per_s, round_size)
-    )
     return _Rounds(sizes, costs, source, seen_cost is not None)
 
 

@@ -94,7 +94,11 @@ SEARCH_S_ON_2_CORES = {"cpu": 20.0, "cuda": 80.0}
 # benchmarks/results/orchestrate-vggish-cuda-4min-nvidia-h200-2026-11-26.json) the baseline
 # took 3.07 s a task and a candidate 0.32 s of building and measuring in the foreground (338
 # in 107 s), 0.10 of it; the CPU ratio would have forecast 1.5 s. One run: still a guess.
-ROUND_S_ON_2_CORES = 4.0
+# The search is sized to its round, so a smaller round searches for less (RoundCosts.guessed):
+# in a 5 min resnet50ish run (2026-12-06, 28 tasks, 22 first rounds of 10-16) a round's search
+# and learning took 0.47-0.78 s, about a quarter of a round of 64's; charged 4.0 s each, the
+# first estimate forecast 208-240 trials where runs had 316-337 (docs/benchmarks.md).
+ROUND_S_ON_2_CORES, ROUND_S_CANDIDATES = 4.0, 64
 CANDIDATE_VS_BASELINE = {"cpu": 0.5, "cuda": 0.1}
 ROUND_FIXED_SPLIT = {"search": 0.93, "learn": 0.07}
 ROUND_CANDIDATE_SPLIT = {"build": 0.6, "measure": 0.4}

@@ -130,6 +130,22 @@ class RoundCosts:
     def seconds(self, candidates: int) -> float:
         return self.fixed_s + self.per_candidate_s * candidates
 
+    @classmethod
+    def guessed(
+        cls, *, untuned_s: float, tasks: int, device_type: str, cores: int, size: int
+    ) -> RoundCosts:
+        """A round's cost before any was timed here (overheads.py): a candidate's building and
+        measuring scaled from what a task took in the baseline, and a search sized to its
+        round, as the run's is: a round of 16 searches a quarter as long as one of 64."""
+        search_s = overheads.ROUND_S_ON_2_CORES * 2 / max(1, cores)
+        ratio = overheads.CANDIDATE_VS_BASELINE
+        candidate_s = ratio.get(device_type, ratio["cpu"]) * overheads.baseline_task_s(
+            untuned_s, tasks
+        )
+        typical = overheads.ROUND_S_CANDIDATES
+        per_s = candidate_s + search_s / typical
+        return cls(0.0, per_s, size, default_split(search_s, candidate_s, typical))
+
     def candidates_within(self, seconds: float) -> int:
         """The most candidates a round can take in `seconds`, at most `size`."""
         return max(0, min(self.size, int((seconds - self.fixed_s) / self.per_candidate_s)))
