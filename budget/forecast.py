@@ -215,29 +215,26 @@ def plan(
     shares: Sequence[float],
     prior: TuningPrior,
     *,
-    round_size: int,
-    round_s: float,
+    sizes: Sequence[int],
+    seconds: Callable[[int], float],
     targets: Sequence[float] = (0.9, 0.95, 0.99),
     max_rounds: int = 100_000,
     coverage: float = 0.0,
 ) -> list[dict[str, float]]:
     """Rounds, trials and seconds to reach each target share of the attainable gain, rounds
-    of `round_size` given as `Allocation` gives them."""
+    of `sizes` given as `Allocation` gives them (a round of k costing `seconds(k)`), as a
+    run's forecast gives them."""
     allocation = Allocation(shares, prior, coverage=coverage)
     if not allocation.shares:
         return []
-    out, rounds = [], 0
+    out, rounds, trials, spent = [], 0, 0, 0.0
     pending = sorted(targets)
     while pending and rounds < max_rounds:
-        allocation.add_round(round_size)
-        rounds += 1
+        task, size = allocation.next_round(sizes, seconds)
+        allocation.give(task, size)
+        rounds, trials, spent = rounds + 1, trials + size, spent + seconds(size)
         while pending and allocation.reached >= pending[0]:
             out.append(
-                {
-                    "target": pending.pop(0),
-                    "rounds": rounds,
-                    "trials": rounds * round_size,
-                    "seconds": rounds * round_s,
-                }
+                {"target": pending.pop(0), "rounds": rounds, "trials": trials, "seconds": spent}
             )
     return out

@@ -127,7 +127,7 @@ def estimate(
         prior, seen_cost, seen_split = prior_and_round_cost(journals, runs_path)
         rounds = _rounds(inputs, untuned.fixed, seen_cost, seen_split, len(journals))
         shares = _task_shares(inputs, untuned.tasks)
-        forecast = _gain_forecast(inputs, shares, prior, rounds.costs)
+        forecast = _gain_forecast(inputs, shares, prior, rounds)
         reach = Attainable.from_runs(journals, prior, inputs.resolved.device_type, runs_path)
         minimum_s = _minimum_s(inputs, untuned.guess)
         runs = [
@@ -312,16 +312,19 @@ def _task_shares(inputs: _Inputs, untuned: Sequence[Measurement]) -> _Shares:
 
 
 def _gain_forecast(
-    inputs: _Inputs, shares: _Shares, prior: TuningPrior, costs: RoundCosts
+    inputs: _Inputs, shares: _Shares, prior: TuningPrior, rounds: _Rounds
 ) -> list[dict[str, Any]]:
     """The spend likely needed to reach each share of the attainable gain (budget.plan), in
-    device-hours and dollars too."""
+    device-hours and dollars too, in rounds of the sizes a run gives."""
     devices, cost = inputs.resolved.devices, inputs.cost
     coverage = inputs.settings.scheduler.coverage_share
     forecast = []
-    round_s = costs.seconds(costs.size)
     for row in plan(
-        shares.shares, prior, round_size=costs.size, round_s=round_s, coverage=coverage
+        shares.shares,
+        prior,
+        sizes=rounds.sizes.options(),
+        seconds=rounds.costs.seconds,
+        coverage=coverage,
     ):
         hours = row["seconds"] / 3600.0
         forecast.append(
