@@ -232,8 +232,8 @@ def test_plan_gives_rounds_as_the_allocation_does():
 
 def test_the_gain_plan_and_a_run_forecast_agree_on_what_a_budget_reaches():
     """`estimate` printed, for resnet50ish, "90% of the attainable gain: 1216 trials, ~7m51s"
-    (rounds of 64) above "--budget 5min: 336 trials" that reached 92%: the plan now gives its
-    rounds the sizes a run forecast gives them."""
+    (rounds of 64) above "--budget 5min: 224 trials" in rounds of 16 that had 76% of it: the
+    plan now gives its rounds the sizes a run forecast gives them."""
     shares = [1 / 28] * 28
     costs = RoundCosts.guessed(untuned_s=18.2, tasks=28, device_type="cpu", cores=2, size=64)
     sizes = [16, 32, 64]
