@@ -46,8 +46,9 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
     """While inside, the first SIGINT, SIGTERM or SIGHUP (the terminal closed: what was
     printed to it goes nowhere from then on) asks `interrupt` to stop after the current
     round; a second one aborts at once, unless it came within `SAME_REQUEST_S` of the first
-    (one request delivered twice, as `timeout` does). SIGHUP ignored when the run starts (nohup) stays
-    ignored; SIGINT ignored (a background job of a script) is caught, as `kill -INT` asks.
+    (one request delivered twice, as `timeout` does). SIGHUP ignored when the run starts
+    (nohup) stays ignored; SIGINT ignored (a background job of a script) is caught, as
+    `kill -INT` asks.
     Outside the main thread (where Python cannot set signal handlers) this does nothing. The
     previous handlers are restored on exit."""
     if not enabled or threading.current_thread() is not threading.main_thread():
