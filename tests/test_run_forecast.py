@@ -505,3 +505,15 @@ def test_a_guessed_round_searches_as_long_as_its_size_asks():
     assert costs.seconds(64) == pytest.approx(search_s + 64 * candidate_s)  # as calibrated
     assert costs.seconds(16) == pytest.approx(search_s / 4 + 16 * candidate_s)
     assert costs.split == pytest.approx(default_split(search_s, candidate_s, 64))
+
+
+def test_the_estimate_says_what_a_round_of_each_size_costs(capsys):
+    """Rounds run from a first touch of 16 to 64 candidates; the header gave only 64's cost,
+    above lines whose rounds are mostly of 16."""
+    from tune_orchestrator.cli.printer import _print_forecast
+
+    costs = RoundCosts.guessed(untuned_s=18.2, tasks=28, device_type="cpu", cores=2, size=64)
+    rounds = {"candidates": 64, "first_candidates": 16, "seconds": costs.seconds(64)}
+    rounds |= {"fixed_s": costs.fixed_s, "per_candidate_s": costs.per_candidate_s}
+    _print_forecast({"round": {**rounds, "source": "a guess"}, "forecast": []})
+    assert capsys.readouterr().out == "rounds of 16-64 candidates, ~6.2s to ~24.8s each (a guess)\n"
