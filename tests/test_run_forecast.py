@@ -514,6 +514,6 @@ def test_the_estimate_says_what_a_round_of_each_size_costs(capsys):
 
     costs = RoundCosts.guessed(untuned_s=18.2, tasks=28, device_type="cpu", cores=2, size=64)
     rounds = {"candidates": 64, "first_candidates": 16, "seconds": costs.seconds(64)}
-    rounds |= {"fixed_s": costs.fixed_s, "per_candidate_s": costs.per_candidate_s}
+    rounds |= {"first_seconds": costs.seconds(16)}
     _print_forecast({"round": {**rounds, "source": "a guess"}, "forecast": []})
     assert capsys.readouterr().out == "rounds of 16-64 candidates, ~6.2s to ~24.8s each (a guess)\n"

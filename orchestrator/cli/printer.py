@@ -337,9 +337,8 @@ def _print_forecast(estimate: dict[str, Any]) -> None:
     r = estimate["round"]
     size, seconds = f"{r['candidates']}", f"~{fmt_duration(r['seconds'])}"
     if r["first_candidates"] < r["candidates"]:
-        smallest_s = r["fixed_s"] + r["per_candidate_s"] * r["first_candidates"]
         size = f"{r['first_candidates']}-{size}"
-        seconds = f"~{fmt_duration(smallest_s)} to {seconds}"
+        seconds = f"~{fmt_duration(r['first_seconds'])} to {seconds}"
     click.echo(f"rounds of {size} candidates, {seconds} each ({r['source']})")
     for row in estimate["forecast"]:
         money = f", ${row['usd']:.2f}" if row["usd"] is not None else ""

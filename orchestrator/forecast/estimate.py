@@ -427,6 +427,7 @@ def _result(
             "candidates": costs.size,
             "first_candidates": rounds.sizes.smallest,
             "seconds": costs.seconds(costs.size),
+            "first_seconds": costs.seconds(rounds.sizes.smallest),
             "fixed_s": costs.fixed_s,
             "per_candidate_s": costs.per_candidate_s,
             "split": dict(costs.split),
