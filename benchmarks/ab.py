@@ -9,8 +9,8 @@ run from there (`python -m orchestrator`, or `python -m tune_orchestrator` where
 the one import namespace); this checkout runs as installed. Each MODEL:BUDGET runs with
 both, old first, `--rounds` times alternating, each in a fresh process with its own run
 directory and no tuning library. Then every shipped model.so is timed interleaved. Printed:
-per model and version, the median latency over its runs, trials and wall; the ratio new / old
-(under 1 is faster). Raw figures go to benchmarks/results/ab-<label>-<date>.json.
+per model and version, the median latency over its runs (and slowest / fastest), trials and
+wall; the ratio new / old (under 1 is faster). Raw figures go to benchmarks/results/ab-<label>-<date>.json.
 """
 
 from __future__ import annotations
@@ -142,13 +142,15 @@ def main() -> None:
             latencies = [timed[f"{side}-{k}"]["median_s"] for k in range(args.rounds)]
             summary[side] = {
                 "latency_s": statistics.median(latencies),
+                "spread": max(latencies) / min(latencies),  # slowest over fastest
                 "trials": statistics.median(r["trials"] for r in runs[side]),
                 "wall_s": statistics.median(r["wall_s"] for r in runs[side]),
             }
         ratio = summary["new"]["latency_s"] / summary["old"]["latency_s"]
         results[item] = {"runs": runs, "timed": timed, "summary": summary, "new_over_old": ratio}
         print(f"{name} {budget}: " + "; ".join(
-            f"{side} {s['latency_s'] * 1e3:.3f} ms, {s['trials']:.0f} trials, {s['wall_s']:.0f} s"
+            f"{side} {s['latency_s'] * 1e3:.3f} ms ({s['spread']:.2f}x apart), "
+            f"{s['trials']:.0f} trials, {s['wall_s']:.0f} s"
             for side, s in summary.items()) + f"; new / old {ratio:.3f}", flush=True)  # fmt: skip
     out = ROOT / "benchmarks" / "results" / f"ab-{args.label}-{dt.date.today()}.json"
     out.write_text(json.dumps({"old": args.old, "new": head_rev(), "models": results}, indent=2))

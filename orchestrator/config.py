@@ -213,6 +213,7 @@ class SchedulerSettings:
     first_round_gain: float
     min_gain_per_doubling: float
     first_round: int
+    least_first_round: int
     first_rounds: int
     coverage_share: float
     peers: bool
@@ -223,6 +224,12 @@ class SchedulerSettings:
         _probability("scheduler", "first_round_gain", self.first_round_gain)
         _probability("scheduler", "min_gain_per_doubling", self.min_gain_per_doubling)
         _positive("scheduler", "first_round", self.first_round)
+        _positive("scheduler", "least_first_round", self.least_first_round)
+        if self.least_first_round > self.first_round:
+            raise ValueError(
+                f"[scheduler] least_first_round ({self.least_first_round}) must not exceed "
+                f"first_round ({self.first_round})."
+            )
         _probability("scheduler", "coverage_share", self.coverage_share)
 
 

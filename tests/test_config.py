@@ -99,6 +99,11 @@ def test_nan_and_inf_are_refused_where_a_number_is_a_limit(key, value, refused):
         Settings.load(env={f"ORCHESTRATE_{key}": value})
 
 
+def test_a_shrunk_first_round_larger_than_the_first_round_is_refused():
+    with pytest.raises(InputError, match=r"least_first_round \(32\) must not exceed first_round"):
+        Settings.load(env={"ORCHESTRATE_SCHEDULER_LEAST_FIRST_ROUND": "32"})
+
+
 def test_the_integer_range_of_the_check_comes_from_the_file_or_the_environment(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[check]\nint_min = -3\nint_max = 40\n")

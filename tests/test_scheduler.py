@@ -190,8 +190,12 @@ def test_round_sizes_are_whole_waves_doubling_from_a_first_touch():
     assert RoundSizes.for_run(16, 64, 12) == RoundSizes(24, 72)  # whole waves of 12 builds
     assert RoundSizes.for_run(16, 96, 16).options() == [16, 32, 64, 96]
     assert RoundSizes.for_run(128, 64, 2) == RoundSizes(64, 64)
+    assert RoundSizes.for_run(16, 64, 12, least=8).least == 12  # a whole wave
+    assert RoundSizes.for_run(16, 64, 2, least=32).least == 16  # never above the smallest
     with pytest.raises(ValueError):
         RoundSizes(8, 4)
+    with pytest.raises(ValueError):
+        RoundSizes(16, 64, first=8)  # below the smallest only with a `least` that allows it
 
 
 # -- the proposal pool ------------------------------------------------------------------------
@@ -225,6 +229,15 @@ def test_first_rounds_share_their_candidates_over_the_tasks_to_cover():
     assert sizes.for_tasks(30, 384).first_touch == 16
     assert sizes.for_tasks(1, 384).first_touch == 64
     assert sizes.first_touch == 16  # without tasks to share over: the smallest
+
+
+def test_first_rounds_shrink_only_where_the_budget_cannot_cover_every_task():
+    """resnet50ish at 5 minutes: ~300 trials, 28 tasks; 16 a task would leave 9 untuned."""
+    sizes = RoundSizes.for_run(16, 64, 2, least=8)
+    assert sizes.for_tasks(28, 150, affordable=300).first_touch == 8
+    assert sizes.for_tasks(28, 240, affordable=480).first_touch == 16  # 448 fit
+    assert sizes.for_tasks(28, 12, affordable=24).first_touch == 16  # one round, measured whole
+    assert RoundSizes.for_run(16, 64, 2).for_tasks(28, 150, 300).first_touch == 16  # no least
 
 
 def test_a_first_touch_gets_the_first_round_size():

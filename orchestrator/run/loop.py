@@ -93,9 +93,13 @@ def round_size(trials_per_round: int, workers: int, gpus: int = 1) -> int:
 
 def round_sizes(settings: Settings, workers: int, gpus: int = 1) -> RoundSizes:
     """The sizes a run's rounds may have: from a first touch of [scheduler] first_round
-    candidates per GPU up to `round_size`'s, in whole waves of the builder's `workers`."""
+    candidates per GPU (least_first_round where a budget cannot cover every task with it) up
+    to `round_size`'s, in whole waves of the builder's `workers`."""
     largest = round_size(settings.tune.trials_per_round, workers, gpus)
-    return RoundSizes.for_run(settings.scheduler.first_round * max(1, gpus), largest, workers)
+    s, per_gpu = settings.scheduler, max(1, gpus)
+    return RoundSizes.for_run(
+        s.first_round * per_gpu, largest, workers, least=s.least_first_round * per_gpu
+    )
 
 
 def proposals_per_round(settings: Settings, round_candidates: int, filtered: bool) -> int:
@@ -232,13 +236,20 @@ class TuningLoop:
         self._main = threading.current_thread()
         self._last_round_end = 0.0
 
-    def _first_rounds(self) -> int:
-        """Candidates the first rounds share: [scheduler] first_rounds, and no more than half
-        of those the budget affords (as forecast once the first round's cost is), so that first
-        rounds over a many-task model leave room for the rounds that follow: at 480 trials,
-        first rounds of 32 over squeezenetish's 21 tasks used to leave some tasks untuned."""
+    def _first_round_sizes(self) -> RoundSizes:
+        """The sizes with the first rounds' size: [scheduler] first_rounds candidates shared
+        over the tasks to cover, and no more than half of those the budget affords (as
+        forecast once the first round's cost is), so that first rounds over a many-task model
+        leave room for the rounds that follow: at 480 trials, first rounds of 32 over
+        squeezenetish's 21 tasks used to leave some tasks untuned. Where the whole budget
+        cannot give every task a round of the smallest, first rounds shrink (for_tasks)."""
+        tasks = self._to_cover()
         most = self.settings.scheduler.first_rounds
-        return max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
+        shared = max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
+        covering = tasks * self.sizes.smallest
+        return self.sizes.for_tasks(
+            tasks, shared, affordable=self.stopping.allowance(self.ledger, covering)
+        )
 
     def _to_cover(self) -> int:
         """Tasks still to get a first round: never tuned, holding the coverage share or more
@@ -266,7 +277,7 @@ class TuningLoop:
         """
         ahead: Round | None = None
         # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
-        self.sizes = self.sizes.for_tasks(self._to_cover(), self._first_rounds())
+        self.sizes = self._first_round_sizes()
         with (
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="next-round"
