@@ -602,24 +602,24 @@ def test_first_rounds_leave_half_the_trial_budget_to_the_rounds_after_them(tasks
     assert first_rounds(wide) == {0: 32, 1: 32}
 
 
-def test_first_rounds_shrink_where_the_budget_cannot_give_every_task_one(tasks, fast_config):
-    # Three tasks, first rounds of 8 (least 4): 24 trials give every task one of 8; 16 trials
-    # do not, and give each one of 4 instead; 8 trials afford only one round, measured whole.
-    n = 3
+def test_first_rounds_shrink_while_the_budget_left_cannot_give_every_task_one(tasks, fast_config):
+    # Three tasks, first rounds of 8 (least 4). 24 trials give every task one of 8. 20 do
+    # not: the first task gets 4, after which 16 give the two others 8 each. 8 trials afford
+    # one round only, measured whole.
     sizes = {
         "scheduler.first_round": 8,
         "scheduler.least_first_round": 4,
         "tune.trials_per_round": 32,
     }
     seen = {}
-    for budget in (8 * n, 8 * n - 8, 8):
+    for budget in (24, 20, 8):
         entries = []
         loop, _ = make_loop(
             tasks, fast_config, budget=f"{budget}trials", journal=entries.append,
-            tasks_used=n, **sizes,
+            tasks_used=3, **sizes,
         )  # fmt: skip
         loop.run()
         seen[budget] = first_rounds(entries)
-    assert seen[8 * n] == dict.fromkeys(range(n), 8)
-    assert seen[8 * n - 8] == dict.fromkeys(range(n), 4)
+    assert seen[24] == {0: 8, 1: 8, 2: 8}
+    assert seen[20] == {0: 4, 1: 8, 2: 8}
     assert seen[8] == {0: 8}

@@ -232,12 +232,14 @@ def test_first_rounds_share_their_candidates_over_the_tasks_to_cover():
 
 
 def test_first_rounds_shrink_only_where_the_budget_cannot_cover_every_task():
-    """resnet50ish at 5 minutes: ~300 trials, 28 tasks; 16 a task would leave 9 untuned."""
-    sizes = RoundSizes.for_run(16, 64, 2, least=8)
-    assert sizes.for_tasks(28, 150, affordable=300).first_touch == 8
-    assert sizes.for_tasks(28, 240, affordable=480).first_touch == 16  # 448 fit
-    assert sizes.for_tasks(28, 12, affordable=24).first_touch == 16  # one round, measured whole
-    assert RoundSizes.for_run(16, 64, 2).for_tasks(28, 150, 300).first_touch == 16  # no least
+    """resnet50ish at 5 minutes on a slow day: ~300 trials, 28 tasks; 16 each left 9 untuned."""
+    sizes = RoundSizes.for_run(16, 64, 2, least=8).for_tasks(28, 150)
+    assert sizes.covering(28, 300).first_touch == 8
+    assert sizes.covering(28, 448).first_touch == 16  # 28 rounds of 16 fit
+    assert sizes.covering(28, 24).first_touch == 16  # one round: measured whole
+    assert RoundSizes.for_run(16, 64, 2).covering(28, 300).first_touch == 16  # no least
+    wide = RoundSizes.for_run(16, 64, 2, least=8).for_tasks(6, 384)
+    assert wide.covering(6, 300).first_touch == 64  # a few-task model's wider first rounds
 
 
 def test_a_first_touch_gets_the_first_round_size():

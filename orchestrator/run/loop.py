@@ -236,20 +236,24 @@ class TuningLoop:
         self._main = threading.current_thread()
         self._last_round_end = 0.0
 
-    def _first_round_sizes(self) -> RoundSizes:
-        """The sizes with the first rounds' size: [scheduler] first_rounds candidates shared
-        over the tasks to cover, and no more than half of those the budget affords (as
-        forecast once the first round's cost is), so that first rounds over a many-task model
-        leave room for the rounds that follow: at 480 trials, first rounds of 32 over
-        squeezenetish's 21 tasks used to leave some tasks untuned. Where the whole budget
-        cannot give every task a round of the smallest, first rounds shrink (for_tasks)."""
-        tasks = self._to_cover()
+    def _first_rounds(self) -> int:
+        """Candidates the first rounds share: [scheduler] first_rounds, and no more than half
+        of those the budget affords (as forecast once the first round's cost is), so that first
+        rounds over a many-task model leave room for the rounds that follow: at 480 trials,
+        first rounds of 32 over squeezenetish's 21 tasks used to leave some tasks untuned."""
         most = self.settings.scheduler.first_rounds
-        shared = max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
-        covering = tasks * self.sizes.smallest
-        return self.sizes.for_tasks(
-            tasks, shared, affordable=self.stopping.allowance(self.ledger, covering)
-        )
+        return max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
+
+    def _sizes_now(self) -> RoundSizes:
+        """The sizes the next round may have: first rounds shrink while what is left of the
+        budget, as forecast from the rounds so far, cannot give every task still to cover one
+        of the smallest (RoundSizes.covering); a run that turns out faster than its forecast
+        goes back to the smallest."""
+        tasks = self._to_cover()
+        if not tasks:
+            return self.sizes
+        affordable = self.stopping.allowance(self.ledger, tasks * self.sizes.smallest)
+        return self.sizes.covering(tasks, affordable)
 
     def _to_cover(self) -> int:
         """Tasks still to get a first round: never tuned, holding the coverage share or more
@@ -277,7 +281,7 @@ class TuningLoop:
         """
         ahead: Round | None = None
         # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
-        self.sizes = self._first_round_sizes()
+        self.sizes = self.sizes.for_tasks(self._to_cover(), self._first_rounds())
         with (
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="next-round"
@@ -484,12 +488,13 @@ class TuningLoop:
         waited = {
             self.states[i].task.index for i in waiting_on if not self.states[i].empty_searches
         }
+        sizes = self._sizes_now()
         if waited - exclude:
             others = {s.task.index for s in self.states} - waited
-            plan = self.scheduler.pick(self.states, self.sizes, exclude=exclude | others)
+            plan = self.scheduler.pick(self.states, sizes, exclude=exclude | others)
             if plan is not None:
                 return dataclasses.replace(plan, waited=True)
-        return self.scheduler.pick(self.states, self.sizes, exclude=exclude)
+        return self.scheduler.pick(self.states, sizes, exclude=exclude)
 
     def _next_plans(
         self, exclude: set[int], count: int, waiting_on: Sequence[int] = ()

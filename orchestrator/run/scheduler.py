@@ -151,25 +151,27 @@ class RoundSizes:
     def first_touch(self) -> int:
         return self.first if self.first is not None else self.smallest
 
-    def for_tasks(self, tasks: int, shared: int, affordable: int | None = None) -> RoundSizes:
+    def for_tasks(self, tasks: int, shared: int) -> RoundSizes:
         """These sizes with first rounds of `shared` candidates over `tasks`: the largest
-        size of the doubling steps that fits `shared / tasks`, at least the smallest.
-
-        Where the candidates the whole budget affords (`affordable`) cannot give every task
-        one of the smallest but hold two or more of them, first rounds shrink to `least`, so
-        that more tasks get one: a task left untuned ran ~30x slower than its first round of
-        16's best, and the best of 8 of a round's candidates ~1.14x its best (median over 44
-        first rounds). A budget that affords one round of the smallest measures it whole.
-        """
-        tasks = max(1, tasks)
+        size of the doubling steps that fits `shared / tasks`, at least the smallest."""
         first = self.smallest
         for size in self.options()[1:]:
-            if size * tasks <= shared:
+            if size * max(1, tasks) <= shared:
                 first = size
-        if self.least is not None and affordable is not None:
-            if 2 * self.smallest <= affordable < self.smallest * tasks:
-                first = self.least
         return dataclasses.replace(self, first=first)
+
+    def covering(self, tasks: int, affordable: int) -> RoundSizes:
+        """These sizes, with first rounds of `least` where `affordable` candidates cannot give
+        each of `tasks` one of the smallest but hold two or more of them, so that more tasks
+        get one: a task left untuned ran ~30x slower than its first round of 16's best, and
+        the best of 8 of a round's candidates ~1.14x its best (median over 44 first rounds).
+        Where they hold one, it is measured whole (the round a budget was accepted for);
+        first rounds above the smallest (a few-task model's) are left as they are."""
+        if self.least is None or self.first_touch != self.smallest:
+            return self
+        if 2 * self.smallest <= affordable < self.smallest * tasks:
+            return dataclasses.replace(self, first=self.least)
+        return self
 
     @classmethod
     def for_run(cls, first: int, most: int, wave: int, least: int | None = None) -> RoundSizes:
