@@ -131,7 +131,7 @@ def main() -> None:
                 ("new", None, "tune_orchestrator"),
             ):
                 print(f"{name} {budget}: {side} ({k + 1}/{args.rounds}) ...", flush=True)
-                out = base / f"{name}-{side}-{k}"
+                out = base / f"{name}-{budget}-{side}-{k}"  # one folder per run: not a resume
                 runs[side].append(run(path, module, model, budget, out))
         libraries = {
             f"{side}-{k}": Path(r["library"]) for side in runs for k, r in enumerate(runs[side])
