@@ -410,6 +410,22 @@ def test_report_command_refuses_a_report_of_another_version_or_one_cut_short(
     assert "Traceback" not in result.stderr
 
 
+def test_report_command_names_the_fix_for_a_torn_report(tmp_path):
+    """It said "the run directory is damaged", with no way out named."""
+    run_dir = tmp_path / "run"
+    with RunDir.open(run_dir, fingerprint={}) as run:
+        run.write_json(RunDir.CONFIG, {"fingerprint": {}})
+        write_report(run, synthetic_report(tmp_path))
+    text = (run_dir / "report.json").read_text()
+    (run_dir / "report.json").write_text(text[: len(text) // 2])
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert (
+        f"it was cut short or edited; resume the run (orchestrate --out {run_dir})" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_journal_observations_give_each_task_its_share_of_its_final_gain():
     journal = [
         {"type": "baseline", "task": 0, "latency_s": 10.0},

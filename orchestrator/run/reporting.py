@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -91,8 +92,14 @@ def rerender(path: str | Path) -> dict[str, Path]:
                 f"{run.path} has no report.json yet (no session has finished); resume the run "
                 "with orchestrate --out to produce one"
             )
-        report = run.read_json(RunDir.REPORT)
         path, known = run[RunDir.REPORT], schema()["properties"]
+        again = f"resume the run (orchestrate --out {run.path}) to write it again"
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+            raise InputError(
+                f"cannot read {path} ({exc}): it was cut short or edited; {again}"
+            ) from None
         if not isinstance(report, dict) or report.get("schema") != known["schema"]["const"]:
             raise InputError(f"{path} is not a tune-orchestrator report")
         if report.get("version") != known["version"]["const"]:
@@ -103,10 +110,7 @@ def rerender(path: str | Path) -> dict[str, Path]:
         try:
             return write_report(run, report)
         except KeyError as exc:  # a report of this version has every field the renderer reads
-            raise InputError(
-                f"{path} lacks {exc}: it was edited or cut short; resume the run (orchestrate "
-                f"--out {run.path}) to write it again"
-            ) from None
+            raise InputError(f"{path} lacks {exc}: it was edited or cut short; {again}") from None
 
 
 def still_running(run: RunDir, owner: str) -> str:
