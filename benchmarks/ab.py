@@ -10,7 +10,8 @@ the one import namespace); this checkout runs as installed. Each MODEL:BUDGET ru
 both, old first, `--rounds` times alternating, each in a fresh process with its own run
 directory and no tuning library. Then every shipped model.so is timed interleaved. Printed:
 per model and version, the median latency over its runs (and slowest / fastest), trials and
-wall; the ratio new / old (under 1 is faster). Raw figures go to benchmarks/results/ab-<label>-<date>.json.
+wall; the ratio new / old (under 1 is faster). Raw figures go to
+benchmarks/results/ab-<label>-<date>.json.
 """
 
 from __future__ import annotations
