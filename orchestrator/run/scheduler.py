@@ -236,7 +236,7 @@ class GainScheduler(Scheduler):
 
     First every task whose latency is unknown (its untuned measurement failed), then every
     task never tuned that holds `coverage_share` or more of the model's *current* kernel time
-    gets a first round of the smallest size, heaviest first, before any task gets another.
+    gets a first round (of `sizes.first_touch`), heaviest first, before any task gets another.
     From then on each task's next round is valued at every size it may have: its expected cut
     of model latency over its expected cost, and the best task and size win.
 
