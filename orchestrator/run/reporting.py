@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -94,12 +93,7 @@ def rerender(path: str | Path) -> dict[str, Path]:
             )
         path, known = run[RunDir.REPORT], schema()["properties"]
         again = f"resume the run (orchestrate --out {run.path}) to write it again"
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
-            raise InputError(
-                f"cannot read {path} ({exc}): it was cut short or edited; {again}"
-            ) from None
+        report = run.read_json(RunDir.REPORT, fix=f"it was cut short or edited; {again}")
         if not isinstance(report, dict) or report.get("schema") != known["schema"]["const"]:
             raise InputError(f"{path} is not a tune-orchestrator report")
         if report.get("version") != known["version"]["const"]:

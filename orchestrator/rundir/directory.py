@@ -264,12 +264,13 @@ class RunDir:
         fingerprint = config.get("fingerprint") if isinstance(config, dict) else None
         return bool(isinstance(fingerprint, dict) and fingerprint.get("simulated"))
 
-    def read_json(self, name: str) -> Any:
+    def read_json(self, name: str, fix: str = "the run directory is damaged") -> Any:
+        """The JSON file `name`; InputError naming it and `fix` where it cannot be read."""
         path = self.path / name
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
-            raise InputError(f"cannot read {path} ({exc}); the run directory is damaged") from None
+            raise InputError(f"cannot read {path} ({exc}); {fix}") from None
 
     # -- internals -----------------------------------------------------------------------
 
