@@ -146,9 +146,9 @@ def fit_prior(observations: Sequence[tuple[float, float]], source: str) -> Tunin
 
 class Allocation:
     """Rounds given one at a time as the run's scheduler gives them (GainScheduler): first a
-    round of the smallest size to every task holding `coverage` or more of the attainable
-    gain, the largest first; then to the task and size whose round adds the most gain per
-    second. `shares` are the tasks' shares of the attainable gain; `floors` (trials per task)
+    first round (of the size `next_round` is told) to every task holding `coverage` or more
+    of the attainable gain, the largest first; then to the task and size whose round adds
+    the most gain per second. `shares` are the tasks' shares of the attainable gain; `floors` (trials per task)
     only say when the early stop may judge (`floors_met`), never who gets a round."""
 
     def __init__(
@@ -180,20 +180,26 @@ class Allocation:
         f, t = self.prior.fraction, self.trials[task]
         return self.shares[task] * (f(t + size) - f(t))
 
-    def next_round(
-        self, sizes: Sequence[int], seconds: Callable[[int], float] = float
-    ) -> tuple[int, int] | None:
-        """(task, size) of the next round, sizes from `sizes`, a round of k costing
-        `seconds(k)`; None with nothing to allocate."""
-        if not self.shares or not sizes:
-            return None
-        uncovered = [
+    @property
+    def uncovered(self) -> list[int]:
+        """Tasks still to get a first round: none given yet, holding `coverage` or more."""
+        return [
             i
             for i, share in enumerate(self.shares)
             if self.rounds[i] == 0 and share > 0 and share >= self.coverage
         ]
+
+    def next_round(
+        self, sizes: Sequence[int], seconds: Callable[[int], float] = float, first: int = 0
+    ) -> tuple[int, int] | None:
+        """(task, size) of the next round, sizes from `sizes` (a first round's `first`, by
+        default the smallest), a round of k costing `seconds(k)`; None with nothing to
+        allocate."""
+        if not self.shares or not sizes:
+            return None
+        uncovered = self.uncovered
         if uncovered:
-            return max(uncovered, key=lambda i: (self.shares[i], -i)), min(sizes)
+            return max(uncovered, key=lambda i: (self.shares[i], -i)), first or min(sizes)
         pairs = [(i, k) for i in range(len(self.shares)) for k in sizes]
         return max(pairs, key=lambda p: (self.gain(*p) / max(seconds(p[1]), 1e-9), -p[1], -p[0]))
 
@@ -220,17 +226,18 @@ def plan(
     targets: Sequence[float] = (0.9, 0.95, 0.99),
     max_rounds: int = 100_000,
     coverage: float = 0.0,
+    first: int = 0,
 ) -> list[dict[str, float]]:
     """Rounds, trials and seconds to reach each target share of the attainable gain, rounds
-    of `sizes` given as `Allocation` gives them (a round of k costing `seconds(k)`), as a
-    run's forecast gives them."""
+    of `sizes` (first rounds of `first`, by default the smallest) given as `Allocation` gives
+    them (a round of k costing `seconds(k)`), as a run's forecast gives them."""
     allocation = Allocation(shares, prior, coverage=coverage)
     if not allocation.shares:
         return []
     out, rounds, trials, spent = [], 0, 0, 0.0
     pending = sorted(targets)
     while pending and rounds < max_rounds:
-        task, size = allocation.next_round(sizes, seconds)
+        task, size = allocation.next_round(sizes, seconds, first)
         allocation.give(task, size)
         rounds, trials, spent = rounds + 1, trials + size, spent + seconds(size)
         while pending and allocation.reached >= pending[0]:

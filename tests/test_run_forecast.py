@@ -28,7 +28,7 @@ from tune_orchestrator.forecast.run import (
     forecast_run,
     observed_split,
 )
-from tune_orchestrator.run.scheduler import heavy_floors
+from tune_orchestrator.run.scheduler import RoundSizes, heavy_floors
 
 FIXED = FixedPhases(
     import_s=18.0,
@@ -153,6 +153,8 @@ def test_the_forecast_touches_every_task_of_a_percent_before_any_goes_deep():
         wide.give(*wide.next_round([16, 64]))
     assert wide.rounds == [1, 1, 1, 1, 0]  # each of a percent or more once, the smallest size
     assert wide.trials == [16, 16, 16, 16, 0]
+    first = Allocation(shares, slow, coverage=0.01)  # a few-task model's wider first rounds
+    assert first.next_round([16, 64], first=64) == (0, 64)
     deep = Allocation(shares, slow, coverage=1.0)  # no coverage: by gain, the heavy task again
     for _ in range(4):
         deep.give(*deep.next_round([16, 64]))
@@ -162,8 +164,25 @@ def test_the_forecast_touches_every_task_of_a_percent_before_any_goes_deep():
     after.give(0, 16)
     assert after.next_round([16, 64], lambda k: k) == (0, 16)
     assert after.next_round([16, 64], lambda k: 100 + k) == (0, 64)
-    sized = run("10h", sizes=[16, 32, 64], coverage=0.01)
+    sized = run("10h", sizes=RoundSizes(16, 64), coverage=0.01)
     assert sized["rounds"] > run("10h")["rounds"]  # smaller first rounds, more of them
+
+
+def test_the_forecast_sizes_first_rounds_as_the_run_does():
+    # A few-task model's first rounds share [scheduler] first_rounds: 3 tasks, 384 of them,
+    # first rounds of 64 (the first three rounds' trials), not the smallest.
+    sizes = RoundSizes(16, 64)
+    assert run("10h", sizes=sizes, first_rounds=384, max_rounds=3)["trials"] == 3 * 64
+    assert run("10h", sizes=sizes, max_rounds=3)["trials"] == 3 * 16
+    # Six tasks, 32 trials: rounds of 8 cover four, shrunk to 4 they cover six (as
+    # test_loop's first rounds that shrink while the budget cannot give every task one).
+    six = {"task_shares": [1 / 6] * 6, "max_rounds": 6}
+    shrinking = run("32trials", sizes=RoundSizes(8, 32, least=4), **six)
+    assert (shrinking["rounds"], shrinking["trials"]) == (6, 32)  # 4, 4, 4, 4, then 8, 8
+    assert run("32trials", sizes=RoundSizes(8, 32), **six)["rounds"] == 4
+    # Room for every task's first round, or for only one: nothing shrinks.
+    assert run("48trials", sizes=RoundSizes(8, 32, least=4), **six)["rounds"] == 6
+    assert run("8trials", sizes=RoundSizes(8, 32, least=4), **six)["trials"] == 8
 
 
 def test_device_hours_are_shared_by_the_gpus_and_dollars_by_the_price():
@@ -236,8 +255,10 @@ def test_the_gain_plan_and_a_run_forecast_agree_on_what_a_budget_reaches():
     plan now gives its rounds the sizes a run forecast gives them."""
     shares = [1 / 28] * 28
     costs = RoundCosts.guessed(untuned_s=18.2, tasks=28, device_type="cpu", cores=2, size=64)
-    sizes = [16, 32, 64]
-    (row,) = plan(shares, BUILTIN_PRIOR, sizes=sizes, seconds=costs.seconds, targets=[0.9])
+    sizes = RoundSizes(16, 64)
+    (row,) = plan(
+        shares, BUILTIN_PRIOR, sizes=sizes.options(), seconds=costs.seconds, targets=[0.9]
+    )
     assert row["trials"] < 28 * 16  # first rounds of 16 reach it: 95% of each task's gain
 
     def reached(trials: int) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tune_orchestrator.budget.forecast import TuningPrior, plan
+from tune_orchestrator.budget.forecast import Allocation, TuningPrior, plan
 from tune_orchestrator.budget.grammar import Budget, parse_budget
 from tune_orchestrator.measure import Measurement
 
@@ -317,14 +317,16 @@ def _gain_forecast(
     """The spend likely needed to reach each share of the attainable gain (budget.plan), in
     device-hours and dollars too, in rounds of the sizes a run gives."""
     devices, cost = inputs.resolved.devices, inputs.cost
-    coverage = inputs.settings.scheduler.coverage_share
+    scheduler = inputs.settings.scheduler
+    to_cover = Allocation(shares.shares, prior, coverage=scheduler.coverage_share).uncovered
     forecast = []
     for row in plan(
         shares.shares,
         prior,
         sizes=rounds.sizes.options(),
         seconds=rounds.costs.seconds,
-        coverage=coverage,
+        coverage=scheduler.coverage_share,
+        first=rounds.sizes.for_tasks(len(to_cover), scheduler.first_rounds).first_touch,
     ):
         hours = row["seconds"] / 3600.0
         forecast.append(
@@ -378,7 +380,8 @@ def _forecast_run(
     outlook = TuningOutlook(
         task_shares=shares.shares,
         floors=shares.floors,
-        sizes=rounds.sizes.options(),
+        sizes=rounds.sizes,
+        first_rounds=settings.scheduler.first_rounds,
         coverage=settings.scheduler.coverage_share,
         prior=prior,
         attainable=attainable,

@@ -21,6 +21,7 @@ from tune_orchestrator.budget.limits import BudgetLimits, clock_rates
 from tune_orchestrator.budget.units import fmt_budget_up
 
 from ..deploy.timing import Timing
+from ..run.scheduler import RoundSizes
 from . import overheads
 
 TUNING_PHASES = ("search", "filter", "build", "measure", "learn")
@@ -148,7 +149,12 @@ class RoundCosts:
 
     def candidates_within(self, seconds: float) -> int:
         """The most candidates a round can take in `seconds`, at most `size`."""
-        return max(0, min(self.size, int((seconds - self.fixed_s) / self.per_candidate_s)))
+        return min(self.size, self.affordable(seconds))
+
+    def affordable(self, seconds: float) -> int:
+        """The candidates `seconds` pay for at one round's fixed cost, as a budget's
+        allowance counts them (BudgetLimits.allowance), however large the round."""
+        return max(0, int((seconds - self.fixed_s) / self.per_candidate_s))
 
 
 def default_split(fixed_s: float, per_candidate_s: float, size: int) -> dict[str, float]:
@@ -198,12 +204,14 @@ class TuningOutlook:
     """How its tuning would go: the tasks' shares of the untuned latency, their floors of
     trials (scheduler.heavy_floors: no early stop before they are met), the round sizes the
     scheduler gives (default the rounds' size) with a first round for each task holding
-    `coverage` of the latency first, the tuning curve, the share of each task's latency tuning
-    can remove, and the early-stopping rule."""
+    `coverage` of the latency first, sized as the run sizes it from the `first_rounds`
+    candidates first rounds share (0: the smallest size), the tuning curve, the share of
+    each task's latency tuning can remove, and the early-stopping rule."""
 
     task_shares: Sequence[float]
     floors: Sequence[int] = ()
-    sizes: Sequence[int] = ()
+    sizes: RoundSizes | None = None
+    first_rounds: int = 0
     coverage: float = 0.0
     prior: TuningPrior
     attainable: float
@@ -245,7 +253,8 @@ def forecast_run(
         given = _give_rounds(
             allocation,
             rounds,
-            sizes=outlook.sizes,
+            sizes=outlook.sizes or RoundSizes(rounds.size, rounds.size),
+            first_rounds=outlook.first_rounds,
             trial_cap=trial_cap,
             window=None if seconds is None else seconds - fixed.start_s - kept_s,
             smallest=smallest,
@@ -301,7 +310,8 @@ def _give_rounds(
     allocation: Allocation,
     rounds: RoundCosts,
     *,
-    sizes: Sequence[int],
+    sizes: RoundSizes,
+    first_rounds: int,
     trial_cap: int | None,
     window: float | None,
     smallest: int,
@@ -310,10 +320,14 @@ def _give_rounds(
 ) -> tuple[float, int, int, str]:
     """Give rounds to the tasks as the run's scheduler would, each shrunk to the trials and
     the tuning `window` left, until one cannot be given: (tuning seconds, trials, rounds, why
-    they stopped)."""
+    they stopped). First rounds are sized as the run's loop sizes them (_first_touch)."""
     tuning_s, trials, count, stop = 0.0, 0, 0, None
+    held = _room(rounds, trial_cap, window, trials, tuning_s)
+    shared = first_rounds if held is None else min(2 * first_rounds, held) // 2
+    sizes = sizes.for_tasks(len(allocation.uncovered), max(1, shared))
     while stop is None:
-        planned = allocation.next_round(sizes or [rounds.size], rounds.seconds)
+        first = _first_touch(allocation, sizes, _room(rounds, trial_cap, window, trials, tuning_s))
+        planned = allocation.next_round(sizes.options(), rounds.seconds, first)
         task, size = planned or (0, rounds.size)  # None: nothing to allocate, stopped below
         if trial_cap is not None:
             size = min(size, trial_cap - trials)
@@ -333,6 +347,25 @@ def _give_rounds(
             trials += size
             count += 1
     return tuning_s, trials, count, stop
+
+
+def _room(
+    rounds: RoundCosts, trial_cap: int | None, window: float | None, trials: int, tuning_s: float
+) -> int | None:
+    """Candidates the trials and the tuning window left hold; None with neither limit."""
+    left = [] if trial_cap is None else [trial_cap - trials]
+    if window is not None:
+        left.append(rounds.affordable(window - tuning_s))
+    return min(left) if left else None
+
+
+def _first_touch(allocation: Allocation, sizes: RoundSizes, room: int | None) -> int:
+    """A first round's size now, as the run's loop gives it (TuningLoop._sizes_now): the
+    size first rounds share out, shrunk while the `room` left cannot give every task still
+    to cover one of the smallest (RoundSizes.covering)."""
+    if room is None:
+        return sizes.first_touch
+    return sizes.covering(len(allocation.uncovered), room).first_touch
 
 
 def _phases(
