@@ -148,8 +148,9 @@ class Allocation:
     """Rounds given one at a time as the run's scheduler gives them (GainScheduler): first a
     first round (of the size `next_round` is told) to every task holding `coverage` or more
     of the attainable gain, the largest first; then to the task and size whose round adds
-    the most gain per second. `shares` are the tasks' shares of the attainable gain; `floors` (trials per task)
-    only say when the early stop may judge (`floors_met`), never who gets a round."""
+    the most gain per second. `shares` are the tasks' shares of the attainable gain;
+    `floors` (trials per task) only say when the early stop may judge (`floors_met`), never
+    who gets a round."""
 
     def __init__(
         self,
