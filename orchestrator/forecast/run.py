@@ -323,8 +323,7 @@ def _give_rounds(
     they stopped). First rounds are sized as the run's loop sizes them (_first_touch)."""
     tuning_s, trials, count, stop = 0.0, 0, 0, None
     held = _room(rounds, trial_cap, window, trials, tuning_s)
-    shared = first_rounds if held is None else min(2 * first_rounds, held) // 2
-    sizes = sizes.for_tasks(len(allocation.uncovered), max(1, shared))
+    sizes = sizes.for_budget(len(allocation.uncovered), first_rounds, held)
     while stop is None:
         first = _first_touch(allocation, sizes, _room(rounds, trial_cap, window, trials, tuning_s))
         planned = allocation.next_round(sizes.options(), rounds.seconds, first)

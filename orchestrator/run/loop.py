@@ -236,13 +236,13 @@ class TuningLoop:
         self._main = threading.current_thread()
         self._last_round_end = 0.0
 
-    def _first_rounds(self) -> int:
-        """Candidates the first rounds share: [scheduler] first_rounds, and no more than half
-        of those the budget affords (as forecast once the first round's cost is), so that first
-        rounds over a many-task model leave room for the rounds that follow: at 480 trials,
-        first rounds of 32 over squeezenetish's 21 tasks used to leave some tasks untuned."""
+    def _first_sizes(self) -> RoundSizes:
+        """The sizes with first rounds sharing [scheduler] first_rounds candidates over the
+        tasks to cover, no more than half of what the budget affords (as forecast once the
+        first round's cost is; RoundSizes.for_budget)."""
         most = self.settings.scheduler.first_rounds
-        return max(1, min(most, self.stopping.allowance(self.ledger, 2 * most) // 2))
+        affordable = self.stopping.allowance(self.ledger, 2 * most)
+        return self.sizes.for_budget(self._to_cover(), most, affordable)
 
     def _sizes_now(self) -> RoundSizes:
         """The sizes the next round may have: first rounds shrink while what is left of the
@@ -280,8 +280,7 @@ class TuningLoop:
         disturb (GPUs, remote machines).
         """
         ahead: Round | None = None
-        # First rounds share [scheduler] first_rounds candidates over the tasks to cover.
-        self.sizes = self.sizes.for_tasks(self._to_cover(), self._first_rounds())
+        self.sizes = self._first_sizes()
         with (
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="next-round"

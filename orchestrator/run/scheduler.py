@@ -160,6 +160,14 @@ class RoundSizes:
                 first = size
         return dataclasses.replace(self, first=first)
 
+    def for_budget(self, tasks: int, most: int, affordable: int | None) -> RoundSizes:
+        """These sizes with first rounds sharing `most` candidates over `tasks` (for_tasks),
+        and no more than half of the `affordable` ones (None: no limit), so that first rounds
+        over a many-task model leave room for the rounds that follow: at 480 trials, first
+        rounds of 32 over squeezenetish's 21 tasks used to leave some tasks untuned."""
+        shared = most if affordable is None else min(most, affordable // 2)
+        return self.for_tasks(tasks, max(1, shared))
+
     def covering(self, tasks: int, affordable: int) -> RoundSizes:
         """These sizes, with first rounds of `least` where `affordable` candidates cannot give
         each of `tasks` one of the smallest but hold two or more of them, so that more tasks
