@@ -312,6 +312,22 @@ def test_reasons_counted_before_the_session_listens_are_told_when_it_does():
     assert skipped.to_dict() == {"filter_state": 2, "waiting": 1}
 
 
+def test_a_library_root_that_cannot_be_made_is_known_before_the_run(tmp_path, monkeypatch):
+    """Under a file, say: the default root is counted with the fix (the run tunes without it),
+    a named one refused up front, not found out when the run's records are added."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    target = SimpleNamespace(simulated=False, device_type="cpu", kind="llvm", target=TARGET)
+    why = RunLibrary.open(None, target, Settings.load(None), build_only=False).unreadable
+    assert why is not None and "cannot be created" in why and "set XDG_CACHE_HOME" in why
+    with pytest.raises(InputError, match="--library .* cannot be created"):
+        RunLibrary.open(blocker / "library", target, Settings.load(None), build_only=False)
+    made = tmp_path / "new" / "library"
+    assert RunLibrary.open(made, target, Settings.load(None), build_only=False).path is not None
+    assert made.is_dir()
+
+
 def _open_default_library(cache: str, settings: Settings) -> str | None:
     import os
 

@@ -14,10 +14,7 @@ PLOTS = "plots"
 
 def write_plots(report: Mapping[str, Any], folder: Path) -> dict[str, Path]:
     """convergence.png (latency against spend, stop point, forecast), phases.png, tasks.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     folder.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -147,6 +144,25 @@ def end_to_end_scale(report: Mapping[str, Any]) -> float | None:
         return None
     kernels_s = sum(t["weight"] * t["untuned_s"] for t in tasks)
     return untuned_s / kernels_s if kernels_s > 0 else None
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files. Where its config and cache folders (under
+    XDG_CACHE_HOME) cannot be made it says so on stderr and uses temporary ones: for three
+    PNGs nothing to act on, so that is not said."""
+    import logging
+
+    quiet = logging.getLogger("matplotlib")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    finally:
+        quiet.setLevel(level)
+    return plt
 
 
 def _save(fig: Any, path: Path) -> Path:

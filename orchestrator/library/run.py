@@ -76,7 +76,8 @@ class RunLibrary:
             if named:
                 raise InputError(f"--library {root} {problem}; give a directory you can write")
             # The default root: a folder the user did not name, so counted (read), not fatal.
-            return cls(None, settings, off=f"{root} {problem}", unreadable=f"{root} {problem}")
+            why = f"{root} {problem}; set XDG_CACHE_HOME to a folder you can write, or --library"
+            return cls(None, settings, off=f"{root} {problem}", unreadable=why)
         return cls(Library.for_target(target, root), settings)
 
     @property
@@ -344,12 +345,16 @@ class RunLibrary:
 
 
 def _unusable(root: Path) -> str | None:
-    """Why a library root cannot be used at all (None: it can, or it does not exist yet)."""
+    """Why a library root cannot be used at all (None: it can). One that does not exist yet is
+    made now, so that a root that cannot be is known before the run, not after it."""
     try:
         if not root.exists():
+            root.mkdir(parents=True, exist_ok=True)
             return None
-    except OSError as exc:  # a folder on the way this user may not enter
+    except PermissionError as exc:  # a folder on the way this user may not enter
         return f"cannot be reached ({exc.strerror})"
+    except OSError as exc:  # under a file, on a read-only or pseudo file system
+        return f"cannot be created ({exc.strerror or exc})"
     if not root.is_dir():
         return "is a file"
     if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
