@@ -157,6 +157,20 @@ def identity(path: Path) -> Path:
     return _save(_model([helper.make_node("Identity", ["x"], ["y"])], [x], [y], []), path)
 
 
+def embedding(path: Path) -> Path:
+    """ids int64[1,6] -> Gather(table[50,8], axis 0) -> Relu: an embedding's lookup."""
+    table = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32), "table"
+    )
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0),
+        helper.make_node("Relu", ["rows"], ["y"]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])
+    return _save(_model(nodes, [ids], [y], [table]), path)
+
+
 def ids_and_flags(path: Path) -> Path:
     """ids int64[2,8], flags bool[2,8] -> y = where(flags, ids, -ids) as float32."""
     nodes = [

@@ -192,6 +192,23 @@ def test_relax_import_computes_what_onnxruntime_computes(tiny_model, llvm):
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_a_gather_reads_within_its_table_and_tvm_does_not_warn_of_segfaults(tmp_path, llvm, capfd):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    path = onnx_models.embedding(tmp_path / "embedding.onnx")
+    ids = np.array([[0, 3, 49, -1, -50, 7]], dtype="int64")  # ONNX counts negatives from the end
+    capfd.readouterr()
+    ex = tvm.compile(import_to_relax(load_model(path)), target=llvm.target)
+    assert "segfault" not in capfd.readouterr().err
+    ours = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids)).numpy()
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"ids": ids}
+    )[0]
+    np.testing.assert_allclose(ours, ref)
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [

@@ -13,6 +13,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
+from . import take
 from .loading import OnnxModel
 from .tasks import Task, extract_tasks
 
@@ -39,7 +40,8 @@ def import_to_relax(model: OnnxModel) -> Any:
     """The Relax module `compile_relax` expects: imported, decomposed for inference, un-fused.
 
     Weights become constants, so `main` takes only the model's inputs, in `model.inputs` order.
-    The graph imported is `model.tvm_proto`, whose names every target can take.
+    The graph imported is `model.tvm_proto`, whose names every target can take; its Gathers
+    read within their tables (model/take.py).
     """
     import tvm
     from tvm import relax
@@ -63,7 +65,7 @@ def import_to_relax(model: OnnxModel) -> Any:
     seq = tvm.transform.Sequential(
         [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
     )
-    return seq(mod)
+    return seq(take.clipped(mod))
 
 
 def fuse_for_tuning(mod: Any, target: Any) -> Any:
