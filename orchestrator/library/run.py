@@ -348,13 +348,15 @@ def _unusable(root: Path) -> str | None:
     """Why a library root cannot be used at all (None: it can). One that does not exist yet is
     made now, so that a root that cannot be is known before the run, not after it."""
     try:
-        if not root.exists():
-            root.mkdir(parents=True, exist_ok=True)
-            return None
-    except PermissionError as exc:  # a folder on the way this user may not enter
+        exists = root.exists()
+    except OSError as exc:  # a folder on the way this user may not enter
         return f"cannot be reached ({exc.strerror})"
-    except OSError as exc:  # under a file, on a read-only or pseudo file system
-        return f"cannot be created ({exc.strerror or exc})"
+    if not exists:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # under a file or a folder not yours, on a read-only disk
+            return f"cannot be created ({exc.strerror or exc})"
+        return None
     if not root.is_dir():
         return "is a file"
     if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
