@@ -412,6 +412,7 @@ def _named(source: str, section: str, key: str) -> str:
 
 ENV_PREFIX = "ORCHESTRATE_"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_KINDS = {bool: "true or false (or 1/0, yes/no, on/off)", int: "a whole number", float: "a number"}
 
 
 def _env_layer(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -447,7 +448,7 @@ def _parse_env(name: str, text: str, kind: type) -> Any:
             return kind(value)
     except ValueError:
         raise InputError(
-            f"environment variable {name} must be {kind.__name__} but is {text!r}"
+            f"environment variable {name} must be {_KINDS[kind]} but is {text!r}"
         ) from None
     return value
 

@@ -342,9 +342,9 @@ def test_defaults_then_file_then_environment_then_options(tmp_path):
         ({"ORCHESTRATE_TUNE_BUDGETT": "5min"}, "ORCHESTRATE_TUNE_BUDGETT is not a setting"),
         (
             {"ORCHESTRATE_SEARCH_POPULATION": "many"},
-            "ORCHESTRATE_SEARCH_POPULATION must be int but is 'many'",
+            "ORCHESTRATE_SEARCH_POPULATION must be a whole number but is 'many'",
         ),
-        ({"ORCHESTRATE_STOPPING_EARLY_STOP": "maybe"}, "must be bool"),
+        ({"ORCHESTRATE_STOPPING_EARLY_STOP": "maybe"}, "must be true or false (or 1/0"),
     ],
 )
 def test_bad_environment_variables_are_named(env, message):
