@@ -5,12 +5,13 @@
 
 Every run directory's measured records are scored by each prior (orchestrator/prior.py), a
 workload at a time; with `--first N` only each workload's first N records (its first round,
-drawn at random in a run with the prior off: the fairest test of a prior). Per workload, and as means over the workloads of all runs: the rank
-correlation of the prior's score with the measured latency, and what a first round of 16 would
-have bought had the prior chosen it from these records - the best latency among its 16 top
-scored, over the workload's best - against 16 drawn at random (the exact expectation). Later
-records were chosen by the runs' own search, so over all records the figures compare priors
-with each other on the same candidates, not with the search they would steer.
+drawn at random in a run with the prior off: the fairest test of a prior). Per workload, and
+as means over the workloads of all runs: the rank correlation of the prior's score with the
+measured latency, and what a first round of 16 would have bought had the prior chosen it from
+these records - the best latency among its 16 top scored, over the workload's best - against
+16 drawn at random (the exact expectation). Later records were chosen by the runs' own
+search, so over all records the figures compare priors with each other on the same
+candidates, not with the search they would steer.
 """
 
 from __future__ import annotations

@@ -19,35 +19,21 @@ def clipped(mod: Any) -> Any:
     where there is none."""
     from tvm import relax
 
-    take = relax.op.take
+    found = False
 
     @relax.expr_functor.mutator
     class Clip(relax.PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
+            nonlocal found
             call = super().visit_call_(call)
-            if getattr(call.op, "name", None) == "relax.take" and call.attrs.mode == "fast":
-                data, indices = call.args
-                return take(data, indices, call.attrs.axis, mode="clip")
-            return call
+            if getattr(call.op, "name", None) != "relax.take" or call.attrs.mode != "fast":
+                return call
+            found = True
+            data, indices = call.args
+            return relax.op.take(data, indices, call.attrs.axis, mode="clip")
 
-    if not any(_fast_takes(func) for func in mod.functions.values()):
-        return mod
     mutator = Clip(mod)
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
-    return mutator.builder_.get()
-
-
-def _fast_takes(func: Any) -> bool:
-    from tvm import relax
-
-    found = []
-
-    def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.take":
-            found.append(expr.attrs.mode == "fast")
-
-    if isinstance(func, relax.Function):
-        relax.analysis.post_order_visit(func, visit)
-    return any(found)
+    return mutator.builder_.get() if found else mod
