@@ -429,22 +429,43 @@ def learn_records(
     source: str,
     skipped: Skipped | None = None,
     kind: str = "library_records",
+    extracted: Callable[[int, str, np.ndarray], None] = lambda index, key, features: None,
 ) -> set[str]:
     """Give each of `predictors` tuning records of any workloads (the target is relative to
     each workload's best; features are extracted once for all of them), under groups named
     `source:<workload>`, without fitting; returns the keys of the workloads they hold. A
     record without run times, or whose trace does not replay, teaches nothing: it is counted
-    in `skipped` (the run's run.skipped.Skipped) under `kind`."""
+    in `skipped` (the run's run.skipped.Skipped) under `kind`. `extracted` hears the index,
+    workload key and features of each record that teaches."""
     dropped: set[int] = set()
     keys, features, latencies = record_features(records, target, unreplayed=dropped.add)
     dropped |= {i for i, latency in enumerate(latencies) if math.isnan(latency)}
     if skipped is not None and dropped:
         why = "records without run times, or whose trace does not replay on their workload"
         skipped.add(kind, why, len(dropped))
+    kept = [i for i in range(len(keys)) if i not in dropped]
+    for i in kept:
+        extracted(i, keys[i], features[i])
+    return learn_features(
+        predictors, [keys[i] for i in kept], [features[i] for i in kept], latencies[kept],
+        source=source,
+    )  # fmt: skip
+
+
+def learn_features(
+    predictors: Sequence[Predictor],
+    keys: Sequence[str],
+    features: Sequence[np.ndarray],
+    latencies: Sequence[float],
+    *,
+    source: str,
+) -> set[str]:
+    """Give each of `predictors` measured candidates of any workloads (`keys`: each one's
+    workload), under groups named `source:<workload>`, without fitting; returns the keys."""
     workloads: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
-        if i not in dropped:
-            workloads.setdefault(key, []).append(i)
+        workloads.setdefault(key, []).append(i)
+    latencies = np.asarray(latencies, dtype=float)
     for predictor in predictors:
         for key, mine in workloads.items():
             predictor.add(f"{source}:{key}", [features[i] for i in mine], latencies[mine])

@@ -10,6 +10,7 @@ import multiprocessing
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import tvm
 import tvm_ffi
@@ -17,10 +18,12 @@ from tvm import s_tir, te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
+from tune_orchestrator import predictor as predictor_module
 from tune_orchestrator.budget.render import describe_library, library_rounds
 from tune_orchestrator.config import Settings
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.library import Contents, Library, LibraryView, RunLibrary, plateaued
+from tune_orchestrator.library.features import FEATURES, FeatureShelf, shelf_tag
 from tune_orchestrator.library.files import (
     RECORDS,
     WORKLOADS,
@@ -237,9 +240,85 @@ def test_training_on_the_library_stops_at_its_share_of_the_budget(tmp_path):
         one.train([predictor], TARGET, tasks, fit=False, seconds=seconds)
         return one.trained_records, one.trained_workloads, sum(predictor.added)
 
-    assert trained(None) == (24, 3, 24)
     ticks = iter(range(100))  # each look at the clock: a second later
     assert trained(2.5, clock=lambda: float(next(ticks))) == (16, 3, 16)  # two chunks of 8
+    assert trained(None) == (24, 3, 24)
+    # Features the library keeps (those 24 now) cost no reading: all of them within 2.5 s.
+    ticks = iter(range(100))
+    assert trained(2.5, clock=lambda: float(next(ticks))) == (24, 3, 24)
+
+
+def learned(library: Library, seconds=None) -> list[tuple[str, list, list]]:
+    """What one run's training on `library` gives its predictor: (group, features,
+    latencies) of each add."""
+    one = RunLibrary(library, Settings.load(None))
+    one.read(target=TARGET)
+    adds = []
+    predictor = SimpleNamespace(add=lambda group, f, lat: adds.append((group, f, list(lat))))
+    one.train([predictor], TARGET, [], fit=False, seconds=seconds)
+    return sorted(adds, key=lambda add: add[0])
+
+
+def same_adds(one, other) -> bool:
+    return [(g, lat) for g, _, lat in one] == [(g, lat) for g, _, lat in other] and all(
+        len(f) == len(h) and all(np.array_equal(a, b) for a, b in zip(f, h, strict=True))
+        for (_, f, _), (_, h, _) in zip(one, other, strict=True)
+    )
+
+
+def test_a_second_run_trains_on_the_features_the_first_extracted(tmp_path, monkeypatch):
+    """Reading a record into TVM and extracting its features costs ~17 ms: the library
+    keeps them, so the next run's training costs its fit."""
+    run = make_database(tmp_path / "run", [64, 128], [1, 2, 4, 8])
+    library = Library(tmp_path / "library")
+    library.add_files(*files(run))
+    first = learned(library)
+    assert sum(len(f) for _, f, _ in first) == 8 and (library.path / FEATURES).is_file()
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("features extracted again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(predictor_module, "record_features", no_extraction)
+        assert same_adds(learned(library), first)
+    # A record added since is read and extracted; the others still come from the file.
+    library.add_files(*files(make_database(tmp_path / "more", [256], [2])))
+    extracted = []
+    real = predictor_module.record_features
+    monkeypatch.setattr(
+        predictor_module,
+        "record_features",
+        lambda records, *a, **k: extracted.append(len(records)) or real(records, *a, **k),
+    )
+    assert sum(len(f) for _, f, _ in learned(library)) == 9 and extracted == [1]
+
+
+def test_features_of_another_tvm_or_a_broken_file_are_extracted_again(tmp_path):
+    run = make_database(tmp_path / "run", [64], [1, 2, 4])
+    library = Library(tmp_path / "library")
+    library.add_files(*files(run))
+    first = learned(library)
+    path = library.path / FEATURES
+    for damage in (b"not a zip", path.read_bytes()[:100], b""):
+        path.write_bytes(damage)
+        assert same_adds(learned(library), first)
+        assert FeatureShelf(path, shelf_tag(TARGET)).entries.keys() == {
+            LibraryView(library.read(), target=TARGET).digest(p) for p in range(3)
+        }
+    assert FeatureShelf(path, "another TVM's").entries == {}
+
+
+def test_features_of_records_the_library_no_longer_holds_are_dropped(tmp_path):
+    library = Library(tmp_path / "library")
+    library.add_files(*files(make_database(tmp_path / "old", [64], [1, 2])))
+    learned(library)
+    (library.path / WORKLOADS).unlink()  # the user cleared the library
+    (library.path / RECORDS).unlink()
+    library.add_files(*files(make_database(tmp_path / "new", [128], [4])))
+    learned(library)
+    shelf = FeatureShelf(library.path / FEATURES, shelf_tag(TARGET))
+    view = LibraryView(library.read(), target=TARGET)
+    assert set(shelf.entries) == {view.digest(0)}
 
 
 def library_task(index: int, *, library_trials: int, plateau: bool) -> TaskState:

@@ -218,6 +218,10 @@ class Library:
         rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
         return self.add(found.workloads, rows)
 
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """The library's lock, held alone: no other writer, and no reader, while it is."""
+        return self._locked(fcntl.LOCK_EX)
+
     @contextlib.contextmanager
     def _locked(self, how: int) -> Iterator[None]:
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)

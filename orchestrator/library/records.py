@@ -21,6 +21,7 @@ from ..model.tasks import database_key
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
 from ..search.trusted import untrusted
+from .features import record_digest
 from .files import Contents
 
 # MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
@@ -89,6 +90,7 @@ class LibraryView:
         self.skipped = skipped if skipped is not None else Skipped()
         self.kind = kind
         self._left_out: set[int] = set()  # positions of records counted as skipped
+        self._digests: dict[int, str] = {}
         if contents.broken:
             self.skipped.add(
                 kind, f"{contents.broken} lines that are not JSON records (a torn write?)",
@@ -154,6 +156,27 @@ class LibraryView:
         """TuningRecords of the records at `positions` (those TVM can read)."""
         return self._parse(positions, len(positions))
 
+    def parsed(self, positions: Sequence[int]) -> list[tuple[int, Any]]:
+        """(position, TuningRecord) of the records at `positions` that TVM can read."""
+        return self._pairs(positions, len(positions))
+
+    def digest(self, position: int) -> str:
+        """The name of the record at `position` in the library's features cache."""
+        if position not in self._digests:
+            line, record = self.contents.records[position]
+            self._digests[position] = record_digest(self.contents.workloads[line], record)
+        return self._digests[position]
+
+    def latency(self, position: int) -> float | None:
+        """The mean run time (inf: failed) of the record at `position`, read without TVM;
+        None (counted) where the record is of no use to this run (_unusable)."""
+        line, record = self.contents.records[position]
+        why = _unusable(record, str(self.target.kind.name))
+        if why is not None:
+            self._leave_out([position], f"a record of workload {line}: {why}")
+            return None
+        return mean_s(record)
+
     def keys(self) -> list[str]:
         """The library's workload keys, the most recently added first."""
         return sorted(self.by_workload, key=lambda k: -self.by_workload[k][-1])
@@ -196,8 +219,11 @@ class LibraryView:
         return workload is not None and bool(tvm_ffi.structural_equal(workload.mod, mod))
 
     def _parse(self, positions: Sequence[int], most: int) -> list[Any]:
-        """TuningRecords of the records at `positions`, at most `most`; one that cannot be
-        used is left out (and counted once)."""
+        return [record for _, record in self._pairs(positions, most)]
+
+    def _pairs(self, positions: Sequence[int], most: int) -> list[tuple[int, Any]]:
+        """(position, TuningRecord) of the records at `positions`, at most `most`; one that
+        cannot be used is left out (and counted once)."""
         out = []
         for position in positions:
             if len(out) >= most:
@@ -205,7 +231,7 @@ class LibraryView:
             if position not in self._left_out:
                 record = self._record(position)
                 if record is not None:
-                    out.append(record)
+                    out.append((position, record))
         return out
 
     def _record(self, position: int) -> Any | None:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tune_orchestrator.predictor import fit_warm, learn_records
+from tune_orchestrator.predictor import fit_warm, learn_features, learn_records
 
 from ..errors import InputError
 from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
+from .features import FEATURES, FeatureShelf, shelf_tag
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
@@ -112,25 +113,69 @@ class RunLibrary:
         seconds: float | None = None,
     ) -> None:
         """Give the shared cost model (and the filter's own) the library's records of this
-        target, this model's workloads first, for at most `seconds` (None: no limit but the
-        record count); fit it unless a warm start fits it next."""
+        target, this model's workloads first: those whose features the library keeps
+        (features.py) at once, the others read and extracted a chunk at a time for at most
+        `seconds` (None: no limit but the record count), their features kept for the next
+        run; fit it unless a warm start fits it next."""
         if self.view is None or not predictors:
             return
         first = {database_key(t.workload) for t in tasks}
         positions = self.view.training(self.settings.library.train_records, first)
+        shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(target))
+        kept = [p for p in positions if self.view.digest(p) in shelf]
+        workloads = self._learn_kept(predictors, shelf, kept)
+        rest = [p for p in positions if self.view.digest(p) not in shelf]
         deadline = self.clock() + (math.inf if seconds is None else seconds)
-        workloads: set[str] = set()
-        for start in range(0, len(positions), self.TRAIN_CHUNK):
+        for start in range(0, len(rest), self.TRAIN_CHUNK):
             if self.clock() >= deadline:
                 break
-            records = self.view.parse(positions[start : start + self.TRAIN_CHUNK])
-            workloads |= learn_records(
-                predictors, records, target, source="library", skipped=self.skipped
-            )
-            self.trained_records += len(records)
+            chunk = rest[start : start + self.TRAIN_CHUNK]
+            workloads |= self._learn_read(predictors, target, shelf, chunk)
         self.trained_workloads = len(workloads)
+        self._keep_features(shelf)
         if fit and self.trained_records:
             fit_warm(predictors)
+
+    def _learn_kept(
+        self, predictors: Sequence[Any], shelf: FeatureShelf, positions: Sequence[int]
+    ) -> set[str]:
+        """Learn the records at `positions` from the features the library keeps of them."""
+        keys, features, latencies = [], [], []
+        for position in positions:
+            latency = self.view.latency(position)
+            if latency is not None:
+                key, stores = shelf.get(self.view.digest(position))
+                keys.append(key)
+                features.append(stores)
+                latencies.append(latency)
+        self.trained_records += len(keys)
+        return learn_features(predictors, keys, features, latencies, source="library")
+
+    def _learn_read(
+        self, predictors: Sequence[Any], target: Any, shelf: FeatureShelf, positions: Sequence[int]
+    ) -> set[str]:
+        """Learn the records at `positions`, read into TVM and their features extracted,
+        which go on the shelf."""
+        pairs = self.view.parsed(positions)
+        digests = [self.view.digest(p) for p, _ in pairs]
+        self.trained_records += len(pairs)
+        return learn_records(
+            predictors, [record for _, record in pairs], target, source="library",
+            skipped=self.skipped,
+            extracted=lambda i, key, stores: shelf.put(digests[i], key, stores),
+        )  # fmt: skip
+
+    def _keep_features(self, shelf: FeatureShelf) -> None:
+        """Write what this run extracted beside the library (less the features of records it
+        no longer holds); a cache, so a failure to write it is no loss."""
+        if not shelf.new:
+            return
+        keep = {self.view.digest(p) for p in range(self.view.records)}
+        try:
+            with self.library.exclusive():
+                shelf.write(keep)
+        except OSError:
+            pass
 
     def resume(self, earlier: Any, states: Sequence[TaskState]) -> None:
         """Count what the run's earlier sessions took from the library (`earlier`:

@@ -1,0 +1,118 @@
+"""The features of library records, kept beside the library (`features.npz`), so that
+starting the cost model on a library costs a run its fit, not reading each record's trace
+into TVM and extracting its features again (17 ms a record on the 2-core VM: a 2-minute run
+trained on ~350 of a 650-record library within its 5% share of the clock).
+
+It is a cache. An entry is a record's MetaSchedule per-store features and its workload's
+key, under a digest of the record's workload line and trace; a file that is missing,
+unreadable, or written for another TVM, tune-orchestrator, feature width or target reads as
+empty and is written again. Entries of records the library no longer holds go when it is.
+Writers take the library's lock and merge with the file as they find it; readers take none
+(the file is replaced whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..rundir.atomic import write_atomic
+from .files import trace_key
+
+FEATURES = "features.npz"
+
+
+def shelf_tag(target: Any) -> str:
+    """What the features depend on beyond the record: TVM's version and feature width, this
+    package's version (its rules for which records are trusted), the target."""
+    import tvm
+
+    from tune_orchestrator import __version__
+    from tune_orchestrator.predictor import feature_width
+
+    parts = [tvm.__version__, str(feature_width()), __version__, str(target)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def record_digest(workload: Any, record: Any) -> str:
+    """A library record's name in the cache: its workload line ([hash, module]) and trace."""
+    text = json.dumps(workload, separators=(",", ":")) + "\n" + trace_key(record)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class FeatureShelf:
+    """The cache as read once (`entries`), and what a run adds to it (`put`)."""
+
+    def __init__(self, path: Path, tag: str) -> None:
+        self.path = path
+        self.tag = tag
+        self.entries = _read(path, tag)
+        self.new: dict[str, tuple[str, np.ndarray]] = {}
+
+    def __contains__(self, digest: str) -> bool:
+        return digest in self.entries
+
+    def get(self, digest: str) -> tuple[str, np.ndarray]:
+        """A record's workload key (task_key) and features."""
+        return self.entries[digest]
+
+    def put(self, digest: str, key: str, features: np.ndarray) -> None:
+        self.entries[digest] = self.new[digest] = (key, features)
+
+    def write(self, keep: Collection[str]) -> None:
+        """Add the new entries to the file as it is now, less those whose digest is not in
+        `keep` (the library's records); the caller holds the library's lock. Nothing is
+        written where nothing was added."""
+        if not self.new:
+            return
+        for stale in self.path.parent.glob(f".{FEATURES}.*"):  # a writer killed before its rename
+            stale.unlink(missing_ok=True)
+        merged = {**_read(self.path, self.tag), **self.new}
+        kept = {digest: entry for digest, entry in merged.items() if digest in keep}
+        write_atomic(self.path, _npz(self.tag, kept))
+        self.new = {}
+
+
+def _npz(tag: str, entries: dict[str, tuple[str, np.ndarray]]) -> bytes:
+    matrices = [features for _, features in entries.values()]
+    width = matrices[0].shape[1] if matrices else 0
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        tag=np.array(tag),
+        digests=np.array(list(entries), dtype=str),
+        keys=np.array([key for key, _ in entries.values()], dtype=str),
+        offsets=np.cumsum([0] + [len(m) for m in matrices], dtype=np.int64),
+        rows=np.concatenate(matrices) if matrices else np.zeros((0, width), np.float32),
+    )
+    return buffer.getvalue()
+
+
+def _read(path: Path, tag: str) -> dict[str, tuple[str, np.ndarray]]:
+    """The file's entries; none where it is missing, of another tag, or not such a file."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if data["tag"].ndim != 0 or str(data["tag"]) != tag:
+                return {}
+            return dict(_entries(data["digests"], data["keys"], data["offsets"], data["rows"]))
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
+def _entries(
+    digests: np.ndarray, keys: np.ndarray, offsets: np.ndarray, rows: np.ndarray
+) -> Iterator[tuple[str, tuple[str, np.ndarray]]]:
+    count = len(digests)
+    ok = rows.ndim == 2 and rows.dtype == np.float32 and len(keys) == count
+    ok = ok and offsets.shape == (count + 1,) and offsets[0] == 0 and offsets[-1] == len(rows)
+    if not ok or (count and np.diff(offsets).min() < 1):
+        raise ValueError("not a features file")
+    for i in range(count):
+        yield str(digests[i]), (str(keys[i]), rows[offsets[i] : offsets[i + 1]])
