@@ -184,11 +184,7 @@ class Allocation:
     @property
     def uncovered(self) -> list[int]:
         """Tasks still to get a first round: none given yet, holding `coverage` or more."""
-        return [
-            i
-            for i, share in enumerate(self.shares)
-            if self.rounds[i] == 0 and share > 0 and share >= self.coverage
-        ]
+        return [i for i in to_cover(self.shares, self.coverage) if self.rounds[i] == 0]
 
     def next_round(
         self, sizes: Sequence[int], seconds: Callable[[int], float] = float, first: int = 0
@@ -212,10 +208,12 @@ class Allocation:
         self.reached += gained
         return gained
 
-    def add_round(self, size: int) -> float:
-        """Give the next round of `size` candidates; the share of the gain it adds."""
-        planned = self.next_round([size]) if size > 0 else None
-        return 0.0 if planned is None else self.give(*planned)
+
+def to_cover(shares: Sequence[float], coverage: float) -> list[int]:
+    """The tasks that get a first round before any task a second: those holding `coverage`
+    or more of the attainable gain (`shares`, in any unit)."""
+    total = sum(shares)
+    return [i for i, s in enumerate(shares) if s > 0 and s / total >= coverage] if total > 0 else []
 
 
 def plan(

@@ -134,15 +134,15 @@ def test_floors_hold_off_the_early_stop_without_deciding_who_gets_rounds():
     assert row["trials"] > run("10h", prior=quick)["trials"]
     free, floored = Allocation([0.5, 0.3, 0.2], quick), Allocation([0.5, 0.3, 0.2], quick, floors)
     for _ in range(3):
-        free.add_round(64)
-        floored.add_round(64)
+        free.give(*free.next_round([64]))
+        floored.give(*floored.next_round([64]))
     assert free.trials == floored.trials == [64, 64, 64]  # by gain: the floors change nothing
     while not floored.floors_met:  # met by gain alone, later
-        floored.add_round(64)
+        floored.give(*floored.next_round([64]))
     assert floored.trials[0] >= 256 and floored.trials[1] >= 256
     # No task with a known latency (every baseline failed): nothing to allocate, no floor.
     unknown = Allocation([0.0, 0.0, 0.0], quick, heavy_floors([None] * 3, share=0.8, trials=256))
-    assert unknown.add_round(64) == 0.0 and unknown.floors_met
+    assert unknown.next_round([64]) is None and unknown.floors_met
 
 
 def test_the_forecast_touches_every_task_of_a_percent_before_any_goes_deep():
@@ -244,7 +244,7 @@ def test_plan_gives_rounds_as_the_allocation_does():
     allocation = Allocation([0.7, 0.3], BUILTIN_PRIOR)
     for row in rows:
         while sum(allocation.trials) < row["trials"]:
-            allocation.add_round(64)
+            allocation.give(*allocation.next_round([64]))
         assert allocation.reached >= row["target"]
         assert row["seconds"] == 10.0 * row["rounds"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tune_orchestrator.budget.forecast import Allocation, TuningPrior, plan
+from tune_orchestrator.budget.forecast import TuningPrior, plan, to_cover
 from tune_orchestrator.budget.grammar import Budget, parse_budget
 from tune_orchestrator.measure import Measurement
 
@@ -318,7 +318,7 @@ def _gain_forecast(
     device-hours and dollars too, in rounds of the sizes a run gives."""
     devices, cost = inputs.resolved.devices, inputs.cost
     scheduler = inputs.settings.scheduler
-    to_cover = Allocation(shares.shares, prior, coverage=scheduler.coverage_share).uncovered
+    covered = len(to_cover(shares.shares, scheduler.coverage_share))
     forecast = []
     for row in plan(
         shares.shares,
@@ -326,7 +326,7 @@ def _gain_forecast(
         sizes=rounds.sizes.options(),
         seconds=rounds.costs.seconds,
         coverage=scheduler.coverage_share,
-        first=rounds.sizes.for_tasks(len(to_cover), scheduler.first_rounds).first_touch,
+        first=rounds.sizes.for_tasks(covered, scheduler.first_rounds).first_touch,
     ):
         hours = row["seconds"] / 3600.0
         forecast.append(

@@ -322,10 +322,10 @@ def _give_rounds(
     the tuning `window` left, until one cannot be given: (tuning seconds, trials, rounds, why
     they stopped). First rounds are sized as the run's loop sizes them (_first_touch)."""
     tuning_s, trials, count, stop = 0.0, 0, 0, None
-    held = _room(rounds, trial_cap, window, trials, tuning_s)
-    sizes = sizes.for_budget(len(allocation.uncovered), first_rounds, held)
+    room = _room(rounds, trial_cap, window, trials, tuning_s)
+    sizes = sizes.for_budget(len(allocation.uncovered), first_rounds, room)
     while stop is None:
-        first = _first_touch(allocation, sizes, _room(rounds, trial_cap, window, trials, tuning_s))
+        first = _first_touch(allocation, sizes, room)
         planned = allocation.next_round(sizes.options(), rounds.seconds, first)
         task, size = planned or (0, rounds.size)  # None: nothing to allocate, stopped below
         if trial_cap is not None:
@@ -345,6 +345,7 @@ def _give_rounds(
             tuning_s += rounds.seconds(size)
             trials += size
             count += 1
+            room = _room(rounds, trial_cap, window, trials, tuning_s)
     return tuning_s, trials, count, stop
 
 
