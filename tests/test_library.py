@@ -33,7 +33,9 @@ from tune_orchestrator.library.files import (
 )
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import Task
+from tune_orchestrator.predictor import Predictor
 from tune_orchestrator.run.scheduler import GainScheduler, RoundSizes, TaskState
+from tune_orchestrator.search.cost_model import SharedCostModel
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -468,6 +470,30 @@ def layout_database(folder: Path) -> JSONDatabase:
     return database
 
 
+def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path, monkeypatch):
+    """The next run trains on a run's records without reading them into TVM: their features
+    are named, as the cost model learns them, by what the library will call the records
+    (layout transforms included, whose traces TVM's as_json cannot convert)."""
+    plain = make_database(tmp_path / "plain", [64], [2, 4])
+    layout = layout_database(tmp_path / "layout")
+    library = Library(tmp_path / "library")
+    for folder, database in (
+        (plain, JSONDatabase(work_dir=str(plain))),
+        (tmp_path / "layout", layout),
+    ):
+        one = RunLibrary(library, Settings.load(None))
+        one.watch(SharedCostModel(Predictor()), TARGET)
+        for i, record in enumerate(database.get_all_tuning_records()):
+            stores = np.full((2, 3), i + 1, np.float32)
+            candidate = SimpleNamespace(sch=SimpleNamespace(trace=record.trace))  # as measured
+            one.measured.add(record.workload.mod, [candidate], [stores])
+        one.add(files(folder), [], {"check": {"ok": True}})
+    monkeypatch.setattr(predictor_module, "record_features", None)  # no extraction: kept
+    adds = learned(library)
+    assert sum(len(f) for _, f, _ in adds) == 4
+    assert sorted(float(m[0, 0]) for _, f, _ in adds for m in f) == [1.0, 1.0, 2.0, 2.0]
+
+
 def test_schedules_that_transform_a_layout_are_added_and_left_waiting_as_tvm_writes_them(
     tmp_path,
 ):
@@ -573,6 +599,9 @@ def twice(tmp_path_factory, fast_config):
         cache_after_apart = sorted((base / "cache").rglob("*"))
         first = tune(model, base / "first", fast_config)
         after_first = Library(Path(first.report["library"]["path"])).read()
+        features = Path(first.report["library"]["path"]) / FEATURES
+        with np.load(features) as saved:  # the tag the run wrote, for its target
+            kept_after_first = set(FeatureShelf(features, str(saved["tag"])).entries)
         second = tune(model, base / "second", fast_config)
     return SimpleNamespace(
         model=model,
@@ -581,6 +610,7 @@ def twice(tmp_path_factory, fast_config):
         apart=apart,
         first=first,
         after_first=after_first,
+        kept_after_first=kept_after_first,
         second=second,
     )
 
@@ -627,6 +657,10 @@ def test_e2e_a_second_run_starts_where_the_first_ended(twice):
     # The learned model started from the library; only new records were added.
     lib = second.report["library"]
     assert lib["trained_records"] == first.report["library"]["added"]
+    # The first run left the features of every record it added that ran beside them, so the
+    # second trained on those without reading them into TVM.
+    ran = [p for p in range(view.records) if math.isfinite(view.latency(p))]
+    assert ran and {view.digest(p) for p in ran} <= twice.kept_after_first
     assert 0 < lib["added"] <= second.report["summary"]["trials"] - lib["reused_records"]
     assert stock_records(path) == first.report["library"]["added"] + lib["added"]
     line = f"{'library':<20}{lib['reused_records']} records of {len(tuned)} tasks reused"

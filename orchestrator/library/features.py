@@ -4,11 +4,13 @@ into TVM and extracting its features again (17 ms a record on the 2-core VM: a 2
 trained on ~350 of a 650-record library within its 5% share of the clock).
 
 It is a cache. An entry is a record's MetaSchedule per-store features and its workload's
-key, under a digest of the record's workload line and trace; a file that is missing,
+key, under a digest of the record's workload line and trace. Entries come from a run that
+read a record to train on it (run.py: RunLibrary.train), and from a run that measured it
+(RunFeatures, as its cost model learns; added with its records). A file that is missing,
 unreadable, or written for another TVM, tune-orchestrator, feature width or target reads as
-empty and is written again. Entries of records the library no longer holds go when it is.
-Writers take the library's lock and merge with the file as they find it; readers take none
-(the file is replaced whole).
+empty and is written again. Entries of records the library no longer holds go when a run
+that read records writes it. Writers take the library's lock and merge with the file as they
+find it; readers take none (the file is replaced whole).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..rundir.atomic import write_atomic
-from .files import trace_key
+from .files import trace_key, trace_text
 
 FEATURES = "features.npz"
 
@@ -43,8 +45,40 @@ def shelf_tag(target: Any) -> str:
 
 def record_digest(workload: Any, record: Any) -> str:
     """A library record's name in the cache: its workload line ([hash, module]) and trace."""
-    text = json.dumps(workload, separators=(",", ":")) + "\n" + trace_key(record)
+    return _digest(workload, trace_key(record))
+
+
+def _digest(workload: Any, trace: str) -> str:
+    text = json.dumps(workload, separators=(",", ":")) + "\n" + trace
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class RunFeatures:
+    """The features of a run's measured candidates, kept as the cost model learns them
+    (search/cost_model.py) under the digest their records have in the run's database, so
+    that the library keeps them with the records the run adds: the next run trains on those
+    without reading them into TVM. Naming a candidate costs ~1.5 ms (its trace as JSON)."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.entries: dict[str, tuple[str, np.ndarray]] = {}
+        self._workloads: dict[str, list[str]] = {}  # task key -> its database line
+
+    def add(self, mod: Any, candidates: Sequence[Any], features: Sequence[np.ndarray]) -> None:
+        """MeasureCandidates of the workload `mod` and their features."""
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        from ..model.tasks import task_key
+
+        key = task_key(mod)
+        if key not in self._workloads:  # as RunDatabase.commit_workload writes it
+            self._workloads[key] = [str(v) for v in Workload(mod).as_json()]
+        for candidate, stores in zip(candidates, features, strict=True):
+            try:
+                trace = trace_text(candidate.sch.trace)
+            except Exception:  # noqa: BLE001 - a cache: the next run reads the record instead
+                continue
+            self.entries[_digest(self._workloads[key], trace)] = (key, stores)
 
 
 class FeatureShelf:
@@ -66,16 +100,16 @@ class FeatureShelf:
     def put(self, digest: str, key: str, features: np.ndarray) -> None:
         self.entries[digest] = self.new[digest] = (key, features)
 
-    def write(self, keep: Collection[str]) -> None:
+    def write(self, keep: Collection[str] | None = None) -> None:
         """Add the new entries to the file as it is now, less those whose digest is not in
-        `keep` (the library's records); the caller holds the library's lock. Nothing is
-        written where nothing was added."""
+        `keep` (the library's records; None: keep all); the caller holds the library's lock.
+        Nothing is written where nothing was added."""
         if not self.new:
             return
         for stale in self.path.parent.glob(f".{FEATURES}.*"):  # a writer killed before its rename
             stale.unlink(missing_ok=True)
         merged = {**_read(self.path, self.tag), **self.new}
-        kept = {digest: entry for digest, entry in merged.items() if digest in keep}
+        kept = {d: entry for d, entry in merged.items() if keep is None or d in keep}
         write_atomic(self.path, _npz(self.tag, kept))
         self.new = {}
 

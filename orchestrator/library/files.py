@@ -81,12 +81,27 @@ def record_json(record: Any) -> list:
     """A TuningRecord as JSON, as TVM writes it to a database file. TVM's `as_json` cannot
     convert a trace that holds an IndexMap (the layout transforms of CUDA schedules do): the
     file holds its JSON graph as a string, indented, and so does this."""
-    import tvm
     from tvm.s_tir.meta_schedule import _ffi_api
+
+    return _file_form(_ffi_api.TuningRecordAsJSON(record))
+
+
+def trace_text(trace: Any) -> str:
+    """The trace_key of any record of this schedule (a Trace), without making the record:
+    TVM's own JSON of it, as record_json converts it (not Trace.as_json's)."""
+    from tvm.s_tir.schedule import _ffi_api
+
+    form = _file_form(_ffi_api.TraceAsJSON(trace, False))
+    return json.dumps(form, separators=(",", ":"))
+
+
+def _file_form(value: Any) -> Any:
+    """TVM's JSON objects as a database file holds them (record_json)."""
+    import tvm
     from tvm.tirx import FloatImm, IntImm
     from tvm_ffi import Array, Map
 
-    def file_form(value: Any) -> Any:
+    def form(value: Any) -> Any:
         if value is None or isinstance(value, (int, float, str)):
             return int(value) if isinstance(value, bool) else value  # Python's bools as 0/1
         if isinstance(value, IntImm) and str(value.ty) == "bool":
@@ -94,12 +109,12 @@ def record_json(record: Any) -> list:
         if isinstance(value, (IntImm, FloatImm)):
             return value.value
         if isinstance(value, Array):
-            return [file_form(v) for v in value]
+            return [form(v) for v in value]
         if isinstance(value, Map):
-            return {file_form(k): file_form(v) for k, v in value.items()}
+            return {form(k): form(v) for k, v in value.items()}
         return json.dumps(json.loads(tvm.ir.save_json(value)), indent=2)
 
-    return file_form(_ffi_api.TuningRecordAsJSON(record))
+    return form(value)
 
 
 @dataclasses.dataclass

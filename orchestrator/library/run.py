@@ -19,7 +19,7 @@ from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
-from .features import FEATURES, FeatureShelf, shelf_tag
+from .features import FEATURES, FeatureShelf, RunFeatures, shelf_tag
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
@@ -56,6 +56,7 @@ class RunLibrary:
         self.added: int | None = None
         self.not_added: str | None = None
         self.transferred: dict[str, Transferred] = {}  # by task name
+        self.measured: RunFeatures | None = None  # the features of what this run measures
 
     @classmethod
     def open(
@@ -176,6 +177,12 @@ class RunLibrary:
                 shelf.write(keep)
         except OSError:
             pass
+
+    def watch(self, cost_model: Any, target: Any) -> None:
+        """Have the cost model keep the features of what the run measures from now on, so
+        that `add` gives them to the library with the records."""
+        if self.library is not None and hasattr(cost_model, "kept"):
+            self.measured = cost_model.kept = RunFeatures(target)
 
     def resume(self, earlier: Any, states: Sequence[TaskState]) -> None:
         """Count what the run's earlier sessions took from the library (`earlier`:
@@ -345,11 +352,24 @@ class RunLibrary:
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
             self.added = self.library.add_files(*database, skip=skip)
+            self._keep_measured()
         except OSError as exc:
             self._failed(f"it cannot be written ({exc})", str(exc))
         except Exception as exc:  # noqa: BLE001 - the model shipped: a library is no reason to fail
             error = f"{type(exc).__name__}: {exc}"
             self._failed(f"adding them failed ({error})", f"{error}; please report it")
+
+    def _keep_measured(self) -> None:
+        """The features of the run's records beside the library's (a cache: no failure)."""
+        if self.measured is None or not self.measured.entries:
+            return
+        shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(self.measured.target))
+        shelf.new = self.measured.entries
+        try:
+            with self.library.exclusive():
+                shelf.write()
+        except OSError:
+            pass
 
     def _failed(self, why: str, detail: str) -> None:
         self.not_added = why

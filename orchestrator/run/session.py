@@ -138,6 +138,7 @@ class Session:
         database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
+        self.library.watch(cost_model, self.target.target)
         if not self.build_only:  # a build-only run spends what compiling takes
             self._refuse_too_small(ledger, fixed, restored, finished=_finished(journal, self.run))
         self._start(restored, ledger)

@@ -70,6 +70,9 @@ class SharedCostModel(PyCostModel):
         self._rng = np.random.default_rng(seed)
         # Scores in place of random ones until the predictor is ready (orchestrator/prior.py).
         self.prior: Fitted | None = None
+        # Where the features of what it learns are kept for the tuning library, if anywhere
+        # (library/features.py: RunFeatures).
+        self.kept: Any = None
 
     @property
     def ready(self) -> bool:
@@ -136,7 +139,10 @@ class SharedCostModel(PyCostModel):
             sum(r.run_secs) / len(r.run_secs) if r.run_secs and not r.error_msg else math.inf
             for r in results
         ]
-        self.predictor.add(task_key(context.mod), self.features(context, candidates), latencies)
+        features = self.features(context, candidates)
+        self.predictor.add(task_key(context.mod), features, latencies)
+        if self.kept is not None:
+            self.kept.add(context.mod, candidates, features)
 
     def fit(self) -> None:
         start = time.perf_counter()
