@@ -1,6 +1,6 @@
 """The features of library records, kept beside the library (`features.npz`), so that
 starting the cost model on a library costs a run its fit, not reading each record's trace
-into TVM and extracting its features again (17 ms a record on the 2-core VM: a 2-minute run
+into TVM and extracting its features again (~15 ms a record on the 2-core VM: a 2-minute run
 trained on ~350 of a 650-record library within its 5% share of the clock).
 
 It is a cache. An entry is a record's MetaSchedule per-store features and its workload's
