@@ -123,3 +123,44 @@ def test_a_record_that_no_longer_replays_is_reported_not_fatal(tmp_path):
     # Among the fastest, it is replayed as the database opens, and fails there, as in TVM.
     with pytest.raises(Exception):  # noqa: B017
         RunDatabase(tmp_path / WORKLOADS, tmp_path / RECORDS)
+
+
+def test_each_candidate_gives_what_from_json_and_as_measure_candidate_give(tmp_path):
+    """A resumed run reads every record with its MeasureCandidate from one replay, where
+    TVM's from_json and as_measure_candidate replay each trace twice: the same records and
+    candidates, also for a trace that transforms a layout (an IndexMap) and for the record
+    that no longer replays."""
+    ours = RunDatabase(tmp_path / WORKLOADS, tmp_path / RECORDS)
+    fill(ours, sizes=(64,))
+    mod = workload(32)
+    committed = ours.commit_workload(mod)
+    sch = s_tir.Schedule(mod)
+    sch.transform_layout(sch.get_sblock("B"), ("write", 0), lambda i: (i // 4, i % 4))
+    ours.commit_tuning_record(TuningRecord(sch.trace, committed, None, None, None))
+    rows = (tmp_path / RECORDS).read_bytes().splitlines()
+    broken = json.loads(rows[0])
+    broken[1][0][0][0][2][0] = "nothing"
+    broken[1][1] = [1.0]  # the slowest: not among the fastest two, which opening replays
+    with open(tmp_path / RECORDS, "ab") as fh:
+        fh.write(json.dumps(broken).encode() + b"\n")
+    reopened = RunDatabase(tmp_path / WORKLOADS, tmp_path / RECORDS, kept=2)
+    missed, seen = [], []
+    theirs = [
+        (r, r.as_measure_candidate()) for r in reopened.each_record(lambda n, e: missed.append(n))
+    ]
+    mine = list(reopened.each_candidate(lambda n, e: seen.append(n)))
+    assert seen == missed == [len(SECS) + 3] and len(mine) == len(theirs) == len(SECS) + 2
+
+    def facts(record, candidate) -> tuple:
+        target = None if record.target is None else str(record.target)
+        args = None if record.args_info is None else [a.as_json() for a in record.args_info]
+        return (
+            described(record),
+            target,
+            json.dumps(args),
+            str(candidate.sch.trace),
+            tvm.ir.save_json(candidate.sch.mod),
+            json.dumps([a.as_json() for a in candidate.args_info]),
+        )
+
+    assert [facts(*pair) for pair in mine] == [facts(*pair) for pair in theirs]

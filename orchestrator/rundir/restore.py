@@ -138,12 +138,12 @@ def _read_database(
     default_records: dict[int, Any] = {}
     bests: dict[int, list[tuple[Any, float]]] = {}
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
-    for record in _every_record(database, skipped):
+    for record, candidate in _every_record(database, skipped):
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
             continue
         try:
-            candidate = record.as_measure_candidate()
+            candidate = record.as_measure_candidate() if candidate is None else candidate
         except Exception as exc:  # noqa: BLE001 - its trace no longer applies to its workload
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
             skipped.add("run_records", f"{task.name}: {why}")
@@ -169,12 +169,13 @@ def _read_database(
     return default_records, bests, learn
 
 
-def _every_record(database: Any, skipped: Skipped) -> Iterable[Any]:
-    """The database's records, read one at a time where it can (database.py); one that no
-    longer replays is counted and stays in the file."""
-    each = getattr(database, "each_record", None)
+def _every_record(database: Any, skipped: Skipped) -> Iterable[tuple[Any, Any]]:
+    """The database's records with their MeasureCandidates, read one at a time where it can
+    (database.py: each_candidate); one that no longer replays is counted and stays in the
+    file. From another database, the candidates are None: made from the records."""
+    each = getattr(database, "each_candidate", None)
     if each is None:
-        return database.get_all_tuning_records()
+        return ((record, None) for record in database.get_all_tuning_records())
 
     def unreadable(number: int, error: Exception) -> None:
         skipped.add("run_records", f"record {number}: {one_line(error)}")
