@@ -45,7 +45,7 @@ from ..rundir.durability import (
     open_database,
     repair_database,
 )
-from ..rundir.restore import Restored, restore, spend_so_far
+from ..rundir.restore import Earlier, Restored, restore, spend_so_far
 from ..rundir.waiting import load_waiting, save_waiting
 from ..search import make_cost_model
 from ..search.strategy import most_parents
@@ -135,12 +135,15 @@ class Session:
         )
         # The final compile, check and report are kept back from the start.
         ledger.reserved_s = fixed.final_s
+        finished = _finished(journal, self.run)
+        if finished and not self.build_only:  # the same command again: told before reading back
+            self._refuse_too_small(ledger, fixed, Earlier.of_journal(journal), finished=True)
         database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
         self.library.watch(cost_model, self.target.target)
         if not self.build_only:  # a build-only run spends what compiling takes
-            self._refuse_too_small(ledger, fixed, restored, finished=_finished(journal, self.run))
+            self._refuse_too_small(ledger, fixed, Earlier.of(restored), finished=finished)
         self._start(restored, ledger)
         self._warn_on_start(repairs)
         with Heartbeat(self.run, ledger.snapshot):
@@ -378,7 +381,7 @@ class Session:
         self,
         ledger: Ledger,
         fixed: overheads.FixedCosts,
-        restored: Restored,
+        earlier: Earlier,
         *,
         finished: bool = False,
     ) -> None:
@@ -388,7 +391,7 @@ class Session:
         resumed run with candidates measured before needs no further round: it ships what it
         has when the final phase fits. `finished`: the last session shipped model.so and
         ended (the same command run again)."""
-        kept = restored.trials  # measured in earlier sessions, in the database
+        kept = earlier.trials  # measured in earlier sessions
         first = None
         if not kept and ledger.forecast_round(0) is None:  # no round timed yet
             first = overheads.upfront_first_round_s(
@@ -401,8 +404,8 @@ class Session:
             )
         needed = overheads.upfront_minimum_s(
             fixed,
-            baseline=any(s.task.index not in restored.baselines for s in restored.states),
-            untuned_model=restored.untuned is None,
+            baseline=any(task.index not in earlier.baselines for task in self.tasks),
+            untuned_model=not earlier.untuned,
             first_round=first,
         )
         short = seconds_short(self.budget, ledger, needed)

@@ -59,6 +59,34 @@ class Restored:
         return sum(s.trials for s in self.states)
 
 
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """What earlier sessions left that decides whether a budget is refused up front: the
+    trials measured, the tasks whose untuned latency was measured (or failed), whether the
+    untuned model was."""
+
+    trials: int
+    baselines: frozenset[int]
+    untuned: bool
+
+    @classmethod
+    def of(cls, restored: Restored) -> Earlier:
+        return cls(restored.trials, frozenset(restored.baselines), restored.untuned is not None)
+
+    @classmethod
+    def of_journal(cls, journal: Sequence[Mapping[str, Any]]) -> Earlier:
+        """The same from the journal alone, before the database is read back: trials as its
+        rounds counted them (a finished run's journal counts every one)."""
+        trials = sum(
+            int(e.get("trials", e.get("measured", 0) + e.get("failed", 0)))
+            for e in journal
+            if e.get("type") in ("round", "library_round")
+        )
+        baselines = {e["task"] for e in journal if e.get("type") == "baseline" and "task" in e}
+        untuned = any(e.get("type") == "untuned" for e in journal)
+        return cls(trials, frozenset(baselines), untuned)
+
+
 def spend_so_far(journal: Sequence[Mapping[str, Any]]) -> Spend:
     """The spend recorded last; earlier sessions' spend counts against the budget."""
     for entry in reversed(journal):
