@@ -124,3 +124,50 @@ def test_a_record_that_no_longer_replays_is_set_aside_and_counted(
     assert restored.states[conv.index].trials == 1 and restored.states[other.index].trials == 0
     assert len((run[RunDir.LOGS] / "unreplayable.jsonl").read_text().splitlines()) == 1
     run.close()
+
+
+def test_a_resume_relearns_records_whose_features_the_library_kept_without_extracting(
+    tmp_path, tiny_model, fast_config, monkeypatch
+):
+    """Extracting a record's features again costs ~5 ms; the library keeps those of the
+    records a run added (library/features.py), and a resumed run relearns from them."""
+    import numpy as np
+
+    from tune_orchestrator.predictor import Predictor
+    from tune_orchestrator.rundir.database import RunDatabase
+    from tune_orchestrator.search import cost_model as cost_model_module
+
+    target = resolve_target("llvm").target
+    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
+    conv = next(t for t in tasks if "conv2d" in t.name)
+    files = (tmp_path / "database_workload.json", tmp_path / "database_tuning_record.json")
+    database = RunDatabase(*files)
+    search = TaskSearch(
+        conv,
+        target=target,
+        settings=Settings.load(fast_config),
+        database=database,
+        cost_model=ms.cost_model.RandomModel(),
+        rand_state=1,
+        threads=2,
+        proposals=6,
+    )
+    for i, mc in enumerate(search.propose()):
+        run_secs = [1e-3 * (i + 1)]
+        database.commit_tuning_record(
+            TuningRecord(mc.sch.trace, search.workload, run_secs, target, mc.args_info)
+        )
+    reopened = RunDatabase(*files)
+    digests = [digest for _, _, digest in reopened.each_candidate()]
+    kept = {d: (conv.key, np.full((1, 3), i, np.float32)) for i, d in enumerate(digests)}
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("features extracted again")
+
+    monkeypatch.setattr(cost_model_module, "store_features", no_extraction)
+    predictor = Predictor()
+    journal = [{"type": "session"}]
+    shared = cost_model_module.SharedCostModel(predictor)
+    restore(tasks, journal, reopened, cost_model=shared, target=target, features=kept)
+    ((rows, _),) = predictor._data.values()
+    assert sorted(float(m[0, 0]) for m in rows) == list(range(len(digests)))

@@ -11,6 +11,7 @@ from tvm import s_tir, te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
+from tune_orchestrator.library import Library, LibraryView
 from tune_orchestrator.rundir.database import RunDatabase
 
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -148,7 +149,8 @@ def test_each_candidate_gives_what_from_json_and_as_measure_candidate_give(tmp_p
     theirs = [
         (r, r.as_measure_candidate()) for r in reopened.each_record(lambda n, e: missed.append(n))
     ]
-    mine = list(reopened.each_candidate(lambda n, e: seen.append(n)))
+    triples = list(reopened.each_candidate(lambda n, e: seen.append(n)))
+    mine = [(record, candidate) for record, candidate, _ in triples]
     assert seen == missed == [len(SECS) + 3] and len(mine) == len(theirs) == len(SECS) + 2
 
     def facts(record, candidate) -> tuple:
@@ -164,3 +166,9 @@ def test_each_candidate_gives_what_from_json_and_as_measure_candidate_give(tmp_p
         )
 
     assert [facts(*pair) for pair in mine] == [facts(*pair) for pair in theirs]
+    # Each one named as a library holding these records names it (library/features.py).
+    library = Library(tmp_path / "library")
+    library.add_files(tmp_path / WORKLOADS, tmp_path / RECORDS)
+    view = LibraryView(library.read(), target=TARGET)
+    named = {view.digest(p) for p in range(view.records)}
+    assert len(named) == len(SECS) + 3 and {digest for *_, digest in triples} < named

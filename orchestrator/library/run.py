@@ -57,6 +57,7 @@ class RunLibrary:
         self.not_added: str | None = None
         self.transferred: dict[str, Transferred] = {}  # by task name
         self.measured: RunFeatures | None = None  # the features of what this run measures
+        self.shelf: FeatureShelf | None = None  # the library's features, once `train` read them
 
     @classmethod
     def open(
@@ -122,7 +123,7 @@ class RunLibrary:
             return
         first = {database_key(t.workload) for t in tasks}
         positions = self.view.training(self.settings.library.train_records, first)
-        shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(target))
+        shelf = self.shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(target))
         kept = [p for p in positions if self.view.digest(p) in shelf]
         workloads = self._learn_kept(predictors, shelf, kept)
         rest = [p for p in positions if self.view.digest(p) not in shelf]
@@ -177,6 +178,11 @@ class RunLibrary:
                 shelf.write(keep)
         except OSError:
             pass
+
+    def kept(self) -> dict[str, tuple[str, Any]]:
+        """The features the library keeps of records, by digest (library/features.py): those
+        of a resumed run's own records are among them when its earlier session added them."""
+        return self.shelf.entries if self.shelf is not None else {}
 
     def watch(self, cost_model: Any, target: Any) -> None:
         """Have the cost model keep the features of what the run measures from now on, so

@@ -206,6 +206,7 @@ class Session:
                 candidate_filter=self.filter,
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
+                features=self.library.kept(),
             )
             self._warm_start(restored, cost_model)
         # A crash between a database commit and its journal line leaves records the journal

@@ -25,6 +25,7 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
+from ..library.features import record_digest
 from ..library.files import record_json
 from ..library.records import FAILED_RUN_SECS
 from ..model.tasks import structural_key
@@ -58,6 +59,7 @@ class RunDatabase(PyDatabase):
         self.paths = (Path(workloads), Path(records))
         self.kept = kept
         self.workloads: list[Any] = []  # by line of the workload file
+        self._workload_json: list[Any] = []  # the same lines' JSON, as the file holds them
         self._lines: dict[int, list[int]] = {}  # structural key -> workload lines
         self._fastest: dict[int, list[tuple[float, int, Any]]] = {}  # line -> (mean, order, record)
         self._count = 0
@@ -75,8 +77,9 @@ class RunDatabase(PyDatabase):
         if line is not None:
             return self.workloads[line]
         workload = Workload(mod)
-        _append(self.paths[0], json.dumps([str(v) for v in workload.as_json()]))
-        self._add_workload(workload)
+        line = [str(v) for v in workload.as_json()]
+        _append(self.paths[0], json.dumps(line))
+        self._add_workload(workload, line)
         return workload
 
     def commit_tuning_record(self, record: Any) -> None:
@@ -121,20 +124,21 @@ class RunDatabase(PyDatabase):
 
     def each_candidate(
         self, unreadable: Callable[[int, Exception], None] | None = None
-    ) -> Iterator[tuple[Any, Any]]:
+    ) -> Iterator[tuple[Any, Any, str]]:
         """Every record as `each_record` gives it, with its MeasureCandidate (what a resumed
-        run relearns from and starts its search from), each trace replayed once: TVM's
-        from_json then as_measure_candidate replay it twice, 9 ms each on the example model's
-        convolutions (a resumed run of 1,300 records spent 24 s in them)."""
+        run relearns from and starts its search from) and its name in a library's features
+        (library/features.py), each trace replayed once: TVM's from_json then
+        as_measure_candidate replay it twice, 9 ms each on the example model's convolutions
+        (a resumed run of 1,300 records spent 24 s in them)."""
         for number, (line, record) in enumerate(_rows(self.paths[1]), start=1):
             try:
-                pair = replayed(record, self.workloads[line])
+                parsed, candidate = replayed(record, self.workloads[line])
             except Exception as error:  # noqa: BLE001 - TVM raises its own types
                 if unreadable is None:
                     raise
                 unreadable(number, error)
                 continue
-            yield pair
+            yield parsed, candidate, record_digest(self._workload_json[line], record)
 
     # -- in memory ---------------------------------------------------------------------------
 
@@ -146,7 +150,8 @@ class RunDatabase(PyDatabase):
         if self.paths[0].is_file():
             for text in self.paths[0].read_bytes().splitlines():
                 if text.strip():
-                    self._add_workload(Workload.from_json(json.loads(text)))
+                    line = json.loads(text)
+                    self._add_workload(Workload.from_json(line), line)
         best: dict[int, list[tuple[float, int, Any]]] = {}
         for order, (line, record) in enumerate(_rows(self.paths[1])):
             if line >= len(self.workloads):
@@ -163,9 +168,10 @@ class RunDatabase(PyDatabase):
                 for mean, order, record in held
             ]
 
-    def _add_workload(self, workload: Any) -> None:
+    def _add_workload(self, workload: Any, line: Any) -> None:
         self._lines.setdefault(structural_key(workload.mod), []).append(len(self.workloads))
         self.workloads.append(workload)
+        self._workload_json.append(line)
 
     def _line_of(self, mod: Any, workload: Any = None) -> int | None:
         import tvm_ffi

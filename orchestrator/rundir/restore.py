@@ -105,17 +105,20 @@ def restore(
     candidate_filter: Filter | None = None,
     parents: int | None = None,
     skipped: Skipped | None = None,
+    features: Mapping[str, tuple[str, Any]] | None = None,
 ) -> Restored:
     """A run directory's state for its next session. `parents`: how many of each task's
     fastest measured schedules its search is handed (None: all; the rest are not kept);
-    `skipped` counts the records that no longer replay (they stay in the database)."""
+    `skipped` counts the records that no longer replay (they stay in the database);
+    `features`: records' features the tuning library keeps, by digest (library/features.py),
+    which the cost model and the filter then relearn without extracting them again."""
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
     baselines = _baselines(journal, measured)
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
     default_records, bests, learn = _read_database(
-        database, tasks, states, measured, baselines, skipped or Skipped()
+        database, tasks, states, measured, baselines, skipped or Skipped(), features or {}
     )
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
     sessions, untuned, points, library = _read_journal(journal, states, measured, baselines)
@@ -152,6 +155,7 @@ def _read_database(
     measured: dict[int, set[int]],
     baselines: Mapping[int, Mapping[str, Any]],
     skipped: Skipped,
+    features: Mapping[str, tuple[str, Any]],
 ) -> tuple[
     dict[int, Any], dict[int, list[tuple[Any, float]]], dict[int, tuple[list[Any], list[Any]]]
 ]:
@@ -166,7 +170,7 @@ def _read_database(
     default_records: dict[int, Any] = {}
     bests: dict[int, list[tuple[Any, float]]] = {}
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
-    for record, candidate in _every_record(database, skipped):
+    for record, candidate, digest in _every_record(database, skipped):
         task = by_key.get(structural_key(record.workload.mod))
         if task is None:
             continue
@@ -192,18 +196,20 @@ def _read_database(
         else:
             state.failures += 1
         cands, results = learn.setdefault(task.index, ([], []))
-        cands.append(Candidate(task, candidate, key))
+        known = features.get(digest) if digest is not None else None
+        cands.append(Candidate(task, candidate, key, None if known is None else known[1]))
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
     return default_records, bests, learn
 
 
-def _every_record(database: Any, skipped: Skipped) -> Iterable[tuple[Any, Any]]:
-    """The database's records with their MeasureCandidates, read one at a time where it can
-    (database.py: each_candidate); one that no longer replays is counted and stays in the
-    file. From another database, the candidates are None: made from the records."""
+def _every_record(database: Any, skipped: Skipped) -> Iterable[tuple[Any, Any, str | None]]:
+    """The database's records with their MeasureCandidates and digests, read one at a time
+    where it can (database.py: each_candidate); one that no longer replays is counted and
+    stays in the file. From another database, candidates and digests are None (the
+    candidates made from the records)."""
     each = getattr(database, "each_candidate", None)
     if each is None:
-        return ((record, None) for record in database.get_all_tuning_records())
+        return ((record, None, None) for record in database.get_all_tuning_records())
 
     def unreadable(number: int, error: Exception) -> None:
         skipped.add("run_records", f"record {number}: {one_line(error)}")
@@ -306,9 +312,13 @@ def _retrain(
     _tvm.load_tensor_intrinsics(target)
     # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.
     add = getattr(cost_model, "add", None) or cost_model.update
+    remember = getattr(cost_model, "remember", None)
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
+        known = [c for c in candidates if c.features is not None]
+        if remember is not None and known:  # the library kept them: no extraction
+            remember([c.measure_candidate for c in known], [c.features for c in known])
         add(ctx, [c.measure_candidate for c in candidates], results)
         if candidate_filter is not None:
             measurements = [

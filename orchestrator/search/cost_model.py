@@ -112,6 +112,15 @@ class SharedCostModel(PyCostModel):
                     self._cache.popitem(last=False)
         return [found[i] for i in range(len(candidates))]
 
+    def remember(self, candidates: Sequence[Any], features: Sequence[np.ndarray]) -> None:
+        """Features known already of candidates about to be learned (the tuning library
+        keeps those of its records: library/features.py), so that `add` extracts none."""
+        with self._lock:
+            for candidate, stores in zip(candidates, features, strict=True):
+                self._cache[candidate.sch.__chandle__()] = (candidate.sch, stores)
+            while len(self._cache) > _CACHE:
+                self._cache.popitem(last=False)
+
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
