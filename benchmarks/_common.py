@@ -289,3 +289,14 @@ def scratch() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="bench-db-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
+
+
+def side_by_side(passes: Mapping[str, Sequence[float]], new: str, old: str) -> dict[str, float]:
+    """Print each kind of pass's seconds and median, then the medians' ratio `new` / `old`;
+    returns the medians."""
+    median = {kind: statistics.median(seconds) for kind, seconds in passes.items()}
+    for kind, seconds in passes.items():
+        shown = ", ".join(f"{s:.2f} s" for s in seconds)
+        print(f"{kind:>6}: {shown}; median {median[kind]:.2f} s")
+    print(f"{new} / {old}: {median[new] / median[old]:.2f}x")
+    return median

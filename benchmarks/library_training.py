@@ -19,10 +19,11 @@ import argparse
 import datetime
 import json
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from _common import side_by_side
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -63,12 +64,10 @@ def main() -> None:
         passes["read"].append(train_once(library, target))
         passes["kept"].append(train_once(library, target))
     shutil.rmtree(scratch)
-    median = {k: statistics.median(p["seconds"] for p in v) for k, v in passes.items()}
-    for kind, runs in passes.items():
-        shown = ", ".join(f"{p['seconds']:.2f} s ({p['records']} records)" for p in runs)
-        print(f"{kind:>5}: {shown}; median {median[kind]:.2f} s")
+    seconds = {kind: [p["seconds"] for p in runs] for kind, runs in passes.items()}
+    median = side_by_side(seconds, "kept", "read")
     ratio = median["kept"] / median["read"]
-    print(f"kept / read: {ratio:.2f}x")
+    print("records learned:", {kind: [p["records"] for p in runs] for kind, runs in passes.items()})
     stamp = datetime.date.today().isoformat()
     out = RESULTS / f"library_training-{args.label}-{stamp}.json"
     out.write_text(

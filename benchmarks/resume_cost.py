@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import time
 from pathlib import Path
+
+from _common import side_by_side
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -82,13 +83,10 @@ def main() -> None:
     for _ in range(args.repeats):
         passes["before"].append(restore_once(args.run, tasks, target, features, now=False))
         passes["now"].append(restore_once(args.run, tasks, target, features, now=True))
-    median = {kind: statistics.median(seconds) for kind, seconds in passes.items()}
     records = report["summary"]["trials"]
-    for kind, seconds in passes.items():
-        shown = ", ".join(f"{s:.1f} s" for s in seconds)
-        print(f"{kind:>6}: {shown}; median {median[kind]:.1f} s ({records} trials)")
+    print(f"{config['model']['name']}: {records} trials")
+    median = side_by_side(passes, "now", "before")
     ratio = median["now"] / median["before"]
-    print(f"now / before: {ratio:.2f}x")
     stamp = datetime.date.today().isoformat()
     out = RESULTS / f"resume_cost-{args.label}-{stamp}.json"
     result = {

@@ -13,24 +13,33 @@ from tune_orchestrator.rundir.restore import restore, spend_so_far
 from tune_orchestrator.search import TaskSearch
 
 
-def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
-    tmp_path, tiny_model, fast_config
-):
+def conv_search(tiny_model, fast_config, database, *, proposals: int, cost_model=None):
+    """The tiny model's target and tasks, its convolution, and a search of it committing to
+    `database`."""
     target = resolve_target("llvm").target
     tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
     conv = next(t for t in tasks if "conv2d" in t.name)
-    settings = Settings.load(fast_config)
-    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
     search = TaskSearch(
         conv,
         target=target,
-        settings=settings,
+        settings=Settings.load(fast_config),
         database=database,
-        cost_model=ms.cost_model.XGBModel(num_warmup_samples=0),
+        cost_model=cost_model or ms.cost_model.RandomModel(),
         rand_state=1,
         threads=2,
-        proposals=8,
+        proposals=proposals,
     )
+    return target, tasks, conv, search
+
+
+def test_records_read_back_from_disk_give_the_keys_of_the_proposed_candidates(
+    tmp_path, tiny_model, fast_config
+):
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    target, tasks, conv, search = conv_search(
+        tiny_model, fast_config, database, proposals=8,
+        cost_model=ms.cost_model.XGBModel(num_warmup_samples=0),
+    )  # fmt: skip
     proposed = search.propose()
     assert proposed
     for i, mc in enumerate(proposed):
@@ -83,22 +92,10 @@ def test_a_record_that_no_longer_replays_is_set_aside_and_counted(
     from tune_orchestrator.rundir import RunDir
     from tune_orchestrator.rundir.durability import open_database
 
-    target = resolve_target("llvm").target
-    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
-    conv = next(t for t in tasks if "conv2d" in t.name)
-    other = next(t for t in tasks if "conv2d" not in t.name)
     run = RunDir.open(tmp_path / "run", fingerprint={})
     database = run.database()
-    search = TaskSearch(
-        conv,
-        target=target,
-        settings=Settings.load(fast_config),
-        database=database,
-        cost_model=ms.cost_model.RandomModel(),
-        rand_state=1,
-        threads=2,
-        proposals=4,
-    )
+    target, tasks, conv, search = conv_search(tiny_model, fast_config, database, proposals=4)
+    other = next(t for t in tasks if "conv2d" not in t.name)
     good, alien = search.propose()[:2]
     database.commit_tuning_record(
         TuningRecord(good.sch.trace, search.workload, [1e-3], target, good.args_info)
@@ -137,21 +134,9 @@ def test_a_resume_relearns_records_whose_features_the_library_kept_without_extra
     from tune_orchestrator.rundir.database import RunDatabase
     from tune_orchestrator.search import cost_model as cost_model_module
 
-    target = resolve_target("llvm").target
-    tasks = extract_tasks(fuse_for_tuning(import_to_relax(load_model(tiny_model)), target), target)
-    conv = next(t for t in tasks if "conv2d" in t.name)
     files = (tmp_path / "database_workload.json", tmp_path / "database_tuning_record.json")
     database = RunDatabase(*files)
-    search = TaskSearch(
-        conv,
-        target=target,
-        settings=Settings.load(fast_config),
-        database=database,
-        cost_model=ms.cost_model.RandomModel(),
-        rand_state=1,
-        threads=2,
-        proposals=6,
-    )
+    target, tasks, conv, search = conv_search(tiny_model, fast_config, database, proposals=6)
     for i, mc in enumerate(search.propose()):
         run_secs = [1e-3 * (i + 1)]
         database.commit_tuning_record(
