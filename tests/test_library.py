@@ -250,14 +250,14 @@ def test_training_on_the_library_stops_at_its_share_of_the_budget(tmp_path):
     assert trained(2.5, clock=lambda: float(next(ticks))) == (24, 3, 24)
 
 
-def learned(library: Library, seconds=None) -> list[tuple[str, list, list]]:
+def learned(library: Library) -> list[tuple[str, list, list]]:
     """What one run's training on `library` gives its predictor: (group, features,
     latencies) of each add."""
     one = RunLibrary(library, Settings.load(None))
     one.read(target=TARGET)
     adds = []
     predictor = SimpleNamespace(add=lambda group, f, lat: adds.append((group, f, list(lat))))
-    one.train([predictor], TARGET, [], fit=False, seconds=seconds)
+    one.train([predictor], TARGET, [], fit=False)
     return sorted(adds, key=lambda add: add[0])
 
 
@@ -269,7 +269,7 @@ def same_adds(one, other) -> bool:
 
 
 def test_a_second_run_trains_on_the_features_the_first_extracted(tmp_path, monkeypatch):
-    """Reading a record into TVM and extracting its features costs ~17 ms: the library
+    """Reading a record into TVM and extracting its features costs ~15 ms: the library
     keeps them, so the next run's training costs its fit."""
     run = make_database(tmp_path / "run", [64, 128], [1, 2, 4, 8])
     library = Library(tmp_path / "library")
@@ -657,8 +657,8 @@ def test_e2e_a_second_run_starts_where_the_first_ended(twice):
     # The learned model started from the library; only new records were added.
     lib = second.report["library"]
     assert lib["trained_records"] == first.report["library"]["added"]
-    # The first run left the features of every record it added that ran beside them, so the
-    # second trained on those without reading them into TVM.
+    # The first run left the features of every record it added that ran beside them, for the
+    # second to train on without reading them into TVM.
     ran = [p for p in range(view.records) if math.isfinite(view.latency(p))]
     assert ran and {view.digest(p) for p in ran} <= twice.kept_after_first
     assert 0 < lib["added"] <= second.report["summary"]["trials"] - lib["reused_records"]
