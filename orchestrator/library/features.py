@@ -15,6 +15,7 @@ find it; readers take none (the file is replaced whole).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -43,14 +44,22 @@ def shelf_tag(target: Any) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def workload_digest(workload: Any) -> Any:
+    """A workload line's ([hash, module]) part of its records' names, hashed once: a module
+    is tens of kB, a trace a few (record_digest)."""
+    return hashlib.sha256((json.dumps(workload, separators=(",", ":")) + "\n").encode())
+
+
 def record_digest(workload: Any, record: Any) -> str:
-    """A library record's name in the cache: its workload line ([hash, module]) and trace."""
-    return _digest(workload, trace_key(record))
+    """A library record's name in the cache: its workload line's digest (workload_digest)
+    and its trace."""
+    return trace_digest(workload, trace_key(record))
 
 
-def _digest(workload: Any, trace: str) -> str:
-    text = json.dumps(workload, separators=(",", ":")) + "\n" + trace
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def trace_digest(workload: Any, trace: str) -> str:
+    named = workload.copy()
+    named.update(trace.encode())
+    return named.hexdigest()[:32]
 
 
 class RunFeatures:
@@ -62,7 +71,7 @@ class RunFeatures:
     def __init__(self, target: Any) -> None:
         self.target = target
         self.entries: dict[str, tuple[str, np.ndarray]] = {}
-        self._workloads: dict[str, list[str]] = {}  # task key -> its database line
+        self._workloads: dict[str, Any] = {}  # task key -> its database line's digest
 
     def add(self, mod: Any, candidates: Sequence[Any], features: Sequence[np.ndarray]) -> None:
         """MeasureCandidates of the workload `mod` and their features."""
@@ -71,14 +80,14 @@ class RunFeatures:
         from ..model.tasks import task_key
 
         key = task_key(mod)
-        if key not in self._workloads:  # as RunDatabase.commit_workload writes it
-            self._workloads[key] = [str(v) for v in Workload(mod).as_json()]
+        if key not in self._workloads:  # the line as RunDatabase.commit_workload writes it
+            self._workloads[key] = workload_digest([str(v) for v in Workload(mod).as_json()])
         for candidate, stores in zip(candidates, features, strict=True):
             try:
                 trace = trace_text(candidate.sch.trace)
             except Exception:  # noqa: BLE001 - a cache: the next run reads the record instead
                 continue
-            self.entries[_digest(self._workloads[key], trace)] = (key, stores)
+            self.entries[trace_digest(self._workloads[key], trace)] = (key, stores)
 
 
 class FeatureShelf:
@@ -87,8 +96,12 @@ class FeatureShelf:
     def __init__(self, path: Path, tag: str) -> None:
         self.path = path
         self.tag = tag
-        self.entries = _read(path, tag)
         self.new: dict[str, tuple[str, np.ndarray]] = {}
+
+    @functools.cached_property
+    def entries(self) -> dict[str, tuple[str, np.ndarray]]:
+        """The file's entries, read when first asked for (`write` reads the file anew)."""
+        return _read(self.path, self.tag)
 
     def __contains__(self, digest: str) -> bool:
         return digest in self.entries

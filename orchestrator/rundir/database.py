@@ -25,7 +25,7 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
-from ..library.features import record_digest
+from ..library.features import record_digest, workload_digest
 from ..library.files import record_json
 from ..library.records import FAILED_RUN_SECS
 from ..model.tasks import structural_key
@@ -114,13 +114,9 @@ class RunDatabase(PyDatabase):
         and skipped; without `unreadable`, it raises."""
         from tvm.s_tir.meta_schedule.database import TuningRecord
 
-        for number, (line, record) in enumerate(_rows(self.paths[1]), start=1):
-            try:
-                yield TuningRecord.from_json(record, self.workloads[line])
-            except Exception as error:  # noqa: BLE001 - TVM raises its own types
-                if unreadable is None:
-                    raise
-                unreadable(number, error)
+        return self._each(
+            lambda line, record: TuningRecord.from_json(record, self.workloads[line]), unreadable
+        )
 
     def each_candidate(
         self, unreadable: Callable[[int, Exception], None] | None = None
@@ -130,15 +126,32 @@ class RunDatabase(PyDatabase):
         (library/features.py), each trace replayed once: TVM's from_json then
         as_measure_candidate replay it twice, 9 ms each on the example model's convolutions
         (a resumed run of 1,300 records spent 24 s in them)."""
+        names: dict[int, Any] = {}  # workload line -> workload_digest
+
+        def read(line: int, record: Any) -> tuple[Any, Any, str]:
+            if line not in names:
+                names[line] = workload_digest(self._workload_json[line])
+            return (*replayed(record, self.workloads[line]), record_digest(names[line], record))
+
+        return self._each(read, unreadable)
+
+    def _each(
+        self,
+        read: Callable[[int, Any], Any],
+        unreadable: Callable[[int, Exception], None] | None,
+    ) -> Iterator[Any]:
+        """`read(workload line, record JSON)` of every record of the file, in order; one it
+        raises for goes to `unreadable` (line number in the file, error), or raises without
+        it."""
         for number, (line, record) in enumerate(_rows(self.paths[1]), start=1):
             try:
-                parsed, candidate = replayed(record, self.workloads[line])
+                item = read(line, record)
             except Exception as error:  # noqa: BLE001 - TVM raises its own types
                 if unreadable is None:
                     raise
                 unreadable(number, error)
                 continue
-            yield parsed, candidate, record_digest(self._workload_json[line], record)
+            yield item
 
     # -- in memory ---------------------------------------------------------------------------
 
