@@ -168,11 +168,14 @@ class RunLibrary:
         )  # fmt: skip
 
     def _keep_features(self, shelf: FeatureShelf) -> None:
-        """Write what this run extracted beside the library (less the features of records it
-        no longer holds); a cache, so a failure to write it is no loss."""
-        if not shelf.new:
-            return
-        keep = {self.view.digest(p) for p in range(self.view.records)}
+        """Write what this run extracted beside the library, less the features of records it
+        no longer holds."""
+        if shelf.new:
+            self._write(shelf, {self.view.digest(p) for p in range(self.view.records)})
+
+    def _write(self, shelf: FeatureShelf, keep: set[str] | None = None) -> None:
+        """Write `shelf`'s new entries under the library's lock (shelf.write); a cache, so
+        a failure to write it is no loss."""
         try:
             with self.library.exclusive():
                 shelf.write(keep)
@@ -371,11 +374,7 @@ class RunLibrary:
             return
         shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(self.measured.target))
         shelf.new = self.measured.entries
-        try:
-            with self.library.exclusive():
-                shelf.write()
-        except OSError:
-            pass
+        self._write(shelf)
 
     def _failed(self, why: str, detail: str) -> None:
         self.not_added = why

@@ -137,7 +137,9 @@ class Session:
         ledger.reserved_s = fixed.final_s
         finished = _finished(journal, self.run)
         if finished and not self.build_only:  # the same command again: told before reading back
-            self._refuse_too_small(ledger, fixed, Earlier.of_journal(journal), finished=True)
+            self._refuse_too_small(
+                ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
+            )
         database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Spend
@@ -74,17 +74,13 @@ class Earlier:
         return cls(restored.trials, frozenset(restored.baselines), restored.untuned is not None)
 
     @classmethod
-    def of_journal(cls, journal: Sequence[Mapping[str, Any]]) -> Earlier:
+    def of_journal(cls, journal: Sequence[Mapping[str, Any]], tasks: Sequence[Task]) -> Earlier:
         """The same from the journal alone, before the database is read back: trials as its
         rounds counted them (a finished run's journal counts every one)."""
-        trials = sum(
-            int(e.get("trials", e.get("measured", 0) + e.get("failed", 0)))
-            for e in journal
-            if e.get("type") in ("round", "library_round")
-        )
-        baselines = {e["task"] for e in journal if e.get("type") == "baseline" and "task" in e}
+        rounds = [e for e in journal if e.get("type") in ("round", "library_round")]
+        baselines = _baselines(journal, {task.index for task in tasks})
         untuned = any(e.get("type") == "untuned" for e in journal)
-        return cls(trials, frozenset(baselines), untuned)
+        return cls(sum(map(_trials, rounds)), frozenset(baselines), untuned)
 
 
 def spend_so_far(journal: Sequence[Mapping[str, Any]]) -> Spend:
@@ -259,9 +255,7 @@ def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
     and what its search proposed, filtered, built and audited."""
     best = entry.get("best_s")
     state.history.append(best if best is not None else float("inf"))
-    state.round_trials.append(
-        int(entry.get("trials", entry.get("measured", 0) + entry.get("failed", 0)))
-    )
+    state.round_trials.append(_trials(entry))
     state.round_s.append(float(entry.get("seconds") or 0.0))
     state.round_fixed_s.append(float(entry.get("fixed_s", 0.0)))
     if entry.get("measured"):
@@ -270,6 +264,11 @@ def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
     state.filtered += int(entry.get("filtered", 0))
     state.built += int(entry.get("built", 0))
     state.audited += int(entry.get("audited", 0))
+
+
+def _trials(entry: Mapping[str, Any]) -> int:
+    """A round's trials as the journal counts them (older journals: measured and failed)."""
+    return int(entry.get("trials", entry.get("measured", 0) + entry.get("failed", 0)))
 
 
 def _library_round(state: TaskState, entry: Mapping[str, Any]) -> None:
@@ -287,7 +286,7 @@ def _library_round(state: TaskState, entry: Mapping[str, Any]) -> None:
 
 
 def _baselines(
-    journal: Sequence[Mapping[str, Any]], tasks: Mapping[int, Any]
+    journal: Sequence[Mapping[str, Any]], tasks: Collection[int]
 ) -> dict[int, Mapping[str, Any]]:
     """The last baseline entry of each task. Its `record_key` names the default schedule's
     record (None: it has none); journals older than default records lack the key."""
