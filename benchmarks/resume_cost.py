@@ -1,15 +1,18 @@
-"""What a resumed run spends reading its run directory back (rundir/restore.py), the way it
-does now and the way it did before each trace was replayed once and the library's features
-were used, side by side in one process.
+"""What a resumed run spends reading its run directory back (rundir/restore.py): the way it
+does now, and the ways it did before, side by side in one process.
 
     python benchmarks/resume_cost.py --run RUN_DIR [--repeats 2] [--label vm-2core]
 
-RUN_DIR is a finished run whose records its session added to the tuning library (its
-report names the library). Each pass restores its state with a fresh shared cost model:
-"now" reads each record with one replay (RunDatabase.each_candidate) and hands the features
-the library kept to the cost model; "before" reads the same database as any MetaSchedule
-database (TVM's from_json, then as_measure_candidate: two replays) and extracts every
-record's features again. The passes alternate; prints seconds and the median ratio and writes
+RUN_DIR is a run whose records its session added to the tuning library (its report names the
+library) and, for the "learned" pass, whose learned.jsonl was written as it measured. Each
+pass restores its state with a fresh shared cost model:
+- "before": the database read as any MetaSchedule database (TVM's from_json, then
+  as_measure_candidate: two replays a record), every record's features extracted again;
+- "library": each record replayed once (RunDatabase.each_stored), the features the library
+  kept handed to the cost model;
+- "learned" (now): the keys and features the run kept (learned.jsonl) and the library's;
+  only each task's search's parents and the default schedules replayed.
+The passes alternate; prints seconds and the median ratios and writes
 results/resume_cost-<label>-<date>.json.
 """
 
@@ -36,24 +39,32 @@ class AnyDatabase:
         return self.database.get_all_tuning_records()
 
 
-def restore_once(run: Path, tasks: list, target: object, features: dict, *, now: bool) -> float:
+def restore_once(run: Path, tasks: list, target: object, known: object, *, how: str) -> float:
     from tune_orchestrator.config import Settings
     from tune_orchestrator.predictor import Predictor
     from tune_orchestrator.rundir.database import RunDatabase
-    from tune_orchestrator.rundir.restore import restore
+    from tune_orchestrator.rundir.restore import Known, restore
     from tune_orchestrator.search import make_cost_model
+    from tune_orchestrator.search.strategy import most_parents
 
+    settings = Settings.load(None)
     journal = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines()]
     database = RunDatabase(run / "database_workload.json", run / "database_tuning_record.json")
-    cost_model = make_cost_model(Settings.load(None), Predictor())
+    cost_model = make_cost_model(settings, Predictor())
+    given = {
+        "before": (AnyDatabase(database), Known()),
+        "library": (database, Known(library=known.library)),
+        "learned": (database, known),
+    }[how]
     start = time.perf_counter()
     restore(
         tasks,
         journal,
-        database if now else AnyDatabase(database),
+        given[0],
         cost_model=cost_model,
         target=target,
-        features=features if now else None,
+        parents=most_parents(settings),
+        known=given[1],
     )
     return time.perf_counter() - start
 
@@ -70,6 +81,9 @@ def main() -> None:
     from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.targets import resolve_target
     from tune_orchestrator.model.tasks import extract_tasks
+    from tune_orchestrator.rundir import RunDir
+    from tune_orchestrator.rundir.learned import LearnedFile
+    from tune_orchestrator.rundir.restore import Known
 
     config = json.loads((args.run / "config.json").read_text())
     report = json.loads((args.run / "report.json").read_text())
@@ -77,26 +91,36 @@ def main() -> None:
     model = import_to_relax(load_model(Path(config["model"]["path"])))
     tasks = extract_tasks(fuse_for_tuning(model, target), target)
     library = Path(report["library"]["path"])
-    features = FeatureShelf(library / FEATURES, shelf_tag(target)).entries
-    restore_once(args.run, tasks, target, features, now=True)  # not counted: TVM's first loads
-    passes: dict[str, list[float]] = {"before": [], "now": []}
+    tag = shelf_tag(target)
+    known = Known(
+        learned=LearnedFile(args.run / RunDir.LEARNED, tag).read(),
+        library=FeatureShelf(library / FEATURES, tag).entries,
+    )
+    restore_once(args.run, tasks, target, known, how="learned")  # not counted: TVM's first loads
+    passes: dict[str, list[float]] = {"before": [], "library": [], "learned": []}
     for _ in range(args.repeats):
-        passes["before"].append(restore_once(args.run, tasks, target, features, now=False))
-        passes["now"].append(restore_once(args.run, tasks, target, features, now=True))
+        for how in passes:
+            passes[how].append(restore_once(args.run, tasks, target, known, how=how))
     records = report["summary"]["trials"]
-    print(f"{config['model']['name']}: {records} trials")
-    median = side_by_side(passes, "now", "before")
-    ratio = median["now"] / median["before"]
+    print(
+        f"{config['model']['name']}: {records} trials, {len(known.learned)} kept in learned.jsonl"
+    )
+    median = side_by_side(passes, "learned", "before")
+    ratios = {
+        f"learned_over_{how}": median["learned"] / median[how] for how in ("before", "library")
+    }
+    print(", ".join(f"{name} {ratio:.2f}x" for name, ratio in ratios.items()))
     stamp = datetime.date.today().isoformat()
     out = RESULTS / f"resume_cost-{args.label}-{stamp}.json"
     result = {
         "run": str(args.run),
         "model": config["model"]["name"],
         "trials": records,
-        "kept_features": len(features),
+        "kept_features": len(known.library),
+        "learned": len(known.learned),
         "passes": passes,
         "median_s": median,
-        "now_over_before": ratio,
+        **ratios,
         "label": args.label,
         "date": stamp,
     }

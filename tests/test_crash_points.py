@@ -33,6 +33,7 @@ CI_WHEN = {
     "config": "torn",
     "workload": "torn",
     "record": "torn",
+    "learned": "torn",
     "spend": "after",
     "waiting": "torn",
     "predictor": "after",

@@ -9,7 +9,7 @@ from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import extract_tasks, structural_key
 from tune_orchestrator.run.loop import FAILED_RUN_SECS
-from tune_orchestrator.rundir.restore import restore, spend_so_far
+from tune_orchestrator.rundir.restore import Known, restore, spend_so_far
 from tune_orchestrator.search import TaskSearch
 
 
@@ -143,7 +143,7 @@ def test_a_resume_relearns_records_whose_features_the_library_kept_without_extra
             TuningRecord(mc.sch.trace, search.workload, run_secs, target, mc.args_info)
         )
     reopened = RunDatabase(*files)
-    digests = [digest for _, _, digest in reopened.each_candidate()]
+    digests = [stored.digest for stored in reopened.each_stored()]
     kept = {d: (conv.key, np.full((1, 3), i, np.float32)) for i, d in enumerate(digests)}
 
     def no_extraction(*args, **kwargs):
@@ -153,6 +153,6 @@ def test_a_resume_relearns_records_whose_features_the_library_kept_without_extra
     predictor = Predictor()
     journal = [{"type": "session"}]
     shared = cost_model_module.SharedCostModel(predictor)
-    restore(tasks, journal, reopened, cost_model=shared, target=target, features=kept)
+    restore(tasks, journal, reopened, cost_model=shared, target=target, known=Known(library=kept))
     ((rows, _),) = predictor._data.values()
     assert sorted(float(m[0, 0]) for m in rows) == list(range(len(digests)))

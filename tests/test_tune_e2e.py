@@ -373,3 +373,97 @@ def test_pipelined_rounds_measure_every_candidate_once(tmp_path, fast_config):
     assert len({(json.loads(r)[0], json.dumps(json.loads(r)[1][0])) for r in lines}) == len(lines)
     rounds = [e for e in journal(run) if e["type"] == "round"]
     assert sum(e["measured"] + e["failed"] for e in rounds) == 24
+
+
+def read_back(tuned):
+    """The run's target, tasks, database and what it learned of each record
+    (rundir/learned.py)."""
+    from tune_orchestrator.library.features import shelf_tag
+    from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
+    from tune_orchestrator.model.loading import load_model
+    from tune_orchestrator.model.targets import resolve_target
+    from tune_orchestrator.model.tasks import extract_tasks
+    from tune_orchestrator.rundir.database import RunDatabase
+    from tune_orchestrator.rundir.learned import LearnedFile
+
+    target = resolve_target("llvm").target
+    model = fuse_for_tuning(import_to_relax(load_model(tuned.model)), target)
+    database = RunDatabase(tuned.out / RunDir.WORKLOAD_DB, tuned.out / RunDir.RECORD_DB)
+    learned = LearnedFile(tuned.out / RunDir.LEARNED, shelf_tag(target)).read()
+    return SimpleNamespace(
+        target=target, tasks=extract_tasks(model, target), database=database, learned=learned
+    )
+
+
+def test_the_run_keeps_the_key_and_features_of_each_record_it_measured(tuned):
+    """What a resume reads instead of replaying each record: the key of the schedule its
+    trace gives, and the features the cost model learned (those TVM extracts from it)."""
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from tune_orchestrator.model.tasks import structural_key
+    from tune_orchestrator.predictor import store_features
+
+    run = read_back(tuned)
+    stored = list(run.database.each_stored())
+    trials = [s for s in stored if s.digest in run.learned]
+    assert len(trials) == len(run.learned) == 16  # every trial; no default schedule
+    built = sum(e["built"] for e in journal(tuned.out) if e["type"] == "round")
+    assert sum(n.features is not None for n in run.learned.values()) == built > 0
+    for s in trials:
+        _, candidate = s.replay()
+        note = run.learned[s.digest]
+        assert note.key == structural_key(candidate.sch.mod)
+        if note.features is not None:
+            context = TuneContext(mod=s.workload.mod, target=run.target)
+            (extracted,) = store_features(context, [candidate])
+            np.testing.assert_array_equal(note.features, extracted)
+
+
+def test_a_resume_replays_of_what_the_run_kept_only_its_searches_parents(tuned, monkeypatch):
+    """Read back from learned.jsonl, a run resumes as from replaying every record: the same
+    measured keys, counts, bests, parents and learned model; the traces replayed are the
+    default schedules' and the parents' (9 ms each on the example model's convolutions)."""
+    from tune_orchestrator.predictor import Predictor
+    from tune_orchestrator.rundir import database as database_module
+    from tune_orchestrator.rundir.restore import Known, restore
+    from tune_orchestrator.search.cost_model import SharedCostModel
+
+    run = read_back(tuned)
+    replays = []
+    replayed = database_module.replayed
+    monkeypatch.setattr(
+        database_module, "replayed", lambda *args: replays.append(1) or replayed(*args)
+    )
+
+    def restored(known):
+        replays.clear()
+        predictor = Predictor()
+        got = restore(
+            run.tasks,
+            journal(tuned.out),
+            run.database,
+            cost_model=SharedCostModel(predictor),
+            target=run.target,
+            parents=2,
+            known=known,
+        )
+        keys = {i: [(keyed(c), s) for c, s in b] for i, b in got.bests.items()}
+        states = [(s.trials, s.failures, s.best_s) for s in got.states]
+        facts = (got.measured, states, keys, sorted(got.default_records))
+        return facts, predictor._data, len(replays)
+
+    def keyed(candidate):
+        from tune_orchestrator.model.tasks import structural_key
+
+        return structural_key(candidate.sch.mod)
+
+    every, learned_every, all_replays = restored(Known())
+    kept, learned_kept, few = restored(Known(learned=run.learned))
+    assert kept == every
+    assert all_replays == len(list(run.database.each_stored()))
+    assert few == defaults(tuned.out) + sum(len(b) for b in every[2].values()) < all_replays
+    assert learned_kept.keys() == learned_every.keys()
+    for workload, (rows, latencies) in learned_every.items():
+        assert learned_kept[workload][1] == latencies  # no build failed in this run
+        for a, b in zip(learned_kept[workload][0], rows, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -211,6 +211,15 @@ class SearchView(PyDatabase):
     def commit_tuning_record(self, record: Any) -> None:
         self.database.commit_tuning_record(record)
 
+    def commit_named(self, record: Any) -> str | None:
+        """The record committed, named as the run's database names it (None where it names
+        none: another database)."""
+        named = getattr(self.database, "commit_named", None)
+        if named is None:
+            self.database.commit_tuning_record(record)
+            return None
+        return named(record)
+
     def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
         found = self.database.get_top_k(workload, top_k + len(self.hidden))
         return [r for r in found if self._visible(r)][:top_k]

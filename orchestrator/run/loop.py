@@ -27,7 +27,9 @@ from tune_orchestrator.measure.base import short_error
 
 from ..config import Settings
 from ..model.tasks import Candidate, Task, structural_key
+from ..rundir.learned import Learned, LearnedFile
 from ..search import Proposer, SearchTimes, Sisters, TaskSearch
+from ..search.cost_model import candidate_features
 from .measuring import build_workers
 from .scheduler import (
     RoundPlan,
@@ -158,6 +160,9 @@ class LoopParts:
     builder: Builder
     engine: Engine
     scheduler: Scheduler
+    # Where what the cost model learns of each record is kept (rundir/learned.py); None: not
+    # kept (a cost model other than ours, whose features are its own).
+    learned: LearnedFile | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -193,6 +198,8 @@ class TuningLoop:
         self.database, self.cost_model = parts.database, parts.cost_model
         self.builder, self.engine = parts.builder, parts.engine
         self.filter, self.scheduler = parts.candidate_filter, parts.scheduler
+        self.learned = parts.learned
+        self._named: dict[int, str | None] = {}  # candidate key -> its record's digest
         self.states = list(start.states)
         self.measured = start.measured  # task index -> keys in the database or being measured
         self.rand_state = start.rand_state
@@ -416,16 +423,18 @@ class TuningLoop:
             parents = self._bests.get(task.index, []) + ran
             self._bests[task.index] = sorted(parents, key=lambda best: best[1])
             built = [i for i, b in enumerate(builds) if b.ok]
+            context = TuneContext(mod=task.workload, target=self.target, task_name=task.name)
             if built:
                 add = getattr(self.cost_model, "add", None) or self.cost_model.update
                 add(
-                    TuneContext(mod=task.workload, target=self.target, task_name=task.name),
+                    context,
                     [chosen[i].measure_candidate for i in built],
                     [
                         RunnerResult(list(m.run_secs) if m.ok else None, m.error)
                         for m in (measured[i] for i in built)
                     ],
                 )
+            self._keep_learned(context, chosen, built)
         return measured
 
     def _allowed_after(self, rounds: Sequence[int], wanted: int) -> int:
@@ -730,9 +739,12 @@ class TuningLoop:
 
         mc = candidate.measure_candidate
         run_secs = list(m.run_secs) if m.ok else [FAILED_RUN_SECS]
-        self.database.commit_tuning_record(
-            TuningRecord(mc.sch.trace, workload, run_secs, self.target, mc.args_info)
-        )
+        record = TuningRecord(mc.sch.trace, workload, run_secs, self.target, mc.args_info)
+        named = getattr(self.database, "commit_named", None) if self.learned is not None else None
+        if named is None:
+            self.database.commit_tuning_record(record)
+        else:
+            self._named[candidate.key] = named(record)
 
     def _learn(
         self,
@@ -752,6 +764,22 @@ class TuningLoop:
             self.cost_model.update(
                 search.ctx, [candidates[i] for i in built], [results[i] for i in built]
             )
+        self._keep_learned(search.ctx, chosen, built)
+
+    def _keep_learned(self, context: Any, chosen: Sequence[Candidate], built: list[int]) -> None:
+        """Each committed candidate's key, and the features the cost model has just learned
+        of those `built`, beside the database (rundir/learned.py): a resumed run reads them
+        instead of replaying the records."""
+        named = {i: self._named.pop(c.key, None) for i, c in enumerate(chosen)}
+        if self.learned is None:
+            return
+        mcs = [chosen[i].measure_candidate for i in built]
+        features = dict(zip(built, candidate_features(self.cost_model, context, mcs), strict=True))
+        self.learned.append(
+            (digest, Learned(chosen[i].key, features.get(i)))
+            for i, digest in named.items()
+            if digest is not None
+        )
 
     def _retire(self, state: TaskState, reason: str) -> None:
         state.retired = reason

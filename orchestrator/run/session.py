@@ -30,6 +30,7 @@ from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
+from ..library.features import shelf_tag
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
@@ -45,7 +46,8 @@ from ..rundir.durability import (
     open_database,
     repair_database,
 )
-from ..rundir.restore import Earlier, Restored, restore, spend_so_far
+from ..rundir.learned import LearnedFile
+from ..rundir.restore import Earlier, Known, Restored, restore, spend_so_far
 from ..rundir.waiting import load_waiting, save_waiting
 from ..search import make_cost_model
 from ..search.strategy import most_parents
@@ -208,7 +210,7 @@ class Session:
                 candidate_filter=self.filter,
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
-                features=self.library.kept(),
+                known=Known(self._learned().read(), self.library.kept()),
             )
             self._warm_start(restored, cost_model)
         # A crash between a database commit and its journal line leaves records the journal
@@ -216,6 +218,10 @@ class Session:
         ledger.trials = max(ledger.trials, restored.trials)
         ledger.history = list(restored.points)
         return restored
+
+    def _learned(self) -> LearnedFile:
+        """What the run learned of each record it measured (rundir/learned.py)."""
+        return LearnedFile(self.run[RunDir.LEARNED], shelf_tag(self.target.target))
 
     def _warm_start(self, restored: Restored, cost_model: Any) -> None:
         """Start the learned model on --warm-start; where nothing started it (no --warm-start,
@@ -598,6 +604,7 @@ class Session:
             builder=builder,
             engine=engine,
             scheduler=GainScheduler.from_settings(self.settings.scheduler),
+            learned=self._learned() if hasattr(cost_model, "learn_features") else None,
         )
         loop = TuningLoop(
             self._loop_rules(),

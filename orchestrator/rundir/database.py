@@ -5,9 +5,10 @@ on smallcnn 0.13 MB a record read back from a file, 0.04 MB a record committed i
 (docs/how-it-works.md, Long runs), without end. A run reads back only each task's fastest
 records: the final compile takes one per task, and the search keeps its own parents.
 `RunDatabase` appends every record to the same two files, in the format `JSONDatabase` writes
-(stock TVM reads the folder), and keeps in memory each workload's `kept` fastest. Opening it reads the files' JSON and replays only those; every record
-is read back, one at a time, by `each_record` (`each_candidate`: what a resumed run relearns
-from).
+(stock TVM reads the folder), and keeps in memory each workload's `kept` fastest. Opening it
+reads the files' JSON and replays only those; every record is read back, one at a time, by
+`each_record` (replayed) or `each_stored` (as the file holds it, named as the tuning library
+names it, replayed when asked: what a resumed run reads back).
 
 Which records count as a workload's fastest follows `JSONDatabase.get_top_k` in TVM 0.27: by
 mean run time, earlier first among equals; a record with no run time, or with every run failed
@@ -17,6 +18,7 @@ mean run time, earlier first among equals; a record with no run time, or with ev
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,6 +64,7 @@ class RunDatabase(PyDatabase):
         self._workload_json: list[Any] = []  # the same lines' JSON, as the file holds them
         self._lines: dict[int, list[int]] = {}  # structural key -> workload lines
         self._fastest: dict[int, list[tuple[float, int, Any]]] = {}  # line -> (mean, order, record)
+        self._names: dict[int, Any] = {}  # line -> workload_digest of it
         self._count = 0
         self._load()
 
@@ -83,13 +86,20 @@ class RunDatabase(PyDatabase):
         return workload
 
     def commit_tuning_record(self, record: Any) -> None:
+        self.commit_named(record)
+
+    def commit_named(self, record: Any) -> str:
+        """Commit `record` (as commit_tuning_record); its name in the tuning library's
+        features (library/features.py), which rundir/learned.py keeps what was learned under."""
         line = self._line_of(record.workload.mod, record.workload)
         if line is None:
             raise ValueError("a tuning record for a workload this database has not committed")
-        _append(self.paths[1], json.dumps([line, record_json(record)]))
+        written = record_json(record)
+        _append(self.paths[1], json.dumps([line, written]))
         insts = record.trace.insts
         first = insts[0].kind.name if len(insts) else None
         self._offer(line, record, record.run_secs, first)
+        return record_digest(self._name(line), written)
 
     def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
         if top_k < 0:
@@ -118,22 +128,16 @@ class RunDatabase(PyDatabase):
             lambda line, record: TuningRecord.from_json(record, self.workloads[line]), unreadable
         )
 
-    def each_candidate(
+    def each_stored(
         self, unreadable: Callable[[int, Exception], None] | None = None
-    ) -> Iterator[tuple[Any, Any, str]]:
-        """Every record as `each_record` gives it, with its MeasureCandidate (what a resumed
-        run relearns from and starts its search from) and its name in a library's features
-        (library/features.py), each trace replayed once: TVM's from_json then
-        as_measure_candidate replay it twice, 9 ms each on the example model's convolutions
-        (a resumed run of 1,300 records spent 24 s in them)."""
-        names: dict[int, Any] = {}  # workload line -> workload_digest
-
-        def read(line: int, record: Any) -> tuple[Any, Any, str]:
-            if line not in names:
-                names[line] = workload_digest(self._workload_json[line])
-            return (*replayed(record, self.workloads[line]), record_digest(names[line], record))
-
-        return self._each(read, unreadable)
+    ) -> Iterator[Stored]:
+        """Every record as the file holds it, in order, not replayed (`Stored.replay`)."""
+        return self._each(
+            lambda line, record: Stored(
+                self.workloads[line], record, record_digest(self._name(line), record)
+            ),
+            unreadable,
+        )
 
     def _each(
         self,
@@ -181,6 +185,12 @@ class RunDatabase(PyDatabase):
                 for mean, order, record in held
             ]
 
+    def _name(self, line: int) -> Any:
+        """The workload line's part of its records' names (hashed once: tens of kB)."""
+        if line not in self._names:
+            self._names[line] = workload_digest(self._workload_json[line])
+        return self._names[line]
+
     def _add_workload(self, workload: Any, line: Any) -> None:
         self._lines.setdefault(structural_key(workload.mod), []).append(len(self.workloads))
         self.workloads.append(workload)
@@ -203,6 +213,24 @@ class RunDatabase(PyDatabase):
         if ranked(run_secs, first):
             entry = (mean_s(run_secs), self._count, record)
             _keep(self._fastest.setdefault(line, []), entry, self.kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """A record as the file holds it: its Workload, its JSON, its name in the tuning library's
+    features (library/features.py)."""
+
+    workload: Any
+    record: Any
+    digest: str | None
+
+    @property
+    def run_secs(self) -> Any:
+        return self.record[1]
+
+    def replay(self) -> tuple[Any, Any]:
+        """(TuningRecord, MeasureCandidate), one replay of its trace (`replayed`)."""
+        return replayed(self.record, self.workload)
 
 
 def replayed(record: Any, workload: Any) -> tuple[Any, Any]:

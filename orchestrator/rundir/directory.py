@@ -94,6 +94,7 @@ class RunDir:
     MISMATCH = "model.tuned-MISMATCH.so"
     WORKLOAD_DB = "database_workload.json"
     RECORD_DB = "database_tuning_record.json"
+    LEARNED = "learned.jsonl"  # what the run learned of each record (learned.py)
     LOGS = "logs"
     _LOCK = ".lock"
     # Files a run writes before its config; a folder holding only these is still "new".

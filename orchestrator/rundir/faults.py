@@ -23,6 +23,7 @@ POINTS = {
     "config": "the run's config.json",
     "workload": "a workload line of database_workload.json",
     "record": "a record line of database_tuning_record.json",
+    "learned": "what a round learned, by record (learned.jsonl)",
     "spend": "the spend checkpoint (spend.json)",
     "waiting": "the parked proposals (waiting.jsonl)",
     "predictor": "the learned model (predictor.json)",
@@ -118,7 +119,10 @@ def database(db: Any, files: Mapping[str, Path]) -> Any:
             return _committed("workload", files["workload"], lambda: db.commit_workload(mod))
 
         def commit_tuning_record(self, record: Any) -> None:
-            _committed("record", files["record"], lambda: db.commit_tuning_record(record))
+            self.commit_named(record)
+
+        def commit_named(self, record: Any) -> str:
+            return _committed("record", files["record"], lambda: db.commit_named(record))
 
         def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
             return db.get_top_k(workload, top_k)
@@ -128,6 +132,9 @@ def database(db: Any, files: Mapping[str, Path]) -> Any:
 
         def each_record(self, unreadable: Any = None) -> Any:
             return db.each_record(unreadable)
+
+        def each_stored(self, unreadable: Any = None) -> Any:
+            return db.each_stored(unreadable)
 
         def __len__(self) -> int:
             return len(db)

@@ -23,6 +23,7 @@ from ..run.loop import FAILED_RUN_SECS
 from ..run.scheduler import TaskState
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
+from .learned import Learned
 
 
 @dataclasses.dataclass
@@ -101,20 +102,25 @@ def restore(
     candidate_filter: Filter | None = None,
     parents: int | None = None,
     skipped: Skipped | None = None,
-    features: Mapping[str, tuple[str, Any]] | None = None,
+    known: Known | None = None,
 ) -> Restored:
     """A run directory's state for its next session. `parents`: how many of each task's
     fastest measured schedules its search is handed (None: all; the rest are not kept);
     `skipped` counts the records that no longer replay (they stay in the database);
-    `features`: records' features the tuning library keeps, by digest (library/features.py),
-    which the cost model and the filter then relearn without extracting them again."""
+    `known`: what the run and the tuning library kept of records, which the cost model and
+    the filter then relearn without replaying or extracting them again (where the cost model
+    is ours: TVM's XGBModel learns from schedules)."""
     states = [TaskState(task) for task in tasks]
     measured: dict[int, set[int]] = {task.index: set() for task in tasks}
     baselines = _baselines(journal, measured)
+    skipped = skipped or Skipped()
+    known = known or Known()
+    if not hasattr(cost_model, "learn_features"):
+        known = Known()
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
-    default_records, bests, learn = _read_database(
-        database, tasks, states, measured, baselines, skipped or Skipped(), features or {}
+    default_records, ran, learn = _read_database(
+        database, tasks, states, measured, baselines, skipped, known
     )
     # 2. Rounds, retirements, untuned latencies and the convergence curve from the journal.
     sessions, untuned, points, library = _read_journal(journal, states, measured, baselines)
@@ -128,8 +134,7 @@ def restore(
         and index not in default_records
         and ("record_key" not in entry or entry["record_key"] is not None)
     }
-    for index, ran in bests.items():
-        bests[index] = sorted(ran, key=lambda best: best[1])[:parents]
+    bests = _parents(ran, tasks, parents, skipped)
     return Restored(
         states,
         measured,
@@ -151,61 +156,132 @@ def _read_database(
     measured: dict[int, set[int]],
     baselines: Mapping[int, Mapping[str, Any]],
     skipped: Skipped,
-    features: Mapping[str, tuple[str, Any]],
-) -> tuple[
-    dict[int, Any], dict[int, list[tuple[Any, float]]], dict[int, tuple[list[Any], list[Any]]]
-]:
+    known: Known,
+) -> tuple[dict[int, Any], dict[int, list[_Ran]], dict[int, tuple[list[Any], list[Any]]]]:
     """Count each task's trials, failures and best latency from its records, and mark them
     measured: (each task's default schedule's record, its candidates that ran with their mean
-    seconds, its candidates and results to relearn)."""
+    seconds, its candidates and results to relearn). A record whose key and features the
+    run kept (learned.py) is not replayed."""
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from ..model.defaults import hex_key
 
     by_key = {structural_key(task.workload): task for task in tasks}
+    tasks_of: dict[Any, Task | None] = {}  # a workload's handle -> its task
     default_records: dict[int, Any] = {}
-    bests: dict[int, list[tuple[Any, float]]] = {}
+    ran: dict[int, list[_Ran]] = {}
     learn: dict[int, tuple[list[Any], list[Any]]] = {}
-    for record, candidate, digest in _every_record(database, skipped):
-        task = by_key.get(structural_key(record.workload.mod))
+    for stored in _every_record(database, skipped):
+        handle = stored.workload.__chandle__()
+        if handle not in tasks_of:
+            tasks_of[handle] = by_key.get(structural_key(stored.workload.mod))
+        task = tasks_of[handle]
         if task is None:
             continue
-        try:
-            candidate = record.as_measure_candidate() if candidate is None else candidate
-        except Exception as exc:  # noqa: BLE001 - its trace no longer applies to its workload
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-            skipped.add("run_records", f"{task.name}: {why}")
+        note = known.learned.get(stored.digest) if stored.digest is not None else None
+        record, candidate = _replayed(stored, task, skipped) if note is None else (None, None)
+        if note is None and candidate is None:
             continue
-        key = structural_key(candidate.sch.mod)
+        key = note.key if note is not None else structural_key(candidate.sch.mod)
         measured[task.index].add(key)
         if hex_key(key) == baselines.get(task.index, {}).get("record_key"):
-            default_records[task.index] = record
+            record = record if record is not None else _replayed(stored, task, skipped)[0]
+            if record is not None:
+                default_records[task.index] = record
             continue
         state = states[task.index]
         state.trials += 1
-        secs = [float(s) for s in record.run_secs] if record.run_secs else [float("inf")]
+        run_secs = stored.run_secs
+        secs = [float(s) for s in run_secs] if run_secs else [float("inf")]
         ok = all(s < FAILED_RUN_SECS for s in secs)
         if ok:
             mean = statistics.fmean(secs)
             state.best_s = mean if state.best_s is None else min(state.best_s, mean)
-            bests.setdefault(task.index, []).append((candidate, mean))
+            ran.setdefault(task.index, []).append(_Ran(stored, candidate, mean))
         else:
             state.failures += 1
+        if note is not None and note.features is None:  # its build failed: nothing was learned
+            continue
+        features = note.features if note is not None else known.features(stored.digest)
         cands, results = learn.setdefault(task.index, ([], []))
-        known = features.get(digest) if digest is not None else None
-        cands.append(Candidate(task, candidate, key, None if known is None else known[1]))
+        cands.append(Candidate(task, candidate, key, features))
         results.append(RunnerResult(secs if ok else None, None if ok else "failed earlier"))
-    return default_records, bests, learn
+    return default_records, ran, learn
 
 
-def _every_record(database: Any, skipped: Skipped) -> Iterable[tuple[Any, Any, str | None]]:
-    """The database's records with their MeasureCandidates and digests, read one at a time
-    where it can (database.py: each_candidate); one that no longer replays is counted and
-    stays in the file. From another database, candidates and digests are None (the
-    candidates made from the records)."""
-    each = getattr(database, "each_candidate", None)
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """What the run (learned.py: by record) and the tuning library (library/features.py:
+    features by record) kept of records, so that they need not be replayed."""
+
+    learned: Mapping[str, Learned] = dataclasses.field(default_factory=dict)
+    library: Mapping[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def features(self, digest: str | None) -> Any:
+        found = self.library.get(digest) if digest is not None else None
+        return None if found is None else found[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ran:
+    """A record that ran: as stored, its MeasureCandidate where it was replayed, its mean."""
+
+    stored: Any
+    candidate: Any
+    mean_s: float
+
+
+def _replayed(stored: Any, task: Task, skipped: Skipped) -> tuple[Any, Any]:
+    """(TuningRecord, MeasureCandidate) of a stored record; (None, None), counted, where its
+    trace no longer applies to its workload (it stays in the file)."""
+    try:
+        return stored.replay()
+    except Exception as exc:  # noqa: BLE001 - TVM raises its own types
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        skipped.add("run_records", f"{task.name}: {why}")
+        return None, None
+
+
+def _parents(
+    ran: Mapping[int, list[_Ran]], tasks: Sequence[Task], parents: int | None, skipped: Skipped
+) -> dict[int, list[tuple[Any, float]]]:
+    """Each task's `parents` fastest records that ran, fastest first, as (MeasureCandidate,
+    mean seconds): only these are replayed where the run kept what it learned of them."""
+    bests: dict[int, list[tuple[Any, float]]] = {}
+    for index, records in ran.items():
+        chosen = bests[index] = []
+        for r in sorted(records, key=lambda r: r.mean_s):
+            if parents is not None and len(chosen) >= parents:
+                break
+            candidate = r.candidate
+            if candidate is None:
+                candidate = _replayed(r.stored, tasks[index], skipped)[1]
+            if candidate is not None:
+                chosen.append((candidate, r.mean_s))
+    return bests
+
+
+class _Held:
+    """A record of another MetaSchedule database, as RunDatabase.each_stored gives its own."""
+
+    digest = None
+
+    def __init__(self, record: Any) -> None:
+        self.record = record
+        self.workload = record.workload
+        self.run_secs = record.run_secs
+
+    def replay(self) -> tuple[Any, Any]:
+        return self.record, self.record.as_measure_candidate()
+
+
+def _every_record(database: Any, skipped: Skipped) -> Iterable[Any]:
+    """The database's records as stored (database.py: Stored), one at a time where it can;
+    one that cannot be read is counted and stays in the file. From another database, its
+    records without digests (nothing was kept of them)."""
+    each = getattr(database, "each_stored", None)
     if each is None:
-        return ((record, None, None) for record in database.get_all_tuning_records())
+        return (_Held(record) for record in database.get_all_tuning_records())
 
     def unreadable(number: int, error: Exception) -> None:
         skipped.add("run_records", f"record {number}: {one_line(error)}")
@@ -307,18 +383,24 @@ def _retrain(
     from tvm.s_tir.meta_schedule import TuneContext
 
     from .. import _tvm
+    from ..search.cost_model import candidate_features
 
     _tvm.load_tensor_intrinsics(target)
     # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.
-    add = getattr(cost_model, "add", None) or cost_model.update
-    remember = getattr(cost_model, "remember", None)
+    learn_features = getattr(cost_model, "learn_features", None)
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
-        known = [c for c in candidates if c.features is not None]
-        if remember is not None and known:  # the library kept them: no extraction
-            remember([c.measure_candidate for c in known], [c.features for c in known])
-        add(ctx, [c.measure_candidate for c in candidates], results)
+        if learn_features is None:
+            cost_model.update(ctx, [c.measure_candidate for c in candidates], results)
+        else:
+            missing = [i for i, c in enumerate(candidates) if c.features is None]
+            found = candidate_features(
+                cost_model, ctx, [candidates[i].measure_candidate for i in missing]
+            )
+            for i, features in zip(missing, found, strict=True):
+                candidates[i] = dataclasses.replace(candidates[i], features=features)
+            learn_features(task.workload, [c.features for c in candidates], results)
         if candidate_filter is not None:
             measurements = [
                 Measurement(tuple(float(s) for s in r.run_secs), None)

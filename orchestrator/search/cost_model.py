@@ -112,15 +112,6 @@ class SharedCostModel(PyCostModel):
                     self._cache.popitem(last=False)
         return [found[i] for i in range(len(candidates))]
 
-    def remember(self, candidates: Sequence[Any], features: Sequence[np.ndarray]) -> None:
-        """Features known already of candidates about to be learned (the tuning library
-        keeps those of its records: library/features.py), so that `add` extracts none."""
-        with self._lock:
-            for candidate, stores in zip(candidates, features, strict=True):
-                self._cache[candidate.sch.__chandle__()] = (candidate.sch, stores)
-            while len(self._cache) > _CACHE:
-                self._cache.popitem(last=False)
-
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
             return np.zeros(0)
@@ -144,14 +135,21 @@ class SharedCostModel(PyCostModel):
     def add(self, context: Any, candidates: Sequence[Any], results: Sequence[Any]) -> None:
         """Learn one task's results (RunnerResults; failures as infinitely slow) without
         training yet."""
+        features = self.features(context, candidates)
+        self.learn_features(context.mod, features, results)
+        if self.kept is not None:
+            self.kept.add(context.mod, candidates, features)
+
+    def learn_features(
+        self, mod: Any, features: Sequence[np.ndarray], results: Sequence[Any]
+    ) -> None:
+        """`add` for schedules of the workload `mod` known by their features alone (a resumed
+        run's records: rundir/learned.py)."""
         latencies = [
             sum(r.run_secs) / len(r.run_secs) if r.run_secs and not r.error_msg else math.inf
             for r in results
         ]
-        features = self.features(context, candidates)
-        self.predictor.add(task_key(context.mod), features, latencies)
-        if self.kept is not None:
-            self.kept.add(context.mod, candidates, features)
+        self.predictor.add(task_key(mod), features, latencies)
 
     def fit(self) -> None:
         start = time.perf_counter()
