@@ -5,10 +5,10 @@ doubled, resumes refused.
                                       [--label vm-2core]
 
 Part 1 runs tests/test_crash_points.py with CRASH_POINTS=full: for each of the run's durable
-write points (journal, config, workload, record, spend, waiting, predictor, filter, library,
-model, report) the process ends (os._exit) at its first, middle and last write of a clean
-run, once torn half-way and once right after it; each time the run is resumed twice and must
-keep every record exactly once and exit 0 both times. Part 2 is the kill -9 soak of
+write points (journal, config, workload, record, learned, spend, waiting, predictor, filter,
+library, model, report) the process ends (os._exit) at its first, middle and last write of a
+clean run, once torn half-way and once right after it; each time the run is resumed twice and
+must keep every record exactly once and exit 0 both times. Part 2 is the kill -9 soak of
 tests/test_durability.py with `--kills` kills. The figures go to
 benchmarks/results/crash_points-<label>-<date>.json.
 """

@@ -16,6 +16,7 @@ def entries(n: int, *, start: int = 0) -> list[tuple[str, Learned]]:
             f"d{start + i}",
             Learned(
                 -(2**63) + i if i == 1 else 2**64 - 1 - i,
+                f"task{i % 2}",
                 None if i % 3 == 2 else rng.random((1 + i % 4, 7)).astype(np.float32),
             ),
         )
@@ -26,7 +27,7 @@ def entries(n: int, *, start: int = 0) -> list[tuple[str, Learned]]:
 def same(found: dict[str, Learned], expected: list[tuple[str, Learned]]) -> None:
     assert list(found) == [digest for digest, _ in expected]
     for digest, entry in expected:
-        assert found[digest].key == entry.key
+        assert (found[digest].key, found[digest].task) == (entry.key, entry.task)
         if entry.features is None:
             assert found[digest].features is None
         else:
@@ -54,7 +55,9 @@ def test_a_torn_or_garbled_line_is_absent_and_the_next_round_still_reads(tmp_pat
     file.append(later)  # begins on a line of its own
     same(file.read(), first[:2] + later)
     with open(path, "ab") as fh:
-        fh.write(b'{"t":"tag","d":"x","k":"zz"}\n\xff\xfe not json\n{"t":"tag"}\n')
+        fh.write(
+            b'{"tag":"tag","digest":"x","key":"zz","task":"t"}\n\xff\xfe not json\n{"tag":"tag"}\n'
+        )
     same(file.read(), first[:2] + later)
 
 

@@ -33,9 +33,7 @@ from tune_orchestrator.library.files import (
 )
 from tune_orchestrator.model.targets import resolve_target
 from tune_orchestrator.model.tasks import Task
-from tune_orchestrator.predictor import Predictor
 from tune_orchestrator.run.scheduler import GainScheduler, RoundSizes, TaskState
-from tune_orchestrator.search.cost_model import SharedCostModel
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 
@@ -471,23 +469,31 @@ def layout_database(folder: Path) -> JSONDatabase:
 
 
 def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path, monkeypatch):
-    """The next run trains on a run's records without reading them into TVM: their features
-    are named, as the cost model learns them, by what the library will call the records
-    (layout transforms included, whose traces TVM's as_json cannot convert)."""
-    plain = make_database(tmp_path / "plain", [64], [2, 4])
+    """The next run trains on a run's records without reading them into TVM: the features its
+    cost model learned are kept (rundir/learned.py) under the names the run's database gave
+    the records as it wrote them, which the library gives them too (layout transforms
+    included, whose traces TVM's as_json cannot convert)."""
+    from tune_orchestrator.model.tasks import task_key
+    from tune_orchestrator.rundir.database import RunDatabase
+    from tune_orchestrator.rundir.learned import Learned, LearnedFile
+
+    plain = JSONDatabase(work_dir=str(make_database(tmp_path / "plain", [64], [2, 4])))
     layout = layout_database(tmp_path / "layout")
     library = Library(tmp_path / "library")
-    for folder, database in (
-        (plain, JSONDatabase(work_dir=str(plain))),
-        (tmp_path / "layout", layout),
-    ):
-        one = RunLibrary(library, Settings.load(None))
-        one.watch(SharedCostModel(Predictor()), TARGET)
-        for i, record in enumerate(database.get_all_tuning_records()):
+    for name, source in (("plain-run", plain), ("layout-run", layout)):
+        (tmp_path / name).mkdir()
+        run = RunDatabase(*files(tmp_path / name))
+        kept = LearnedFile(tmp_path / name / "learned.jsonl", shelf_tag(TARGET))
+        for i, record in enumerate(source.get_all_tuning_records()):
+            mod = record.workload.mod
+            again = TuningRecord(
+                record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
+            )
             stores = np.full((2, 3), i + 1, np.float32)
-            candidate = SimpleNamespace(sch=SimpleNamespace(trace=record.trace))  # as measured
-            one.measured.add(record.workload.mod, [candidate], [stores])
-        one.add(files(folder), [], {"check": {"ok": True}})
+            kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
+        RunLibrary(library, Settings.load(None)).add(
+            files(tmp_path / name), [], {"check": {"ok": True}}, kept
+        )
     monkeypatch.setattr(predictor_module, "record_features", None)  # no extraction: kept
     adds = learned(library)
     assert sum(len(f) for _, f, _ in adds) == 4

@@ -6,7 +6,8 @@ trained on ~350 of a 650-record library within its 5% share of the clock).
 It is a cache. An entry is a record's MetaSchedule per-store features and its workload's
 key, under a digest of the record's workload line and trace. Entries come from a run that
 read a record to train on it (run.py: RunLibrary.train), and from a run that measured it
-(RunFeatures, as its cost model learns; added with its records). A file that is missing,
+(what its cost model learned, kept in its run directory: rundir/learned.py; added with its
+records). A file that is missing,
 unreadable, or written for another TVM, tune-orchestrator, feature width or target reads as
 empty and is written again. Entries of records the library no longer holds go when a run
 that read records writes it. Writers take the library's lock and merge with the file as they
@@ -20,14 +21,14 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..rundir.atomic import write_atomic
-from .files import trace_key, trace_text
+from .files import trace_key
 
 FEATURES = "features.npz"
 
@@ -60,34 +61,6 @@ def trace_digest(workload: Any, trace: str) -> str:
     named = workload.copy()
     named.update(trace.encode())
     return named.hexdigest()[:32]
-
-
-class RunFeatures:
-    """The features of a run's measured candidates, kept as the cost model learns them
-    (search/cost_model.py) under the digest their records have in the run's database, so
-    that the library keeps them with the records the run adds: the next run trains on those
-    without reading them into TVM. Naming a candidate costs ~1.2 ms (its trace as JSON)."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-        self.entries: dict[str, tuple[str, np.ndarray]] = {}
-        self._workloads: dict[str, Any] = {}  # task key -> its database line's digest
-
-    def add(self, mod: Any, candidates: Sequence[Any], features: Sequence[np.ndarray]) -> None:
-        """MeasureCandidates of the workload `mod` and their features."""
-        from tvm.s_tir.meta_schedule.database import Workload
-
-        from ..model.tasks import task_key
-
-        key = task_key(mod)
-        if key not in self._workloads:  # the line as RunDatabase.commit_workload writes it
-            self._workloads[key] = workload_digest([str(v) for v in Workload(mod).as_json()])
-        for candidate, stores in zip(candidates, features, strict=True):
-            try:
-                trace = trace_text(candidate.sch.trace)
-            except Exception:  # noqa: BLE001 - a cache: the next run reads the record instead
-                continue
-            self.entries[trace_digest(self._workloads[key], trace)] = (key, stores)
 
 
 class FeatureShelf:

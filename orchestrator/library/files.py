@@ -86,15 +86,6 @@ def record_json(record: Any) -> list:
     return _file_form(_ffi_api.TuningRecordAsJSON(record))
 
 
-def trace_text(trace: Any) -> str:
-    """The trace_key of any record of this schedule (a Trace), without making the record:
-    TVM's own JSON of it, as record_json converts it (not Trace.as_json's)."""
-    from tvm.s_tir.schedule import _ffi_api
-
-    form = _file_form(_ffi_api.TraceAsJSON(trace, False))
-    return json.dumps(form, separators=(",", ":"))
-
-
 def _file_form(value: Any) -> Any:
     """TVM's JSON objects as a database file holds them (record_json)."""
     import tvm

@@ -18,8 +18,9 @@ from ..errors import InputError
 from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
 from ..run.skipped import Skipped
+from ..rundir.learned import LearnedFile
 from ..search.transfer import one_line
-from .features import FEATURES, FeatureShelf, RunFeatures, shelf_tag
+from .features import FEATURES, FeatureShelf, shelf_tag
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
@@ -56,7 +57,6 @@ class RunLibrary:
         self.added: int | None = None
         self.not_added: str | None = None
         self.transferred: dict[str, Transferred] = {}  # by task name
-        self.measured: RunFeatures | None = None  # the features of what this run measures
         self.shelf: FeatureShelf | None = None  # the library's features, once `train` read them
 
     @classmethod
@@ -186,12 +186,6 @@ class RunLibrary:
         """The features the library keeps of records, by digest (library/features.py): those
         of a resumed run's own records are among them when its earlier session added them."""
         return self.shelf.entries if self.shelf is not None else {}
-
-    def watch(self, cost_model: Any, target: Any) -> None:
-        """Have the cost model keep the features of what the run measures from now on, so
-        that `add` gives them to the library with the records."""
-        if self.library is not None and hasattr(cost_model, "kept"):
-            self.measured = cost_model.kept = RunFeatures(target)
 
     def resume(self, earlier: Any, states: Sequence[TaskState]) -> None:
         """Count what the run's earlier sessions took from the library (`earlier`:
@@ -344,10 +338,15 @@ class RunLibrary:
         )
 
     def add(
-        self, database: tuple[Path, Path], defaults: Iterable[Any], tuned: Mapping[str, Any] | None
+        self,
+        database: tuple[Path, Path],
+        defaults: Iterable[Any],
+        tuned: Mapping[str, Any] | None,
+        learned: LearnedFile | None = None,
     ) -> None:
         """Add the run's records (its `database` files: workloads, records), its default
-        schedules' records left out, when the tuned model's outputs matched onnxruntime."""
+        schedules' records left out, when the tuned model's outputs matched onnxruntime; the
+        features the run `learned` of them go beside them (library/features.py)."""
         if self.library is None:
             return
         check = (tuned or {}).get("check") or {}
@@ -361,19 +360,22 @@ class RunLibrary:
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
             self.added = self.library.add_files(*database, skip=skip)
-            self._keep_measured()
+            if learned is not None:
+                self._keep_learned(learned)
         except OSError as exc:
             self._failed(f"it cannot be written ({exc})", str(exc))
         except Exception as exc:  # noqa: BLE001 - the model shipped: a library is no reason to fail
             error = f"{type(exc).__name__}: {exc}"
             self._failed(f"adding them failed ({error})", f"{error}; please report it")
 
-    def _keep_measured(self) -> None:
+    def _keep_learned(self, learned: LearnedFile) -> None:
         """The features of the run's records beside the library's (a cache: no failure)."""
-        if self.measured is None or not self.measured.entries:
-            return
-        shelf = FeatureShelf(self.library.path / FEATURES, shelf_tag(self.measured.target))
-        shelf.new = self.measured.entries
+        shelf = FeatureShelf(self.library.path / FEATURES, learned.tag)
+        shelf.new = {
+            digest: (entry.task, entry.features)
+            for digest, entry in learned.read().items()
+            if entry.features is not None
+        }
         self._write(shelf)
 
     def _failed(self, why: str, detail: str) -> None:

@@ -776,7 +776,7 @@ class TuningLoop:
         mcs = [chosen[i].measure_candidate for i in built]
         features = dict(zip(built, candidate_features(self.cost_model, context, mcs), strict=True))
         self.learned.append(
-            (digest, Learned(chosen[i].key, features.get(i)))
+            (digest, Learned(chosen[i].key, chosen[i].task.key, features.get(i)))
             for i, digest in named.items()
             if digest is not None
         )

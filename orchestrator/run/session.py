@@ -145,7 +145,6 @@ class Session:
         database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
-        self.library.watch(cost_model, self.target.target)
         if not self.build_only:  # a build-only run spends what compiling takes
             self._refuse_too_small(ledger, fixed, Earlier.of(restored), finished=finished)
         self._start(restored, ledger)
@@ -282,6 +281,7 @@ class Session:
                 (self.run[RunDir.WORKLOAD_DB], self.run[RunDir.RECORD_DB]),
                 restored.default_records.values(),
                 shipment.tuned,
+                self._learned(),
             )
         return shipment
 

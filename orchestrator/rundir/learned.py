@@ -27,10 +27,12 @@ from . import faults
 
 @dataclasses.dataclass(frozen=True)
 class Learned:
-    """A measured candidate as the run learned it: its schedule's structural key, and its
-    per-store features (None where its build failed: the cost model learned nothing of it)."""
+    """A measured candidate as the run learned it: its schedule's structural key, its task's
+    key (model/tasks.py: task_key), and its per-store features (None where its build failed:
+    the cost model learned nothing of it)."""
 
     key: int
+    task: str
     features: np.ndarray | None
 
 
@@ -71,23 +73,28 @@ class LearnedFile:
         return found
 
     def _line(self, digest: str, entry: Learned) -> str:
-        line: dict[str, Any] = {"t": self.tag, "d": digest, "k": f"{entry.key:x}"}
+        line: dict[str, Any] = {
+            "tag": self.tag,
+            "digest": digest,
+            "key": f"{entry.key:x}",
+            "task": entry.task,
+        }
         if entry.features is not None:
             rows = np.ascontiguousarray(entry.features, dtype=np.float32)
-            line["w"] = rows.shape[1]
-            line["f"] = base64.b64encode(zlib.compress(rows.tobytes(), 1)).decode()
+            line["width"] = rows.shape[1]
+            line["features"] = base64.b64encode(zlib.compress(rows.tobytes(), 1)).decode()
         return json.dumps(line, separators=(",", ":")) + "\n"
 
     def _parse(self, text: bytes) -> tuple[str, Learned] | None:
         try:
             line = json.loads(text)
-            if line["t"] != self.tag:
+            if line["tag"] != self.tag:
                 return None
             features = None
-            if "f" in line:
-                flat = np.frombuffer(zlib.decompress(base64.b64decode(line["f"])), np.float32)
-                features = flat.reshape(-1, int(line["w"]))
-            return str(line["d"]), Learned(int(line["k"], 16), features)
+            if "features" in line:
+                packed = zlib.decompress(base64.b64decode(line["features"]))
+                features = np.frombuffer(packed, np.float32).reshape(-1, int(line["width"]))
+            return str(line["digest"]), Learned(int(line["key"], 16), str(line["task"]), features)
         except (ValueError, KeyError, TypeError, zlib.error):  # torn or garbled: absent
             return None
 

@@ -70,9 +70,6 @@ class SharedCostModel(PyCostModel):
         self._rng = np.random.default_rng(seed)
         # Scores in place of random ones until the predictor is ready (orchestrator/prior.py).
         self.prior: Fitted | None = None
-        # Where the features of what it learns are kept for the tuning library, if anywhere
-        # (library/features.py: RunFeatures).
-        self.kept: Any = None
 
     @property
     def ready(self) -> bool:
@@ -135,10 +132,7 @@ class SharedCostModel(PyCostModel):
     def add(self, context: Any, candidates: Sequence[Any], results: Sequence[Any]) -> None:
         """Learn one task's results (RunnerResults; failures as infinitely slow) without
         training yet."""
-        features = self.features(context, candidates)
-        self.learn_features(context.mod, features, results)
-        if self.kept is not None:
-            self.kept.add(context.mod, candidates, features)
+        self.learn_features(context.mod, self.features(context, candidates), results)
 
     def learn_features(
         self, mod: Any, features: Sequence[np.ndarray], results: Sequence[Any]
