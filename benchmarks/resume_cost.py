@@ -93,7 +93,7 @@ def main() -> None:
     library = Path(report["library"]["path"])
     tag = shelf_tag(target)
     known = Known(
-        learned=LearnedFile(args.run / RunDir.LEARNED, tag).read(),
+        learned=LearnedFile.for_target(args.run / RunDir.LEARNED, target).read(),
         library=FeatureShelf(library / FEATURES, tag).entries,
     )
     restore_once(args.run, tasks, target, known, how="learned")  # not counted: TVM's first loads

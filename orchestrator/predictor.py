@@ -498,23 +498,26 @@ def warm_start(
             fit_warm(predictors)
             return f"nothing: {source} could not be loaded"
         return f"predictor {source}"
-    records = run_records(source, target, skipped)
+    records, workloads = _learn_run(predictors, source, target, skipped)
     if not records:
         skipped.add("warm_start", f"{source} holds no record this run can use")
         fit_warm(predictors)
         return f"nothing: no usable record in {source}"
-    workloads = learn_records(
-        predictors, records, target, source="warm", skipped=skipped, kind="warm_start_records"
-    )
     fit_warm(predictors)
-    return f"{len(records)} records of {len(workloads)} workloads in {source}"
+    return f"{records} records of {len(workloads)} workloads in {source}"
 
 
-def run_records(source: Path, target: Any, skipped: Skipped) -> list[Any]:
-    """The TuningRecords of a run directory's database that this run can use: read, for its
-    kind of target, and trusted (library.LibraryView, which counts the rest)."""
+def _learn_run(
+    predictors: Sequence[Predictor], source: Path, target: Any, skipped: Skipped
+) -> tuple[int, set[str]]:
+    """Give `predictors` the records of a run directory's database that this run can use
+    (for its kind of target; library.LibraryView counts the rest): from the features that run
+    kept of them (rundir/learned.py), the others read into TVM, where trusted, and their
+    features extracted; (records learned, their workloads' keys)."""
     from .library.files import RECORDS, WORKLOADS, Contents
     from .library.records import LibraryView
+    from .rundir import RunDir
+    from .rundir.learned import LearnedFile
 
     try:
         contents = Contents.parse(
@@ -522,9 +525,27 @@ def run_records(source: Path, target: Any, skipped: Skipped) -> list[Any]:
         )
     except OSError as error:
         skipped.add("warm_start", f"{source} cannot be read ({error.strerror or error})")
-        return []
+        return 0, set()
     view = LibraryView(contents, target=target, skipped=skipped, kind="warm_start_records")
-    return view.parse(range(view.records))
+    kept = LearnedFile.for_target(source / RunDir.LEARNED, target).read()
+    keys, features, latencies, rest = [], [], [], []
+    for position in range(view.records):
+        entry = kept.get(view.digest(position))
+        if entry is None or entry.features is None:
+            rest.append(position)
+            continue
+        latency = view.latency(position)
+        if latency is not None and not math.isnan(latency):
+            keys.append(entry.task)
+            features.append(entry.features)
+            latencies.append(latency)
+    workloads = learn_features(predictors, keys, features, latencies, source="warm")
+    records = view.parse(rest)
+    if records:
+        workloads |= learn_records(
+            predictors, records, target, source="warm", skipped=skipped, kind="warm_start_records"
+        )
+    return len(keys) + len(records), workloads
 
 
 def saved_problem(path: Path) -> str | None:

@@ -3,6 +3,10 @@ crash, a garbled line or another version leaves short, never wrong."""
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
+
 import numpy as np
 
 from tune_orchestrator.rundir.learned import Learned, LearnedFile
@@ -35,7 +39,7 @@ def same(found: dict[str, Learned], expected: list[tuple[str, Learned]]) -> None
 
 
 def test_what_is_appended_round_by_round_reads_back_exactly(tmp_path):
-    file = LearnedFile(tmp_path / "learned.jsonl", "tag")
+    file = LearnedFile(tmp_path / "learned.jsonl", "tag", 7)
     assert file.read() == {}  # no file yet: nothing known
     first, second = entries(5), entries(4, start=5)
     file.append(first)
@@ -46,7 +50,7 @@ def test_what_is_appended_round_by_round_reads_back_exactly(tmp_path):
 
 def test_a_torn_or_garbled_line_is_absent_and_the_next_round_still_reads(tmp_path):
     path = tmp_path / "learned.jsonl"
-    file = LearnedFile(path, "tag")
+    file = LearnedFile(path, "tag", 7)
     first = entries(3)
     file.append(first)
     whole = path.read_bytes()
@@ -63,9 +67,25 @@ def test_a_torn_or_garbled_line_is_absent_and_the_next_round_still_reads(tmp_pat
 
 def test_lines_written_for_another_tag_are_not_read(tmp_path):
     path = tmp_path / "learned.jsonl"
-    LearnedFile(path, "old tvm").append(entries(3))
-    now = LearnedFile(path, "new tvm")
+    LearnedFile(path, "old tvm", 7).append(entries(3))
+    now = LearnedFile(path, "new tvm", 7)
     assert now.read() == {}
     fresh = entries(2, start=7)
     now.append(fresh)
     same(now.read(), fresh)
+
+
+def test_a_line_whose_features_are_not_this_tvms_width_is_absent(tmp_path):
+    """The file is input: a line may claim the tag and hold features of another width (or
+    none), which the predictor could not stack with the others."""
+    path = tmp_path / "learned.jsonl"
+    good = entries(1)
+    LearnedFile(path, "tag", 7).append(good)
+    narrow = Learned(3, "task0", np.ones((7, 5), np.float32))  # 35 floats: 5 rows of 7 too
+    LearnedFile(path, "tag", 5).append([("five wide", narrow)])
+    with open(path, "ab") as fh:  # claims seven wide, holds ten floats; holds none at all
+        for floats in (10, 0):
+            packed = base64.b64encode(zlib.compress(np.ones(floats, np.float32).tobytes()))
+            line = {"tag": "tag", "digest": f"f{floats}", "key": "1", "task": "t", "width": 7}
+            fh.write(json.dumps({**line, "features": packed.decode()}).encode() + b"\n")
+    same(LearnedFile(path, "tag", 7).read(), good)

@@ -483,7 +483,7 @@ def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path,
     for name, source in (("plain-run", plain), ("layout-run", layout)):
         (tmp_path / name).mkdir()
         run = RunDatabase(*files(tmp_path / name))
-        kept = LearnedFile(tmp_path / name / "learned.jsonl", shelf_tag(TARGET))
+        kept = LearnedFile.for_target(tmp_path / name / "learned.jsonl", TARGET)
         for i, record in enumerate(source.get_all_tuning_records()):
             mod = record.workload.mod
             again = TuningRecord(

@@ -378,7 +378,6 @@ def test_pipelined_rounds_measure_every_candidate_once(tmp_path, fast_config):
 def read_back(tuned):
     """The run's target, tasks, database and what it learned of each record
     (rundir/learned.py)."""
-    from tune_orchestrator.library.features import shelf_tag
     from tune_orchestrator.model.importer import fuse_for_tuning, import_to_relax
     from tune_orchestrator.model.loading import load_model
     from tune_orchestrator.model.targets import resolve_target
@@ -389,7 +388,7 @@ def read_back(tuned):
     target = resolve_target("llvm").target
     model = fuse_for_tuning(import_to_relax(load_model(tuned.model)), target)
     database = RunDatabase(tuned.out / RunDir.WORKLOAD_DB, tuned.out / RunDir.RECORD_DB)
-    learned = LearnedFile(tuned.out / RunDir.LEARNED, shelf_tag(target)).read()
+    learned = LearnedFile.for_target(tuned.out / RunDir.LEARNED, target).read()
     return SimpleNamespace(
         target=target, tasks=extract_tasks(model, target), database=database, learned=learned
     )
@@ -467,3 +466,26 @@ def test_a_resume_replays_of_what_the_run_kept_only_its_searches_parents(tuned, 
         assert learned_kept[workload][1] == latencies  # no build failed in this run
         for a, b in zip(learned_kept[workload][0], rows, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_warm_start_from_a_run_learns_what_it_kept_without_reading_it_into_tvm(
+    tuned, monkeypatch
+):
+    """--warm-start RUN: the records whose features the run kept are learned from them;
+    only the others (its default schedules) are read into TVM and extracted."""
+    from tune_orchestrator import predictor as predictor_module
+    from tune_orchestrator.predictor import Predictor
+
+    run = read_back(tuned)
+    read = []
+    extract = predictor_module.record_features
+    monkeypatch.setattr(
+        predictor_module,
+        "record_features",
+        lambda records, *args, **kwargs: read.extend(records) or extract(records, *args, **kwargs),
+    )
+    model = Predictor(min_samples=10_000)
+    used = predictor_module.warm_start([model], tuned.out, run.target)
+    assert used.startswith(f"{16 + len(read)} records of ")
+    assert len(read) == defaults(tuned.out)
+    assert model.warm and model.samples == 16 + len(read)

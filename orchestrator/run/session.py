@@ -30,7 +30,6 @@ from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
-from ..library.features import shelf_tag
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
@@ -220,7 +219,7 @@ class Session:
 
     def _learned(self) -> LearnedFile:
         """What the run learned of each record it measured (rundir/learned.py)."""
-        return LearnedFile(self.run[RunDir.LEARNED], shelf_tag(self.target.target))
+        return LearnedFile.for_target(self.run[RunDir.LEARNED], self.target.target)
 
     def _warm_start(self, restored: Restored, cost_model: Any) -> None:
         """Start the learned model on --warm-start; where nothing started it (no --warm-start,

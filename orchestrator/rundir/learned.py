@@ -38,11 +38,21 @@ class Learned:
 
 class LearnedFile:
     """learned.jsonl of a run directory, for the target whose features it holds (`tag`:
-    library/features.py: shelf_tag)."""
+    library/features.py: shelf_tag), which are `width` wide (a line's own claim is checked:
+    the file is input)."""
 
-    def __init__(self, path: Path, tag: str) -> None:
+    def __init__(self, path: Path, tag: str, width: int) -> None:
         self.path = path
         self.tag = tag
+        self.width = width
+
+    @classmethod
+    def for_target(cls, path: Path, target: Any) -> LearnedFile:
+        """The file at `path` as a run for `target` with this TVM writes and reads it."""
+        from ..library.features import shelf_tag
+        from ..predictor import feature_width
+
+        return cls(path, shelf_tag(target), feature_width())
 
     def append(self, learned: Iterable[tuple[str, Learned]]) -> None:
         """Add (digest, Learned) lines; not forced to disk (the database's lines are not
@@ -93,9 +103,11 @@ class LearnedFile:
             features = None
             if "features" in line:
                 packed = zlib.decompress(base64.b64decode(line["features"]))
-                features = np.frombuffer(packed, np.float32).reshape(-1, int(line["width"]))
+                features = np.frombuffer(packed, np.float32).reshape(-1, self.width)
+                if line["width"] != self.width or not len(features):
+                    return None
             return str(line["digest"]), Learned(int(line["key"], 16), str(line["task"]), features)
-        except (ValueError, KeyError, TypeError, zlib.error):  # torn or garbled: absent
+        except (ValueError, KeyError, TypeError, zlib.error):  # torn, garbled, foreign: absent
             return None
 
 
