@@ -41,6 +41,7 @@ class AnyDatabase:
 
 def restore_once(run: Path, tasks: list, target: object, known: object, *, how: str) -> float:
     from tune_orchestrator.config import Settings
+    from tune_orchestrator.model.targets import host_cores
     from tune_orchestrator.predictor import Predictor
     from tune_orchestrator.rundir.database import RunDatabase
     from tune_orchestrator.rundir.restore import Known, restore
@@ -65,6 +66,7 @@ def restore_once(run: Path, tasks: list, target: object, known: object, *, how: 
         target=target,
         parents=most_parents(settings),
         known=given[1],
+        threads=host_cores(),
     )
     return time.perf_counter() - start
 

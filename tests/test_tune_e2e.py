@@ -421,7 +421,8 @@ def test_the_run_keeps_the_key_and_features_of_each_record_it_measured(tuned):
 def test_a_resume_replays_of_what_the_run_kept_only_its_searches_parents(tuned, monkeypatch):
     """Read back from learned.jsonl, a run resumes as from replaying every record: the same
     measured keys, counts, bests, parents and learned model; the traces replayed are the
-    default schedules' and the parents' (9 ms each on the example model's convolutions)."""
+    default schedules' and the parents' (9 ms each on the example model's convolutions, on
+    two threads here)."""
     from tune_orchestrator.predictor import Predictor
     from tune_orchestrator.rundir import database as database_module
     from tune_orchestrator.rundir.restore import Known, restore
@@ -445,6 +446,7 @@ def test_a_resume_replays_of_what_the_run_kept_only_its_searches_parents(tuned, 
             target=run.target,
             parents=2,
             known=known,
+            threads=2,
         )
         keys = {i: [(keyed(c), s) for c, s in b] for i, b in got.bests.items()}
         states = [(s.trials, s.failures, s.best_s) for s in got.states]

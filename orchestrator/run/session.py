@@ -209,6 +209,7 @@ class Session:
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
                 known=Known(self._learned().read(), self.library.kept()),
+                threads=host_cores(),
             )
             self._warm_start(restored, cost_model)
         # A crash between a database commit and its journal line leaves records the journal
