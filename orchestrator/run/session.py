@@ -650,7 +650,13 @@ class Session:
 
     def _loop_start(self, restored: Restored) -> LoopStart:
         """Where the loop starts: what earlier sessions measured and left waiting."""
-        parked = load_waiting(self.run, self.tasks, target=self.target.target, skipped=self.skipped)
+        parked = load_waiting(
+            self.run,
+            self.tasks,
+            target=self.target.target,
+            skipped=self.skipped,
+            threads=host_cores(),
+        )
         return LoopStart(
             states=restored.states,
             measured=restored.measured,

@@ -11,6 +11,7 @@ any file: a line that is torn, for another task list, unreadable or untrusted
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from ..model.tasks import Candidate, Task
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
 from ..search.trusted import untrusted
+from .database import replayed
 from .directory import RunDir
 
 FILE = "waiting.jsonl"
@@ -43,10 +45,16 @@ def save_waiting(run: RunDir, waiting: Mapping[int, Sequence[Candidate]], target
 
 
 def load_waiting(
-    run: RunDir, tasks: Sequence[Task], *, target: Any, skipped: Skipped | None = None
+    run: RunDir,
+    tasks: Sequence[Task],
+    *,
+    target: Any,
+    skipped: Skipped | None = None,
+    threads: int = 1,
 ) -> dict[int, list[Any]]:
-    """The candidates an earlier session left waiting, as MeasureCandidates per task index; a
-    line that cannot be used is counted in `skipped` (its candidate is searched anew)."""
+    """The candidates an earlier session left waiting, as MeasureCandidates per task index,
+    replayed on `threads` threads (TVM replays outside Python's lock); a line that cannot be
+    used is counted in `skipped` (its candidate is searched anew)."""
     path = run.path / FILE
     if not path.is_file():
         return {}
@@ -58,15 +66,14 @@ def load_waiting(
     except OSError as error:
         skipped.add("waiting", f"{path} cannot be read ({error.strerror or error})")
         return {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            task, candidate = _parked(line, by_index, target)
-        except _Unusable as unusable:
-            skipped.add(unusable.kind, f"{path} line {number}: {unusable}")
-            continue
-        out.setdefault(task.index, []).append(candidate)
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        parked = list(pool.map(lambda line: _parked(line, by_index, target), lines))
+    for number, found in enumerate(parked, start=1):
+        if isinstance(found, _Unusable):
+            skipped.add(found.kind, f"{path} line {number}: {found}")
+        elif found is not None:
+            task, candidate = found
+            out.setdefault(task.index, []).append(candidate)
     return out
 
 
@@ -78,9 +85,22 @@ class _Unusable(Exception):
         self.kind = kind
 
 
-def _parked(line: bytes, tasks: dict[int, Task], target: Any) -> tuple[Task, Any]:
+def _parked(
+    line: bytes, tasks: dict[int, Task], target: Any
+) -> tuple[Task, Any] | None | _Unusable:
+    """The task and MeasureCandidate of one line; None for an empty line, the _Unusable that
+    says why where there are none."""
+    if not line.strip():
+        return None
+    try:
+        return _candidate(line, tasks, target)
+    except _Unusable as unusable:
+        return unusable
+
+
+def _candidate(line: bytes, tasks: dict[int, Task], target: Any) -> tuple[Task, Any]:
     """The task and MeasureCandidate of one line; _Unusable where there are none."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import Workload
 
     try:
         entry = json.loads(line)
@@ -91,14 +111,11 @@ def _parked(line: bytes, tasks: dict[int, Task], target: Any) -> tuple[Task, Any
     task = tasks.get(entry["task"])
     if task is None or entry.get("task_key", task.key) != task.key:
         raise _Unusable("for another task list")
-    try:
-        record = TuningRecord.from_json(entry.get("record"), Workload(task.workload))
-    except Exception as error:  # noqa: BLE001 - another TVM version's, say
-        raise _Unusable(f"this TVM cannot read it ({one_line(error)})") from None
+    try:  # one replay, where TVM's from_json and as_measure_candidate make two
+        record, candidate = replayed(entry.get("record"), Workload(task.workload))
+    except Exception as error:  # noqa: BLE001 - another TVM version's, or not for this task
+        raise _Unusable(f"this TVM cannot replay it on its task ({one_line(error)})") from None
     unsafe = untrusted(record.trace, target)
     if unsafe is not None:
         raise _Unusable(f"holds {unsafe}", "unsafe_traces")
-    try:
-        return task, record.as_measure_candidate()
-    except Exception as error:  # noqa: BLE001 - a trace that no longer fits the workload
-        raise _Unusable(f"does not replay on its task ({one_line(error)})") from None
+    return task, candidate
