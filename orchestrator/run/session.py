@@ -604,7 +604,7 @@ class Session:
             builder=builder,
             engine=engine,
             scheduler=GainScheduler.from_settings(self.settings.scheduler),
-            learned=self._learned() if hasattr(cost_model, "learn_features") else None,
+            learned=self._learned() if hasattr(cost_model, "add_features") else None,
         )
         loop = TuningLoop(
             self._loop_rules(),

@@ -117,7 +117,7 @@ def restore(
     baselines = _baselines(journal, measured)
     skipped = skipped or Skipped()
     known = known or Known()
-    if not hasattr(cost_model, "learn_features"):
+    if not hasattr(cost_model, "add_features"):
         known = Known()
     # 1. Measured candidates, best latencies and trial counts from the database; the
     #    baselines' default schedules are known by the keys the journal gives them.
@@ -236,11 +236,11 @@ class _Ran:
 def _replayed(stored: Any, task: Task, skipped: Skipped) -> tuple[Any, Any]:
     """(TuningRecord, MeasureCandidate) of a stored record; (None, None), counted, where its
     trace no longer applies to its workload (it stays in the file)."""
-    try:
-        return stored.replay()
-    except Exception as exc:  # noqa: BLE001 - TVM raises its own types
-        skipped.add("run_records", f"{task.name}: {one_line(exc)}")
+    replay = _replay(stored)
+    if isinstance(replay, Exception):
+        skipped.add("run_records", f"{task.name}: {one_line(replay)}")
         return None, None
+    return replay
 
 
 def _parents(
@@ -407,11 +407,11 @@ def _retrain(
 
     _tvm.load_tensor_intrinsics(target)
     # Our cost model learns every task first and trains once; TVM's XGBModel trains per task.
-    learn_features = getattr(cost_model, "learn_features", None)
+    add_features = getattr(cost_model, "add_features", None)
     for index, (candidates, results) in learn.items():
         task = tasks[index]
         ctx = TuneContext(mod=task.workload, target=target, task_name=task.name)
-        if learn_features is None:
+        if add_features is None:
             cost_model.update(ctx, [c.measure_candidate for c in candidates], results)
         else:
             missing = [i for i, c in enumerate(candidates) if c.features is None]
@@ -420,7 +420,7 @@ def _retrain(
             )
             for i, features in zip(missing, found, strict=True):
                 candidates[i] = dataclasses.replace(candidates[i], features=features)
-            learn_features(task.workload, [c.features for c in candidates], results)
+            add_features(task.workload, [c.features for c in candidates], results)
         if candidate_filter is not None:
             measurements = [
                 Measurement(tuple(float(s) for s in r.run_secs), None)

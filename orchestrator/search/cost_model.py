@@ -132,9 +132,9 @@ class SharedCostModel(PyCostModel):
     def add(self, context: Any, candidates: Sequence[Any], results: Sequence[Any]) -> None:
         """Learn one task's results (RunnerResults; failures as infinitely slow) without
         training yet."""
-        self.learn_features(context.mod, self.features(context, candidates), results)
+        self.add_features(context.mod, self.features(context, candidates), results)
 
-    def learn_features(
+    def add_features(
         self, mod: Any, features: Sequence[np.ndarray], results: Sequence[Any]
     ) -> None:
         """`add` for schedules of the workload `mod` known by their features alone (a resumed
