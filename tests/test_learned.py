@@ -84,7 +84,7 @@ def test_a_line_whose_features_are_not_this_tvms_width_is_absent(tmp_path):
     narrow = Learned(3, "task0", np.ones((7, 5), np.float32))  # 35 floats: 5 rows of 7 too
     LearnedFile(path, "tag", 5).append([("five wide", narrow)])
     with open(path, "ab") as fh:  # claims seven wide, holds ten floats; holds none at all
-        for floats in (10, 0):
+        for floats in (10, 0, 7 * ((1 << 20) // 7 + 1)):  # and one that unpacks to over 4 MiB
             packed = base64.b64encode(zlib.compress(np.ones(floats, np.float32).tobytes()))
             line = {"tag": "tag", "digest": f"f{floats}", "key": "1", "task": "t", "width": 7}
             fh.write(json.dumps({**line, "features": packed.decode()}).encode() + b"\n")

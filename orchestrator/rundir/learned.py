@@ -24,6 +24,10 @@ import numpy as np
 
 from . import faults
 
+# A line's features unpacked are at most this many bytes (a candidate has a few to a few
+# hundred stores, 164 floats each): a line that unpacks to more is read as absent.
+_MOST_BYTES = 1 << 22
+
 
 @dataclasses.dataclass(frozen=True)
 class Learned:
@@ -102,7 +106,10 @@ class LearnedFile:
                 return None
             features = None
             if "features" in line:
-                packed = zlib.decompress(base64.b64decode(line["features"]))
+                unpack = zlib.decompressobj()
+                packed = unpack.decompress(base64.b64decode(line["features"]), _MOST_BYTES)
+                if unpack.unconsumed_tail:  # more than a candidate's features can be
+                    return None
                 features = np.frombuffer(packed, np.float32).reshape(-1, self.width)
                 if line["width"] != self.width or not len(features):
                     return None
