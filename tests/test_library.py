@@ -474,6 +474,7 @@ def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path,
     the records as it wrote them, which the library gives them too (layout transforms
     included, whose traces TVM's as_json cannot convert)."""
     from tune_orchestrator.model.tasks import task_key
+    from tune_orchestrator.predictor import feature_width
     from tune_orchestrator.rundir.database import RunDatabase
     from tune_orchestrator.rundir.learned import Learned, LearnedFile
 
@@ -489,7 +490,7 @@ def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path,
             again = TuningRecord(
                 record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
             )
-            stores = np.full((2, 3), i + 1, np.float32)
+            stores = np.full((2, feature_width()), i + 1, np.float32)
             kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
         RunLibrary(library, Settings.load(None)).add(
             files(tmp_path / name), [], {"check": {"ok": True}}, kept
