@@ -21,7 +21,7 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +45,25 @@ def shelf_tag(target: Any) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def workload_digest(workload: Any) -> Any:
-    """A workload line's ([hash, module]) part of its records' names, hashed once: a module
-    is tens of kB, a trace a few (record_digest)."""
-    return hashlib.sha256((json.dumps(workload, separators=(",", ":")) + "\n").encode())
+class RecordNames:
+    """Records' names in the cache, for the workload lines of one database (as its file holds
+    them, a list that may grow): a digest of a record's workload line and its trace. The run's
+    database and the library name records with this one scheme, so that what a run kept of a
+    record (rundir/learned.py) finds it in the library. Each line is hashed once: a module is
+    tens of kB, a trace a few."""
 
+    def __init__(self, workloads: Sequence[Any]) -> None:
+        self.workloads = workloads
+        self._lines: dict[int, Any] = {}  # workload line -> its hash so far
 
-def record_digest(workload: Any, record: Any) -> str:
-    """A library record's name in the cache: its workload line's digest (workload_digest)
-    and its trace."""
-    return trace_digest(workload, trace_key(record))
-
-
-def trace_digest(workload: Any, trace: str) -> str:
-    named = workload.copy()
-    named.update(trace.encode())
-    return named.hexdigest()[:32]
+    def __call__(self, line: int, record: Any) -> str:
+        """The name of `record` (JSON, as the file holds it) of workload line `line`."""
+        if line not in self._lines:
+            text = json.dumps(self.workloads[line], separators=(",", ":")) + "\n"
+            self._lines[line] = hashlib.sha256(text.encode())
+        named = self._lines[line].copy()
+        named.update(trace_key(record).encode())
+        return named.hexdigest()[:32]
 
 
 class FeatureShelf:

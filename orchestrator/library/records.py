@@ -21,7 +21,7 @@ from ..model.tasks import database_key
 from ..run.skipped import Skipped
 from ..search.transfer import one_line
 from ..search.trusted import untrusted
-from .features import record_digest, workload_digest
+from .features import RecordNames
 from .files import Contents
 
 # MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
@@ -91,7 +91,7 @@ class LibraryView:
         self.kind = kind
         self._left_out: set[int] = set()  # positions of records counted as skipped
         self._digests: dict[int, str] = {}  # position -> the record's name (features.py)
-        self._workload_digests: dict[int, Any] = {}  # workload line -> workload_digest
+        self._names = RecordNames(contents.workloads)
         if contents.broken:
             self.skipped.add(
                 kind, f"{contents.broken} lines that are not JSON records (a torn write?)",
@@ -165,9 +165,7 @@ class LibraryView:
         """The name of the record at `position` in the library's features cache."""
         if position not in self._digests:
             line, record = self.contents.records[position]
-            if line not in self._workload_digests:
-                self._workload_digests[line] = workload_digest(self.contents.workloads[line])
-            self._digests[position] = record_digest(self._workload_digests[line], record)
+            self._digests[position] = self._names(line, record)
         return self._digests[position]
 
     def latency(self, position: int) -> float | None:

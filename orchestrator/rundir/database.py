@@ -27,7 +27,7 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
-from ..library.features import record_digest, workload_digest
+from ..library.features import RecordNames
 from ..library.files import record_json
 from ..library.records import FAILED_RUN_SECS
 from ..model.tasks import structural_key
@@ -64,7 +64,7 @@ class RunDatabase(PyDatabase):
         self._workload_json: list[Any] = []  # the same lines' JSON, as the file holds them
         self._lines: dict[int, list[int]] = {}  # structural key -> workload lines
         self._fastest: dict[int, list[tuple[float, int, Any]]] = {}  # line -> (mean, order, record)
-        self._names: dict[int, Any] = {}  # line -> workload_digest of it
+        self._names = RecordNames(self._workload_json)  # records' names (library/features.py)
         self._count = 0
         self._load()
 
@@ -99,7 +99,7 @@ class RunDatabase(PyDatabase):
         insts = record.trace.insts
         first = insts[0].kind.name if len(insts) else None
         self._offer(line, record, record.run_secs, first)
-        return record_digest(self._name(line), written)
+        return self._names(line, written)
 
     def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
         if top_k < 0:
@@ -133,9 +133,7 @@ class RunDatabase(PyDatabase):
     ) -> Iterator[Stored]:
         """Every record as the file holds it, in order, not replayed (`Stored.replay`)."""
         return self._each(
-            lambda line, record: Stored(
-                self.workloads[line], record, record_digest(self._name(line), record)
-            ),
+            lambda line, record: Stored(self.workloads[line], record, self._names(line, record)),
             unreadable,
         )
 
@@ -184,12 +182,6 @@ class RunDatabase(PyDatabase):
                 (mean, order, TuningRecord.from_json(record, workload))
                 for mean, order, record in held
             ]
-
-    def _name(self, line: int) -> Any:
-        """The workload line's part of its records' names (hashed once: tens of kB)."""
-        if line not in self._names:
-            self._names[line] = workload_digest(self._workload_json[line])
-        return self._names[line]
 
     def _add_workload(self, workload: Any, line: Any) -> None:
         self._lines.setdefault(structural_key(workload.mod), []).append(len(self.workloads))
