@@ -222,7 +222,16 @@ class TuningLoop:
         # With pipelining, the next tasks' searches run ahead while the device measures.
         self.ahead = search_ahead(self.settings.search.ahead, threads) if pipeline else 0
         self._rejected: dict[int, set[int]] = {}  # task -> keys the filter ever set aside
-        self.proposer = Proposer(
+        self.proposer = self._make_proposer(start.parked)
+        s = self.settings.stopping
+        assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
+        self._main = threading.current_thread()
+        self._last_round_end = 0.0
+
+    def _make_proposer(self, parked: dict[int, list[Any]] | None) -> Proposer:
+        """What proposes each round's candidates: the tasks' searches, their sister tasks'
+        schedules and the candidates an earlier session left waiting (`parked`)."""
+        return Proposer(
             make_search=self._new_search,
             cost_model=self.cost_model,
             measured=self.measured,
@@ -230,7 +239,7 @@ class TuningLoop:
             proposals=self.proposals,
             ahead=self.ahead,
             charge=self._charge,
-            parked=start.parked,
+            parked=parked,
             sisters=Sisters(
                 [state.task for state in self.states],
                 target=self.target,
@@ -238,10 +247,6 @@ class TuningLoop:
                 share=self.settings.search.sister_share,
             ),
         )
-        s = self.settings.stopping
-        assign_floors(self.states, share=s.heavy_share, trials=s.heavy_trials)
-        self._main = threading.current_thread()
-        self._last_round_end = 0.0
 
     def _first_sizes(self) -> RoundSizes:
         """The sizes with first rounds sharing [scheduler] first_rounds candidates over the

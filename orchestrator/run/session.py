@@ -208,7 +208,7 @@ class Session:
                 candidate_filter=self.filter,
                 parents=most_parents(self.settings),
                 skipped=self.skipped,
-                known=Known(self._learned().read(), self.library.kept()),
+                known=Known(self._learned.read(), self.library.kept()),
                 threads=host_cores(),
             )
             self._warm_start(restored, cost_model)
@@ -218,6 +218,7 @@ class Session:
         ledger.history = list(restored.points)
         return restored
 
+    @functools.cached_property
     def _learned(self) -> LearnedFile:
         """What the run learned of each record it measured (rundir/learned.py)."""
         return LearnedFile.for_target(self.run[RunDir.LEARNED], self.target.target)
@@ -281,7 +282,7 @@ class Session:
                 (self.run[RunDir.WORKLOAD_DB], self.run[RunDir.RECORD_DB]),
                 restored.default_records.values(),
                 shipment.tuned,
-                self._learned(),
+                self._learned,
             )
         return shipment
 
@@ -604,7 +605,7 @@ class Session:
             builder=builder,
             engine=engine,
             scheduler=GainScheduler.from_settings(self.settings.scheduler),
-            learned=self._learned() if hasattr(cost_model, "add_features") else None,
+            learned=self._learned if hasattr(cost_model, "add_features") else None,
         )
         loop = TuningLoop(
             self._loop_rules(),
