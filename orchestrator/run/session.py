@@ -51,6 +51,7 @@ from ..rundir.waiting import load_waiting, save_waiting
 from ..search import make_cost_model
 from ..search.strategy import most_parents
 from ..simulate import WORD, VirtualClock
+from . import rerun
 from .loop import LoopParts, LoopRules, LoopStart, TuningLoop, spend_fields
 from .measuring import RunPools, cpu_caveat, measure_untuned_tasks
 from .prepare import Given, candidate_filter
@@ -138,6 +139,9 @@ class Session:
         ledger.reserved_s = fixed.final_s
         finished = _finished(journal, self.run)
         if finished and not self.build_only:  # the same command again: told before reading back
+            done = self._done_already(journal, ledger)
+            if done is not None:
+                return done
             self._refuse_too_small(
                 ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
             )
@@ -163,6 +167,29 @@ class Session:
             report = self._write_report(journal, restored, shipment, ledger, stopped)
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
+
+    def _done_already(self, journal: list[dict[str, Any]], ledger: Ledger) -> dict[str, Any] | None:
+        """The report the finished run wrote, where it stopped paying and this session, asking
+        for the same run, would stop so before its first round (rerun.py); nothing is read
+        back, built or written then. None otherwise: a warm start, a fleet, other settings or
+        check samples, or a run that did not end with exit code 0 go the whole way."""
+        if self.given.warm_start is not None or self.fleet.rpc:
+            return None
+        report = rerun.earlier_report(self.run, self.given.checker.samples.source)
+        earlier = self.run.read_json(RunDir.CONFIG)
+        if report is None or not rerun.same_run(earlier, self.config_record()):
+            return None
+        decision = rerun.stops_again(self.given.stopping.rule, ledger, journal)
+        if decision is None:
+            return None
+        self.emit(
+            "stopped",
+            reason=rerun.answer(decision),
+            stop=decision.code,
+            interrupted=False,
+            spend=spend_fields(ledger),
+        )
+        return {**report, "paths": {**report["paths"], **self._paths()}}
 
     def _ledger(self, journal: list[dict[str, Any]]) -> Ledger:
         """The run's ledger, carrying what earlier sessions spent, with the import charged."""

@@ -340,10 +340,26 @@ def _read_journal(
             untuned = {
                 k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
             }
-        if kind in ("round", "point") and entry.get("model_latency_s") and "spend" in entry:
-            spend = Spend.from_dict(entry["spend"])
-            points.append(Point.at(spend, float(entry["model_latency_s"])))
+        point = _point(entry)
+        if point is not None:
+            points.append(point)
     return sessions, untuned, points, library
+
+
+def journal_points(journal: Sequence[Mapping[str, Any]]) -> list[Point]:
+    """The run's convergence curve as its journal recorded it."""
+    return [p for p in map(_point, journal) if p is not None]
+
+
+def _point(entry: Mapping[str, Any]) -> Point | None:
+    """The point of the curve a journal line records: a round's or a point's, with its spend."""
+    if (
+        entry.get("type") in ("round", "point")
+        and entry.get("model_latency_s")
+        and "spend" in entry
+    ):
+        return Point.at(Spend.from_dict(entry["spend"]), float(entry["model_latency_s"]))
+    return None
 
 
 def _round(state: TaskState, entry: Mapping[str, Any]) -> None:

@@ -1,0 +1,135 @@
+"""A finished run that stopped paying, asked again: nothing is read back, built or written
+where it would stop again at once; anything else that could change its answer goes the whole
+way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+from conftest import FAST_CONFIG
+
+import onnx_models
+from cli_args import tune_args
+from tune_orchestrator.cli.commands import main
+from tune_orchestrator.events import schema as event_schema
+from tune_orchestrator.run import rerun
+from tune_orchestrator.run import session as session_module
+from tune_orchestrator.rundir import RunDir
+
+pytestmark = pytest.mark.slow
+
+# The early stop judges after two rounds, once the two heaviest tasks have 8 trials each, and
+# stops unless the last 20% of trials cut latency by 90%: a tiny model stops paying in ~15 s.
+STOPS_SOON = FAST_CONFIG + (
+    "[stopping]\nmin_gain = 0.9\nmin_rounds = 2\nheavy_trials = 8\nevidence_rounds = 1\n"
+)
+
+
+def journal(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+
+
+def contents(run: Path) -> dict[str, bytes]:
+    """Every file of the run directory but its lock (the pid of whoever holds it)."""
+    return {
+        str(p.relative_to(run)): p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rerun")
+    config = base / "stops-soon.toml"
+    config.write_text(STOPS_SOON)
+    model = onnx_models.tiny_cnn(base / "twins.onnx", twin_convs=True)
+    out = base / "run"
+    result = CliRunner().invoke(main, tune_args(model, out, config, budget="400trials"))
+    assert result.exit_code == 0, result.output
+    (last,) = [e for e in journal(out) if e["type"] == "stopped"]
+    assert last["code"] == "stopped-paying", last["reason"]
+    return SimpleNamespace(model=model, out=out, config=config, trials=last["spend"]["trials"])
+
+
+def again(stopped, run: Path, budget: str, *options: str):
+    return CliRunner().invoke(
+        main, tune_args(stopped.model, run, stopped.config, *options, budget=budget)
+    )
+
+
+@pytest.mark.parametrize("budget", ["400trials", "800trials"], ids=["same", "larger"])
+def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
+    stopped, tmp_path, monkeypatch, budget
+):
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    before = contents(run)
+
+    def read_back(*args):
+        raise AssertionError("the database was read back")
+
+    monkeypatch.setattr(session_module, "open_database", read_back)
+    result = again(stopped, run, budget)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
+    assert "the run already finished and would stop again at once: stopped at " in line
+    assert f" of {budget.replace('trials', ' trials')}" in line  # judged on this budget
+    assert "nothing was changed (add --no-early-stop to spend the budget anyway)" in line
+    assert f"trials              {stopped.trials} in " in result.stdout  # the run's summary
+    assert contents(run) == before
+
+
+def test_its_events_are_the_stop_and_the_runs_result(stopped, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    report = json.loads((run / "report.json").read_text())
+    result = again(stopped, run, "800trials", "--json")
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    for event in events:
+        jsonschema.validate(event, event_schema())
+    assert [e["event"] for e in events] == ["stopped", "finished"]
+    assert events[0]["stop"] == "stopped-paying" and events[0]["spend"]["trials"] == stopped.trials
+    finished = events[-1]
+    assert finished["exit_code"] == 0
+    assert finished["result"]["tuned_latency_s"] == report["summary"]["tuned_latency_s"]
+    assert finished["result"]["run_dir"] == str(run)  # where the run is now, not where it was
+
+
+def test_without_the_early_stop_it_tunes_on(stopped, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    budget = f"{stopped.trials + 4}trials"
+    result = again(stopped, run, budget, "--no-early-stop")
+    assert result.exit_code == 0, result.output
+    assert "would stop again" not in result.output
+    report = json.loads((run / "report.json").read_text())
+    assert report["summary"]["trials"] == stopped.trials + 4 and report["sessions"] == 2
+
+
+def test_a_run_whose_answer_could_change_is_not_taken_as_done(stopped, tmp_path):
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(stopped.out, run.path)
+    config = run.read_json(RunDir.CONFIG)
+    samples = json.loads((run.path / "report.json").read_text())["tuned"]["check"]["inputs"]
+    assert rerun.earlier_report(run, samples) is not None
+    assert rerun.earlier_report(run, "2 samples from inputs.npz") is None  # checked on others
+    assert rerun.same_run(config, {**config, "budget": "1h", "model": {"path": "elsewhere"}})
+    stricter = json.loads(json.dumps(config))
+    stricter["settings"]["check"]["rtol"] /= 10
+    assert not rerun.same_run(config, stricter)
+    cheaper = {**config, "price": {"usd_per_hour": 0.01, "source": "--price"}}
+    assert not rerun.same_run(config, cheaper)
+    report = json.loads((run.path / "report.json").read_text())
+    report["tuned"]["check"]["ok"] = False  # its check failed: exit code 4
+    run.write_json(RunDir.REPORT, report)
+    assert rerun.earlier_report(run, samples) is None
+    (run.path / "report.json").write_text("{")  # cut short
+    assert rerun.earlier_report(run, samples) is None
