@@ -249,8 +249,10 @@ def test_a_run_directory_of_another_model_is_refused_untouched(models):
     before = snapshot(other)
     fails_with_one_line(
         ["--out", other, models / "tiny.onnx"],
-        "holds a run with a different model_name, model_sha256",
-    )
+        "holds a run with a different model_name, model_sha256, inputs, target (model resnet); "
+        "give another --out to start a new run, or add --fresh to set that one aside and start "
+        "over",
+    )  # a pipeline that re-tunes each new export into one --out is told how
     assert snapshot(other) == before
 
 

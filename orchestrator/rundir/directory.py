@@ -363,5 +363,6 @@ class RunDir:
         raise InputError(
             f"{self.path} holds a run with a different {what or 'setup'} "
             f"(model {theirs.get('model_name', '?')}); "
-            "give another --out to start a new run"
+            "give another --out to start a new run, or add --fresh to set that one aside and "
+            "start over"
         )
