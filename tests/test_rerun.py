@@ -1,6 +1,6 @@
-"""A finished run that stopped paying, asked again: nothing is read back, built or written
-where it would stop again at once; anything else that could change its answer goes the whole
-way."""
+"""A finished run asked again: nothing is read back, built or written where it would stop
+again at once (it stopped paying and still would, or its trial budget is reached); anything
+that could change its answer goes the whole way."""
 
 from __future__ import annotations
 
@@ -84,6 +84,39 @@ def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
     assert "nothing was changed (add --no-early-stop to spend the budget anyway)" in line
     assert f"trials              {stopped.trials} in " in result.stdout  # the run's summary
     assert contents(run) == before
+
+
+def test_at_a_trial_budget_it_has_reached_it_says_so_and_changes_nothing(
+    stopped, tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    before = contents(run)
+
+    def read_back(*args):
+        raise AssertionError("the database was read back")
+
+    monkeypatch.setattr(session_module, "open_database", read_back)
+    result = again(stopped, run, f"{stopped.trials}trials")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
+    assert f"would stop again at once: trial budget reached: {stopped.trials} of " in line
+    assert "nothing was changed (give a budget of more trials to tune further)" in line
+    assert contents(run) == before
+
+
+def test_a_database_short_of_its_records_goes_the_whole_way(stopped, tmp_path):
+    """A record line lost after the run ended (its file cut back) is not taken for a run that
+    needs nothing: the session reads back, compiles and reports again."""
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    database = run / "database_tuning_record.json"
+    lines = database.read_text().splitlines(keepends=True)
+    database.write_text("".join(lines[:-1]))
+    result = again(stopped, run, "400trials")
+    assert result.exit_code == 0, result.output
+    assert "would stop again" not in result.output
+    assert json.loads((run / "report.json").read_text())["sessions"] == 2
 
 
 def test_its_events_are_the_stop_and_the_runs_result(stopped, tmp_path):

@@ -1,13 +1,15 @@
-"""A finished run asked again: where more spending still stops paying, the session does
+"""A finished run asked again: where it would stop before its first round, the session does
 nothing and answers with the report the run wrote.
 
-A run that stopped on diminishing returns, resumed with the same command or a larger budget,
-used to read everything back, stop before its first round, and then compile, check and time
-the same database again (10-50 s) to ship the model it had shipped. Whether it would stop
-again is the early stop's own decision on the run's curve (the journal's points) and the new
-budget; the tasks' side of that decision (floors, catching up with a peer) did not stand in
-its way when the run stopped, and cannot have changed when nothing else did: the settings
-other than the budget, the price, the check's samples, the measuring machine.
+A run that stopped on diminishing returns or at its trial budget, asked again with the same
+command (or, having stopped paying, with a larger budget), used to read everything back, stop
+before its first round, and then compile, check and time the same database again (10-50 s) to
+ship the model it had shipped. Whether it would stop again is the stopping rules' own decision
+up front: a trial budget's on the trials the journal counts; the early stop's on the run's curve
+(the journal's points) and the new budget, where the run stopped paying: the tasks' side of that
+decision (floors, catching up with a peer) did not stand in its way then, and cannot have
+changed when nothing else did: the settings other than the budget, the price, the check's
+samples, the measuring machine.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger, StoppingRule
-from tune_orchestrator.budget.base import STOPPED_PAYING
+from tune_orchestrator.budget.base import STOPPED_PAYING, TRIALS
 from tune_orchestrator.budget.report import schema
 
 from .. import exits
@@ -24,22 +26,31 @@ from ..errors import InputError
 from ..rundir import RunDir
 from ..rundir.restore import journal_points
 
+# Why a run would stop again at once, and what the user can do about it.
+WHAT_TO_DO = {
+    STOPPED_PAYING: "add --no-early-stop to spend the budget anyway",
+    TRIALS: "give a budget of more trials to tune further",
+}
+
 
 def stops_again(
     rule: StoppingRule, ledger: Ledger, journal: Sequence[Mapping[str, Any]]
 ) -> Decision | None:
-    """The early stop's decision on the run's curve and this session's budget, where the run's
-    last session stopped paying and it would stop so again; else None."""
-    last = next((e for e in reversed(journal) if e.get("type") == "stopped"), None)
-    if last is None or last.get("code") != STOPPED_PAYING:
-        return None
+    """The stopping rules' decision up front, on the run's curve and this session's budget,
+    where it stops the run at its trial budget, or stops it paying as its last session did;
+    else None."""
+    last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
     before = ledger.history
     ledger.history = journal_points(journal)
     try:
         decision = rule.decide(ledger)
     finally:
         ledger.history = before
-    return decision if decision.stop and decision.code == STOPPED_PAYING else None
+    if not decision.stop or decision.code not in WHAT_TO_DO:
+        return None
+    if decision.code == STOPPED_PAYING and last.get("code") != STOPPED_PAYING:
+        return None  # then the tasks it would wait on are not known
+    return decision
 
 
 def same_run(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
@@ -61,7 +72,7 @@ def answer(decision: Decision) -> str:
     """What the user is told."""
     return (
         f"the run already finished and would stop again at once: {decision.reason}; model.so is "
-        "what it shipped, nothing was changed (add --no-early-stop to spend the budget anyway)"
+        f"what it shipped, nothing was changed ({WHAT_TO_DO[decision.code]})"
     )
 
 
@@ -83,3 +94,18 @@ def earlier_report(run: RunDir, samples: str) -> dict[str, Any] | None:
         return None
     checked_on = ((report.get("tuned") or {}).get("check") or {}).get("inputs")
     return report if ok and checked_on == samples else None
+
+
+def records_kept(run: RunDir, journal: Sequence[Mapping[str, Any]], trials: int) -> bool:
+    """Whether the run's database holds a line for each of the `trials` the journal counts and
+    each default schedule it recorded. One lost since (its file cut back, as by a power cut
+    after the run ended) is put back only by going the whole way."""
+    defaults = {
+        e.get("task") for e in journal if e.get("type") == "baseline" and e.get("record_key")
+    }
+    try:
+        with open(run[RunDir.RECORD_DB], "rb") as fh:
+            lines = sum(1 for line in fh if line.strip())
+    except OSError:
+        return False
+    return lines >= trials + len(defaults)

@@ -169,15 +169,17 @@ class Session:
         return report
 
     def _done_already(self, journal: list[dict[str, Any]], ledger: Ledger) -> dict[str, Any] | None:
-        """The report the finished run wrote, where it stopped paying and this session, asking
-        for the same run, would stop so before its first round (rerun.py); nothing is read
-        back, built or written then. None otherwise: a warm start, a fleet, other settings or
-        check samples, or a run that did not end with exit code 0 go the whole way."""
+        """The report the finished run wrote, where this session, asking for the same run,
+        would stop before its first round (rerun.py): nothing is read back, built or written
+        then. None otherwise: a warm start, a fleet, other settings or check samples, a run that
+        did not end with exit code 0, or a database short of records go the whole way."""
         if self.given.warm_start is not None or self.fleet.rpc:
             return None
         report = rerun.earlier_report(self.run, self.given.checker.samples.source)
         earlier = self.run.read_json(RunDir.CONFIG)
         if report is None or not rerun.same_run(earlier, self.config_record()):
+            return None
+        if not rerun.records_kept(self.run, journal, ledger.trials):
             return None
         decision = rerun.stops_again(self.given.stopping.rule, ledger, journal)
         if decision is None:
