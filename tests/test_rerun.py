@@ -64,10 +64,9 @@ def again(stopped, run: Path, budget: str, *options: str):
     )
 
 
-@pytest.mark.parametrize("budget", ["400trials", "800trials"], ids=["same", "larger"])
-def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
-    stopped, tmp_path, monkeypatch, budget
-):
+def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> SimpleNamespace:
+    """Ask a copy of the run again with `budget`: it must exit 0 without reading the database
+    back or changing a file; its printed stop line and its output."""
     run = tmp_path / "run"
     shutil.copytree(stopped.out, run)
     before = contents(run)
@@ -78,31 +77,28 @@ def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
     monkeypatch.setattr(session_module, "open_database", read_back)
     result = again(stopped, run, budget)
     assert result.exit_code == 0, result.output
-    line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
-    assert "the run already finished and would stop again at once: stopped at " in line
-    assert f" of {budget.replace('trials', ' trials')}" in line  # judged on this budget
-    assert "nothing was changed (add --no-early-stop to spend the budget anyway)" in line
-    assert f"trials              {stopped.trials} in " in result.stdout  # the run's summary
     assert contents(run) == before
+    line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
+    return SimpleNamespace(line=line, stdout=result.stdout)
+
+
+@pytest.mark.parametrize("budget", ["400trials", "800trials"], ids=["same", "larger"])
+def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
+    stopped, tmp_path, monkeypatch, budget
+):
+    said = unchanged_again(stopped, tmp_path, monkeypatch, budget)
+    assert "the run already finished and would stop again at once: stopped at " in said.line
+    assert f" of {budget.replace('trials', ' trials')}" in said.line  # judged on this budget
+    assert "nothing was changed (add --no-early-stop to spend the budget anyway)" in said.line
+    assert f"trials              {stopped.trials} in " in said.stdout  # the run's summary
 
 
 def test_at_a_trial_budget_it_has_reached_it_says_so_and_changes_nothing(
     stopped, tmp_path, monkeypatch
 ):
-    run = tmp_path / "run"
-    shutil.copytree(stopped.out, run)
-    before = contents(run)
-
-    def read_back(*args):
-        raise AssertionError("the database was read back")
-
-    monkeypatch.setattr(session_module, "open_database", read_back)
-    result = again(stopped, run, f"{stopped.trials}trials")
-    assert result.exit_code == 0, result.output
-    line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
-    assert f"would stop again at once: trial budget reached: {stopped.trials} of " in line
-    assert "nothing was changed (give a budget of more trials to tune further)" in line
-    assert contents(run) == before
+    said = unchanged_again(stopped, tmp_path, monkeypatch, f"{stopped.trials}trials")
+    assert f"would stop again at once: trial budget reached: {stopped.trials} of " in said.line
+    assert "nothing was changed (give a budget of more trials to tune further)" in said.line
 
 
 def test_a_database_short_of_its_records_goes_the_whole_way(stopped, tmp_path):
