@@ -22,15 +22,10 @@ import math
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import spearmanr
 
 ROUND = 16
 LEAST = 2 * ROUND  # workloads with fewer finite records are left out
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Rank correlation (ties broken by order: scores of one workload rarely tie)."""
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def random_best(latencies: np.ndarray, k: int) -> float:
@@ -46,7 +41,7 @@ def workload_figures(scores: np.ndarray, latencies: np.ndarray) -> dict[str, flo
     top = np.argsort(scores, kind="stable")[:ROUND]
     return {
         "records": len(latencies),
-        "rho": spearman(-scores, 1.0 / latencies),
+        "rho": float(spearmanr(-scores, 1.0 / latencies).statistic),
         "top16": float(latencies[top].min()) / best,
         "random16": random_best(latencies, ROUND) / best,
     }
