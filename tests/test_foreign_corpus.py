@@ -260,18 +260,20 @@ def test_a_broken_foreign_or_hostile_file_is_counted_and_the_run_goes_on(
 ):
     library = cache_home / "tune-orchestrator" / "library" / earlier.library.name
     shutil.copytree(earlier.library, library)
-    out, options = tmp_path / "out", []
+    out, options, budget = tmp_path / "out", [], "8trials"
     if where == "library":
         expected = damage(library)
     elif where == "run":
         shutil.copytree(earlier.run, out)
         expected = damage(out)
+        budget = "16trials"  # resumed to tune on: the run it finished at 8 would stop at once
     else:
         shutil.copytree(earlier.run, tmp_path / "warm")
         expected = damage(tmp_path / "warm")
         options = ["--warm-start", str(tmp_path / "warm")]
 
-    result = CliRunner().invoke(main, tune_args(earlier.model, out, fast_config, *options))
+    args = tune_args(earlier.model, out, fast_config, *options, budget=budget)
+    result = CliRunner().invoke(main, args)
 
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Traceback" not in result.output
