@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from run_files import snapshot
 
 import onnx_models
 from cli_args import tune_args
@@ -23,15 +23,6 @@ CASES = tomllib.loads((CORPUS / "manifest.toml").read_text())["case"]
 
 # Every case runs against a copy of a finished run (the module's `finished_run` tune, ~20 s).
 pytestmark = pytest.mark.slow
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file's hash, except the run directory's lock (it holds the last owner's pid)."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture(scope="module")

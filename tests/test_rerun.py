@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 from conftest import FAST_CONFIG
+from run_files import journal, snapshot
 
 import onnx_models
 from cli_args import tune_args
@@ -29,19 +30,6 @@ pytestmark = pytest.mark.slow
 STOPS_SOON = FAST_CONFIG + (
     "[stopping]\nmin_gain = 0.9\nmin_rounds = 2\nheavy_trials = 8\nevidence_rounds = 1\n"
 )
-
-
-def journal(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
-
-
-def contents(run: Path) -> dict[str, bytes]:
-    """Every file of the run directory but its lock (the pid of whoever holds it)."""
-    return {
-        str(p.relative_to(run)): p.read_bytes()
-        for p in sorted(run.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +57,7 @@ def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> Simple
     back or changing a file; its printed stop line and its output."""
     run = tmp_path / "run"
     shutil.copytree(stopped.out, run)
-    before = contents(run)
+    before = snapshot(run)
 
     def read_back(*args):
         raise AssertionError("the database was read back")
@@ -77,7 +65,7 @@ def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> Simple
     monkeypatch.setattr(session_module, "open_database", read_back)
     result = again(stopped, run, budget)
     assert result.exit_code == 0, result.output
-    assert contents(run) == before
+    assert snapshot(run) == before
     line = next(x for x in result.stdout.splitlines() if x.startswith("stopped: "))
     return SimpleNamespace(line=line, stdout=result.stdout)
 

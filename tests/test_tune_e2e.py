@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from run_files import journal
 
 import onnx_models
 from cli_args import both_builds, tune_args
@@ -28,10 +29,6 @@ pytestmark = pytest.mark.slow
 
 def records(run: Path) -> list[str]:
     return (run / "database_tuning_record.json").read_text().splitlines()
-
-
-def journal(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
 
 
 def defaults(run: Path) -> int:
