@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import tomllib
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,58 @@ def test_an_out_folder_this_user_may_not_enter_gets_one_line_and_exit_2(shared_t
     assert code == 2, stderr
     assert len(lines) == 1 and needle in lines[0], stderr
     assert list(out.iterdir()) == []
+
+
+def test_a_run_directory_this_user_may_read_but_not_write_gets_one_line_and_exit_2(
+    finished_run, shared_tmp
+):
+    """`orchestrate report` on a colleague's run, or on one on a read-only disk, ended in a
+    traceback (the lock file could not be opened); resuming it was refused already."""
+    good, finished = finished_run
+    run = shared_tmp / "run"
+    shutil.copytree(finished, run)
+    os.chmod(good.parent, 0o755)  # the model, for the resume: readable by the other user
+    before = snapshot(run)
+    commands = {
+        "report": (["report", str(run)], "cannot be written by you (Permission denied)"),
+        "resume": (
+            ["--budget", "1min", "--out", str(run), str(good)],
+            "is not readable, writable and searchable by you",
+        ),
+    }
+    if os.geteuid() != 0:
+        for path in (run, run / ".lock"):
+            path.chmod(0o555)
+        try:
+            said = {k: _orchestrate(args, shared_tmp) for k, (args, _) in commands.items()}
+        finally:
+            run.chmod(0o755)
+    elif can_switch_users():
+        import tune_orchestrator.api  # noqa: F401  (see the test above)
+        import tune_orchestrator.run.reporting  # noqa: F401
+        import tune_orchestrator.run.session  # noqa: F401
+
+        said = {
+            k: as_user(ALICE, _orchestrate, args, shared_tmp) for k, (args, _) in commands.items()
+        }
+    else:
+        pytest.skip("root may write anything and cannot act as another user here")
+    for name, (_, needle) in commands.items():
+        code, stderr = said[name]
+        lines = stderr.strip().splitlines()
+        assert code == 2, (name, stderr)
+        assert len(lines) == 1 and needle in lines[0], (name, stderr)
+    assert snapshot(run) == before
+
+
+def test_an_out_on_a_read_only_disk_is_named_so(tmp_path, monkeypatch):
+    """It was told to `chmod u+rwx` a folder on a read-only file system."""
+    from tune_orchestrator.errors import InputError
+    from tune_orchestrator.run.prepare import check_out
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "statvfs", lambda path: types.SimpleNamespace(f_flag=os.ST_RDONLY))
+    with pytest.raises(InputError, match=r"cannot be written by you \(Read-only file system\)"):
+        check_out(out)

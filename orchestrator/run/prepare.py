@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import math
 import operator
 import os
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Options
+from ..rundir.directory import cannot_write
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -269,6 +271,8 @@ def check_out(given: str | Path | None) -> None:
         raise InputError(
             f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
         ) from None
+    if not usable and os.statvfs(out).f_flag & os.ST_RDONLY:
+        raise InputError(cannot_write(out, os.strerror(errno.EROFS)))
     if not usable:
         raise InputError(
             f"--out {out} is not readable, writable and searchable by you (mode "

@@ -26,6 +26,16 @@ _SECONDS_FIELDS = ("latency_s", "best_s", "round_best_s", "model_latency_s", "se
 _SPEND_FIELDS = ("wall_s", "device_h", "core_h", "usd", "energy_j", "trials", "rounds")
 
 
+def cannot_write(path: Path, why: str) -> str:
+    """The line for a run directory this user cannot write (`why`: a read-only file system,
+    another user's folder): every command that opens one locks it and writes its files."""
+    return (
+        f"{path} cannot be written by you ({why}), and a run directory is locked and written "
+        f"by every command that opens it; copy it somewhere you can write (cp -r {path} COPY) "
+        "and give the copy"
+    )
+
+
 def entry_problem(entry: Any) -> str | None:
     """What makes a journal line unreadable to this version (it parsed as JSON); None if
     nothing does. The journal is only ever appended to by this code: a line that fails here
@@ -318,7 +328,12 @@ class RunDir:
                 entry.unlink(missing_ok=True)
 
     def _lock(self) -> None:
-        fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise InputError(cannot_write(self.path, exc.strerror)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
