@@ -362,5 +362,5 @@ def test_a_default_library_root_this_user_cannot_use_is_counted_not_fatal(tmp_pa
     named = tmp_path / "library"
     named.write_text("not a folder")
     target = SimpleNamespace(simulated=False, device_type="cpu", kind="llvm", target=TARGET)
-    with pytest.raises(InputError, match="--library .* is a file; give a directory you can write"):
+    with pytest.raises(InputError, match="--library .* is a file; give a directory you can read"):
         RunLibrary.open(named, target, Settings.load(None), build_only=False)

@@ -516,6 +516,54 @@ def test_schedules_that_transform_a_layout_are_added_and_left_waiting_as_tvm_wri
     assert library.added == 1 and stock_records(tmp_path / "library") == 1
 
 
+def _use_library(root: str, run: str, settings: Settings) -> tuple:
+    """What a run takes from the library under `root` and gives it (run: a run's database)."""
+    cpu = resolve_target("llvm")
+    library = RunLibrary.open(Path(root), cpu, settings, build_only=False)
+    library.read(target=cpu)
+    library.add(files(Path(run)), [], {"check": {"ok": True}})
+    return library.view.records, library.read_only, library.added, library.not_added
+
+
+@pytest.mark.parametrize("lock", ["kept", "never made"])
+def test_a_library_this_user_may_read_but_not_write_is_read_and_left_as_it_is(tmp_path, lock):
+    """A colleague's library, one on a read-only mount or baked into an image: it was "not
+    readable and writable by you" and the run tuned without it."""
+    import os
+    import shutil
+    import tempfile
+
+    from other_users import ALICE, as_user, can_switch_users
+
+    shared = Path(tempfile.mkdtemp(prefix="library-"))  # other users may enter /tmp's folders
+    shared.chmod(0o755)
+    folder = Library.for_target(resolve_target("llvm"), shared).path
+    Library(folder).add_files(*files(make_database(tmp_path / "old", [64], [2, 4])))
+    if lock == "never made":
+        (folder / ".lock").unlink()
+    run = make_database(shared / "run", [64, 128], [8])
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    args, settings = (str(shared), str(run)), Settings.load(None)
+    try:
+        if os.geteuid() != 0:
+            for path in folder.iterdir():
+                path.chmod(0o444)
+            folder.chmod(0o555)
+            used = _use_library(*args, settings)
+        elif can_switch_users():
+            used = as_user(ALICE, _use_library, *args, settings)
+        else:
+            pytest.skip("root may write anything and cannot act as another user here")
+    finally:
+        folder.chmod(0o755)
+        after = {p.name: p.read_bytes() for p in folder.iterdir()}
+        shutil.rmtree(shared)
+    records, read_only, added, not_added = used
+    assert records == 2 and read_only is not None and "not writable by you" in read_only
+    assert added is None and not_added == f"read-only here: {read_only}"
+    assert after == before
+
+
 def test_a_record_the_library_cannot_take_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
     """model.so has shipped when the records are added: a failure there (TVM's as_json on a
     CUDA trace once) is reported, never the run's end."""

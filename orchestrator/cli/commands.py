@@ -306,7 +306,8 @@ PRICE = click.option(
     type=PathType(path_type=Path, file_okay=False),
     help="Root of the tuning libraries, one stock MetaSchedule database per target under it: "
     "before the first round each task it knows gets its fastest records measured and the "
-    "learned model its records; a run whose tuned model passes its check adds its records. "
+    "learned model its records; a run whose tuned model passes its check adds its records "
+    "(where this user may write there: a read-only library is only read). "
     "Default: $XDG_CACHE_HOME/tune-orchestrator/library (else ~/.cache/...).",
 )
 @click.option(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -228,14 +229,43 @@ class Library:
         """The library's lock, held alone: no other writer, and no reader, while it is."""
         return self._locked(fcntl.LOCK_EX)
 
+    def read_only(self) -> str | None:
+        """Why this user may read the library but not write it (a read-only disk, another
+        user's folder or lock, an image's library); None where it may write."""
+        folder = self.path if self.path.exists() else self.path.parent
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+        if not os.access(folder, os.W_OK):
+            return f"{'its folder' if folder == self.path else folder} is not writable by you"
+        lock = self.path / LOCK
+        if lock.exists() and not os.access(lock, os.W_OK):
+            return "its lock file is not writable by you"
+        return None
+
     @contextlib.contextmanager
     def _locked(self, how: int) -> Iterator[None]:
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = self._lock_file(how)
         try:
-            fcntl.flock(fd, how)
+            if fd is not None:
+                fcntl.flock(fd, how)
             yield
         finally:
-            os.close(fd)  # closing releases the lock
+            if fd is not None:
+                os.close(fd)  # closing releases the lock
+
+    def _lock_file(self, how: int) -> int | None:
+        """The lock file, open to take `how` on it. A reader that may not write it takes its
+        shared lock on the file open for reading, or none where no writer made the file yet
+        (as stock TVM reads, without a lock: each file is replaced whole)."""
+        try:
+            return os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            if how != fcntl.LOCK_SH or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+        try:
+            return os.open(self.path / LOCK, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
 
     def _bytes(self) -> tuple[bytes, bytes]:
         return _read(self.path / WORKLOADS), _read(self.path / RECORDS)

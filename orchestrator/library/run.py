@@ -43,6 +43,7 @@ class RunLibrary:
         off: str | None = None,
         warn: Callable[[str], None] = lambda message: None,
         unreadable: str | None = None,
+        read_only: str | None = None,
     ) -> None:
         self.library = library
         self.settings = settings
@@ -51,6 +52,7 @@ class RunLibrary:
         self.warn = warn
         self.skipped = Skipped()  # the run's tally, from `read`
         self.unreadable = unreadable  # why the library's folder cannot be used at all
+        self.read_only = read_only  # why it is read but the run's records cannot be added
         self.view: LibraryView | None = None
         self.reused_records = self.reused_tasks = self.plateau_tasks = 0
         self.trained_records = self.trained_workloads = 0
@@ -77,11 +79,12 @@ class RunLibrary:
         problem = _unusable(root)
         if problem is not None:
             if named:
-                raise InputError(f"--library {root} {problem}; give a directory you can write")
+                raise InputError(f"--library {root} {problem}; give a directory you can read")
             # The default root: a folder the user did not name, so counted (read), not fatal.
             why = f"{root} {problem}; set XDG_CACHE_HOME to a folder you can write, or --library"
             return cls(None, settings, off=f"{root} {problem}", unreadable=why)
-        return cls(Library.for_target(target, root), settings)
+        library = Library.for_target(target, root)
+        return cls(library, settings, read_only=library.read_only())
 
     @property
     def path(self) -> Path | None:
@@ -176,6 +179,8 @@ class RunLibrary:
     def _write(self, shelf: FeatureShelf, keep: set[str] | None = None) -> None:
         """Write `shelf`'s new entries under the library's lock (shelf.write); a cache, so
         a failure to write it is no loss."""
+        if self.read_only is not None:
+            return
         try:
             with self.library.exclusive():
                 shelf.write(keep)
@@ -349,6 +354,9 @@ class RunLibrary:
         features the run `learned` of them go beside them (library/features.py)."""
         if self.library is None:
             return
+        if self.read_only is not None:
+            self.not_added = f"read-only here: {self.read_only}"
+            return
         check = (tuned or {}).get("check") or {}
         if check.get("ok") is not True:
             self.not_added = (
@@ -431,6 +439,6 @@ def _unusable(root: Path) -> str | None:
         return None
     if not root.is_dir():
         return "is a file"
-    if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
-        return "is not readable and writable by you"
+    if not os.access(root, os.R_OK | os.X_OK):
+        return "is not readable by you"
     return None
