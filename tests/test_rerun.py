@@ -59,10 +59,7 @@ def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> Simple
     shutil.copytree(stopped.out, run)
     before = snapshot(run)
 
-    def read_back(*args):
-        raise AssertionError("the database was read back")
-
-    monkeypatch.setattr(session_module, "open_database", read_back)
+    monkeypatch.setattr(session_module, "open_database", _never)
     result = again(stopped, run, budget)
     assert result.exit_code == 0, result.output
     assert snapshot(run) == before
@@ -87,6 +84,26 @@ def test_at_a_trial_budget_it_has_reached_it_says_so_and_changes_nothing(
     said = unchanged_again(stopped, tmp_path, monkeypatch, f"{stopped.trials}trials")
     assert f"would stop again at once: trial budget reached: {stopped.trials} of " in said.line
     assert "nothing was changed (give a budget of more trials to tune further)" in said.line
+
+
+def test_a_warning_as_the_session_begins_does_not_hide_that_the_run_finished(
+    stopped, tmp_path, monkeypatch
+):
+    """An unreadable filter.json is journaled as the session starts, after the last session's
+    end: the run was taken for one that had not finished and went the whole way."""
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    (run / "filter.json").write_text("{ torn")
+    monkeypatch.setattr(session_module, "open_database", _never)
+    result = again(stopped, run, "400trials")
+    assert result.exit_code == 0, result.output
+    assert "would stop again at once" in result.stdout
+    assert "filter.json" in result.stderr
+    assert journal(run)[-1]["type"] == "warning"
+
+
+def _never(*args):
+    raise AssertionError("the database was read back")
 
 
 def test_a_database_short_of_its_records_goes_the_whole_way(stopped, tmp_path):

@@ -909,5 +909,7 @@ def _schedule(state: Any, restored: Restored) -> str:
 
 
 def _finished(journal: list[dict[str, Any]], run: RunDir) -> bool:
-    """Whether the run's last session ended and left the model it shipped."""
-    return bool(journal) and journal[-1].get("type") == "session_end" and run[run.LIBRARY].is_file()
+    """Whether the run's last session ended and left the model it shipped. Warnings after its
+    end are this session's own, about files it read as it began (an unreadable filter.json)."""
+    last = next((e for e in reversed(journal) if e.get("type") != "warning"), {})
+    return last.get("type") == "session_end" and run[run.LIBRARY].is_file()
