@@ -65,6 +65,11 @@ class MlflowLogger:
         return self._run_id
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
+        self._create(e, e["resumed"], e["budget"])
+
+    def _create(self, e: dict[str, Any], resumed: bool, budget: str | None) -> None:
+        """The MLflow run of this session (`e`: an event or result with the run directory,
+        model and target), with the run's parameters."""
         run = self._client.create_run(
             self._experiment,
             run_name=f"{e['model']}-{Path(e['run_dir']).name}",
@@ -72,13 +77,14 @@ class MlflowLogger:
                 "run_dir": e["run_dir"],
                 "model": e["model"],
                 "target": e["target"],
-                "resumed": str(e["resumed"]).lower(),
+                "resumed": str(resumed).lower(),
             },
         )
         self._run_id = run.info.run_id
         from mlflow.entities import Param
 
-        params = [Param(k, v) for k, v in {**self._params, "budget": e["budget"]}.items()]
+        params = {**self._params, **({"budget": budget} if budget is not None else {})}
+        params = [Param(k, v) for k, v in params.items()]
         for start in range(0, len(params), 100):  # the API takes at most 100 per batch
             self._client.log_batch(self._run_id, params=params[start : start + 100])
 
@@ -102,6 +108,8 @@ class MlflowLogger:
 
     def _on_finished(self, e: dict[str, Any]) -> None:
         result = e["result"]
+        if self._run_id is None:  # a finished run asked again answers without a session
+            self._create(result, resumed=True, budget=None)
         self._log(
             {
                 "untuned_latency_ms": _ms(result["untuned_latency_s"]),

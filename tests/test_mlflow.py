@@ -71,6 +71,21 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
         "plots/convergence.png"
     }
 
+    # The same command again: the run already finished at its trial budget, and is answered
+    # without a session (run/rerun.py); that answer is logged too, with no warning.
+    again = CliRunner().invoke(
+        main,
+        tune_args(model, out, fast_config, "--mlflow", "--mlflow-experiment", "pipeline-tests",
+                  budget="16trials"),
+        env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"},
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert "would stop again at once" in again.stdout and "MLflow" not in again.stderr
+    answered = next(r for r in client.search_runs([experiment.experiment_id]) if r != run)
+    assert answered.info.status == "FINISHED" and answered.data.tags["run_dir"] == str(out)
+    assert answered.data.tags["resumed"] == "true" and answered.data.params["model"] == "tiny"
+    assert answered.data.metrics["tuned_latency_ms"] == run.data.metrics["tuned_latency_ms"]
+
 
 def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config, monkeypatch):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
