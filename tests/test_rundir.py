@@ -1,4 +1,7 @@
+import errno
+import fcntl
 import json
+import os
 import re
 import subprocess
 import sys
@@ -179,3 +182,18 @@ def test_another_tvm_is_refused_with_the_fix_and_older_folders_resume(tmp_path):
         RunDir.open(tmp_path / "run", fingerprint={**made, "tvm": "0.27.0"})
     RunDir.open(tmp_path / "old", fingerprint={"model_name": "m"}).close()  # no version kept
     RunDir.open(tmp_path / "old", fingerprint={"model_name": "m", "tvm": "0.27.0"}).close()
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_run_directory_on_a_file_system_without_locks_is_one_clear_line(
+    tmp_path, monkeypatch, code
+):
+    """On a network mount that cannot lock files (NFS without its lock daemon, some SMB and
+    FUSE mounts) flock fails with ENOLCK or EOPNOTSUPP: that was a traceback and exit 1."""
+
+    def cannot(fd, how):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", cannot)
+    with pytest.raises(InputError, match="is on a file system that cannot lock files"):
+        RunDir.open(tmp_path / "run", fingerprint={})

@@ -345,6 +345,11 @@ class RunDir:
                     "finish or choose another --out",
                     owner=owner,
                 ) from None
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):  # some network mounts
+                raise InputError(
+                    f"{self.path} is on a file system that cannot lock files ({exc.strerror}), "
+                    "and a run directory is locked by whoever uses it; use one on a local disk"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
