@@ -106,6 +106,25 @@ def _never(*args):
     raise AssertionError("the database was read back")
 
 
+def test_a_run_that_retired_every_task_says_so_and_changes_nothing(
+    tmp_path, monkeypatch, fast_config
+):
+    """Its only task has nothing to search (tasks-done): asked again, with a larger budget
+    too, restore would retire it again and the loop stop before its first round."""
+    model = onnx_models.sequence_output(tmp_path / "seq.onnx")
+    run = tmp_path / "run"
+    first = CliRunner().invoke(main, tune_args(model, run, fast_config))
+    assert first.exit_code == 0, first.output
+    assert journal(run)[-2]["code"] == "tasks-done"
+    before = snapshot(run)
+    monkeypatch.setattr(session_module, "open_database", _never)
+    result = CliRunner().invoke(main, tune_args(model, run, fast_config, budget="10min"))
+    assert result.exit_code == 0, result.output
+    assert "would stop again at once: every task is retired: " in result.stdout
+    assert "(no task has anything left to search; --fresh starts the run over)" in result.stdout
+    assert snapshot(run) == before
+
+
 def test_a_database_short_of_its_records_goes_the_whole_way(stopped, tmp_path):
     """A record line lost after the run ended (its file cut back) is not taken for a run that
     needs nothing: the session reads back, compiles and reports again."""

@@ -1,10 +1,10 @@
 """A finished run asked again: where it would stop before its first round, the session does
 nothing and answers with the report the run wrote.
 
-A run that stopped on diminishing returns or at its trial budget, asked again with the same
-command (or, having stopped paying, with a larger budget), used to read everything back, stop
-before its first round, and then compile, check and time the same database again (10-50 s) to
-ship the model it had shipped. Whether it would stop again is the stopping rules' own decision
+A run that stopped on diminishing returns, at its trial budget or with every task retired,
+asked again with the same command (or, having stopped paying, with a larger budget), used to
+read everything back, stop before its first round, and then compile, check and time the same
+database again (10-50 s) to ship the model it had shipped. Whether it would stop again is the stopping rules' own decision
 up front: a trial budget's on the trials the journal counts; the early stop's on the run's curve
 (the journal's points) and the new budget, where the run stopped paying: the tasks' side of that
 decision (floors, catching up with a peer) did not stand in its way then, and cannot have
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger, StoppingRule
-from tune_orchestrator.budget.base import STOPPED_PAYING, TRIALS
+from tune_orchestrator.budget.base import STOPPED_PAYING, TASKS_DONE, TRIALS
 from tune_orchestrator.budget.report import schema
 
 from .. import exits
@@ -30,6 +30,7 @@ from ..rundir.restore import journal_points
 WHAT_TO_DO = {
     STOPPED_PAYING: "add --no-early-stop to spend the budget anyway",
     TRIALS: "give a budget of more trials to tune further",
+    TASKS_DONE: "no task has anything left to search; --fresh starts the run over",
 }
 
 
@@ -38,7 +39,9 @@ def stops_again(
 ) -> Decision | None:
     """The stopping rules' decision up front, on the run's curve and this session's budget,
     where it stops the run at its trial budget, or stops it paying as its last session did;
-    else None."""
+    the last session's, where it ended with every task retired and the rules would go on
+    (restore retires each task again: every retirement is journaled before that stop); else
+    None."""
     last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
     before = ledger.history
     ledger.history = journal_points(journal)
@@ -46,6 +49,8 @@ def stops_again(
         decision = rule.decide(ledger)
     finally:
         ledger.history = before
+    if not decision.stop and last.get("code") == TASKS_DONE:
+        return Decision(True, str(last.get("reason") or "every task is retired"), TASKS_DONE)
     if not decision.stop or decision.code not in WHAT_TO_DO:
         return None
     if decision.code == STOPPED_PAYING and last.get("code") != STOPPED_PAYING:
