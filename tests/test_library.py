@@ -564,6 +564,37 @@ def test_a_library_this_user_may_read_but_not_write_is_read_and_left_as_it_is(tm
     assert after == before
 
 
+def test_a_library_folder_a_team_shares_takes_every_member_s_records(tmp_path):
+    """Its lock file is its maker's (mode 644 under the usual umask): another member's run
+    could not open it to write and so added nothing, with a warning."""
+    import os
+    import shutil
+    import tempfile
+
+    from other_users import ALICE, as_user, can_switch_users
+
+    shared = Path(tempfile.mkdtemp(prefix="library-"))
+    shared.chmod(0o755)
+    folder = Library.for_target(resolve_target("llvm"), shared).path
+    Library(folder).add_files(*files(make_database(tmp_path / "old", [64], [2, 4])))
+    folder.chmod(0o777)  # the team's folder: every member may write it
+    run = make_database(shared / "run", [64, 128], [8])
+    args, settings = (str(shared), str(run)), Settings.load(None)
+    try:
+        if os.geteuid() != 0:
+            (folder / ".lock").chmod(0o444)  # not this user's to write
+            used = _use_library(*args, settings)
+        elif can_switch_users():
+            used = as_user(ALICE, _use_library, *args, settings)
+        else:
+            pytest.skip("root may write anything and cannot act as another user here")
+        after = stock_records(folder)
+    finally:
+        shutil.rmtree(shared)
+    assert used == (2, None, 2, None)
+    assert after == 4
+
+
 def test_a_record_the_library_cannot_take_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
     """model.so has shipped when the records are added: a failure there (TVM's as_json on a
     CUDA trace once) is reported, never the run's end."""

@@ -231,15 +231,13 @@ class Library:
 
     def read_only(self) -> str | None:
         """Why this user may read the library but not write it (a read-only disk, another
-        user's folder or lock, an image's library); None where it may write."""
+        user's folder, an image's library); None where it may write (its files are replaced
+        whole, so their own modes do not matter)."""
         folder = self.path if self.path.exists() else self.path.parent
         if os.statvfs(folder).f_flag & os.ST_RDONLY:
             return "it is on a read-only file system"
         if not os.access(folder, os.W_OK):
             return f"{'its folder' if folder == self.path else folder} is not writable by you"
-        lock = self.path / LOCK
-        if lock.exists() and not os.access(lock, os.W_OK):
-            return "its lock file is not writable by you"
         return None
 
     @contextlib.contextmanager
@@ -254,18 +252,22 @@ class Library:
                 os.close(fd)  # closing releases the lock
 
     def _lock_file(self, how: int) -> int | None:
-        """The lock file, open to take `how` on it. A reader that may not write it takes its
-        shared lock on the file open for reading, or none where no writer made the file yet
-        (as stock TVM reads, without a lock: each file is replaced whole)."""
+        """The lock file, open to take `how` on it. One this user may not write (another
+        user's, in a library folder a team shares) is opened for reading: flock takes either
+        lock on it. A reader takes none where no writer made the file yet and it cannot be
+        made (as stock TVM reads, without a lock: each file is replaced whole)."""
+        path = self.path / LOCK
         try:
-            return os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
-            if how != fcntl.LOCK_SH or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
-        try:
-            return os.open(self.path / LOCK, os.O_RDONLY)
-        except FileNotFoundError:
+            cannot = exc
+        if path.exists():
+            return os.open(path, os.O_RDONLY)
+        if how == fcntl.LOCK_SH:
             return None
+        raise cannot
 
     def _bytes(self) -> tuple[bytes, bytes]:
         return _read(self.path / WORKLOADS), _read(self.path / RECORDS)
