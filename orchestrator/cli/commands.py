@@ -307,7 +307,7 @@ PRICE = click.option(
     help="Root of the tuning libraries, one stock MetaSchedule database per target under it: "
     "before the first round each task it knows gets its fastest records measured and the "
     "learned model its records; a run whose tuned model passes its check adds its records "
-    "(where this user may write there: a read-only library is only read). "
+    "(a library this user may not write is only read). "
     "Default: $XDG_CACHE_HOME/tune-orchestrator/library (else ~/.cache/...).",
 )
 @click.option(

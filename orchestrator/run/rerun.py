@@ -4,12 +4,13 @@ nothing and answers with the report the run wrote.
 A run that stopped on diminishing returns, at its trial budget or with every task retired,
 asked again with the same command (or, having stopped paying, with a larger budget), used to
 read everything back, stop before its first round, and then compile, check and time the same
-database again (10-50 s) to ship the model it had shipped. Whether it would stop again is the stopping rules' own decision
-up front: a trial budget's on the trials the journal counts; the early stop's on the run's curve
-(the journal's points) and the new budget, where the run stopped paying: the tasks' side of that
-decision (floors, catching up with a peer) did not stand in its way then, and cannot have
-changed when nothing else did: the settings other than the budget, the price, the check's
-samples, the measuring machine.
+database again (10-50 s) to ship the model it had shipped. Whether it would stop again is the
+stopping rules' own decision up front: a trial budget's on the trials the journal counts; the
+early stop's on the run's curve (the journal's points) and the new budget, where the run
+stopped paying: the tasks' side of that decision (floors, catching up with a peer) did not
+stand in its way then, and cannot have changed when nothing else did: the settings other than
+the budget, the price, the check's samples, the measuring machine. A run that retired every
+task retires each again as it is read back.
 """
 
 from __future__ import annotations
