@@ -17,15 +17,36 @@ import importlib.util
 import inspect
 import linecache
 import logging
+import os
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from .errors import InputError
 
 _lock = threading.Lock()
 _PACKAGE = "tvm.s_tir.tensor_intrin"
 # What the package's __init__ imports: cuda always, these where TVM has LLVM.
 _CPU_MODULES = ("arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
+
+
+def check_home() -> None:
+    """InputError where importing TVM would fail on this user's environment: it looks for its
+    cache folder in $XDG_CACHE_HOME, else under the home directory, which Python cannot tell
+    where HOME is unset and the user id has no entry in the password database (`env -i` in a
+    container run as an arbitrary user). The tuning library's default place needs it too."""
+    if os.path.isabs(os.environ.get("XDG_CACHE_HOME", "")):
+        return
+    try:
+        Path.home()
+    except RuntimeError:
+        raise InputError(
+            f"cannot tell this user's home directory: HOME is not set and user id {os.getuid()} "
+            "has no entry in the password database; set HOME (or XDG_CACHE_HOME) to a folder "
+            "this user can write"
+        ) from None
 
 
 def _light_stack(context: int = 1) -> list[inspect.FrameInfo]:

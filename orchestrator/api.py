@@ -256,6 +256,9 @@ def _run(
 ) -> Result:
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
+    from ._tvm import check_home
+
+    check_home()  # before the first module that imports TVM
     from .events import Emitter
     from .model.importer import import_for_tuning
     from .run import prepare

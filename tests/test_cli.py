@@ -343,6 +343,25 @@ def test_unwritable_out_is_refused(monkeypatch):
         shutil.rmtree(home)
 
 
+@pytest.mark.parametrize("command", ["tune", "estimate"])
+def test_a_user_without_a_home_directory_is_told_to_set_one(tmp_path, monkeypatch, command):
+    """HOME unset and a user id the password database does not know (`env -i` in a container
+    run as an arbitrary user): TVM's import raised "Could not determine home directory", with
+    a traceback and exit 1."""
+    import pwd
+
+    def unknown(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", unknown)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = ["--budget", "8trials", "--out", tmp_path / "run"] if command == "tune" else []
+    fails_with_one_line([command, *out, model], "set HOME (or XDG_CACHE_HOME) to a folder")
+    assert not (tmp_path / "run").exists()
+
+
 def test_out_inside_a_file_is_refused_and_the_file_kept(models):
     # The refusal an unwritable --out gets, provoked in a way that holds for root as well.
     notes = models / "notes.txt"

@@ -522,6 +522,9 @@ def estimate_command(
 ) -> int:
     """Tasks, FLOPs, untuned latency, the spend likely needed to reach 90/95/99% of the
     attainable gain, and what a run would spend, phase by phase, and reach at a few budgets."""
+    from .._tvm import check_home
+
+    check_home()  # before the first module that imports TVM
     from ..forecast.estimate import DEFAULT_BUDGETS, estimate
     from .printer import print_estimate
 
