@@ -4,9 +4,13 @@ from it and gives it. The tests named `e2e` run real tunes (about a minute): sel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +22,7 @@ from tvm import s_tir, te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
+from other_users import ALICE, as_user, can_switch_users
 from tune_orchestrator import predictor as predictor_module
 from tune_orchestrator.budget.render import describe_library, library_rounds
 from tune_orchestrator.config import Settings
@@ -525,74 +530,57 @@ def _use_library(root: str, run: str, settings: Settings) -> tuple:
     return library.view.records, library.read_only, library.added, library.not_added
 
 
+@contextlib.contextmanager
+def _a_library_others_may_enter(tmp_path: Path, *, folder_mode: int = 0o755):
+    """A library this user made (two records) where others may enter, and a run's database
+    beside it: (the library's folder, the arguments of _use_library)."""
+    shared = Path(tempfile.mkdtemp(prefix="library-"))  # pytest's own tmp is its owner's alone
+    shared.chmod(0o755)
+    folder = Library.for_target(resolve_target("llvm"), shared).path
+    Library(folder).add_files(*files(make_database(tmp_path / "old", [64], [2, 4])))
+    folder.chmod(folder_mode)
+    run = make_database(shared / "run", [64, 128], [8])
+    try:
+        yield folder, (str(shared), str(run), Settings.load(None))
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(shared)
+
+
+def _as_another_user(args: tuple, modes: dict[Path, int]) -> tuple:
+    """_use_library(*args) as a user who did not make the library: another one where this is
+    root (tests/other_users.py), else this one, the `modes` set first on the library's files."""
+    if os.geteuid() != 0:
+        for path, mode in modes.items():
+            path.chmod(mode)
+        return _use_library(*args)
+    if can_switch_users():  # the settings were read here: this Python's files may be root's
+        return as_user(ALICE, _use_library, *args)
+    pytest.skip("root may write anything and cannot act as another user here")
+
+
 @pytest.mark.parametrize("lock", ["kept", "never made"])
 def test_a_library_this_user_may_read_but_not_write_is_read_and_left_as_it_is(tmp_path, lock):
     """A colleague's library, one on a read-only mount or baked into an image: it was "not
     readable and writable by you" and the run tuned without it."""
-    import os
-    import shutil
-    import tempfile
-
-    from other_users import ALICE, as_user, can_switch_users
-
-    shared = Path(tempfile.mkdtemp(prefix="library-"))  # other users may enter /tmp's folders
-    shared.chmod(0o755)
-    folder = Library.for_target(resolve_target("llvm"), shared).path
-    Library(folder).add_files(*files(make_database(tmp_path / "old", [64], [2, 4])))
-    if lock == "never made":
-        (folder / ".lock").unlink()
-    run = make_database(shared / "run", [64, 128], [8])
-    before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    args, settings = (str(shared), str(run)), Settings.load(None)
-    try:
-        if os.geteuid() != 0:
-            for path in folder.iterdir():
-                path.chmod(0o444)
-            folder.chmod(0o555)
-            used = _use_library(*args, settings)
-        elif can_switch_users():
-            used = as_user(ALICE, _use_library, *args, settings)
-        else:
-            pytest.skip("root may write anything and cannot act as another user here")
-    finally:
+    with _a_library_others_may_enter(tmp_path) as (folder, args):
+        if lock == "never made":
+            (folder / ".lock").unlink()
+        before = {p.name: p.read_bytes() for p in folder.iterdir()}
+        modes = {**{p: 0o444 for p in folder.iterdir()}, folder: 0o555}
+        records, read_only, added, not_added = _as_another_user(args, modes)
         folder.chmod(0o755)
-        after = {p.name: p.read_bytes() for p in folder.iterdir()}
-        shutil.rmtree(shared)
-    records, read_only, added, not_added = used
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert records == 2 and read_only is not None and "not writable by you" in read_only
     assert added is None and not_added == f"read-only here: {read_only}"
-    assert after == before
 
 
 def test_a_library_folder_a_team_shares_takes_every_member_s_records(tmp_path):
     """Its lock file is its maker's (mode 644 under the usual umask): another member's run
     could not open it to write and so added nothing, with a warning."""
-    import os
-    import shutil
-    import tempfile
-
-    from other_users import ALICE, as_user, can_switch_users
-
-    shared = Path(tempfile.mkdtemp(prefix="library-"))
-    shared.chmod(0o755)
-    folder = Library.for_target(resolve_target("llvm"), shared).path
-    Library(folder).add_files(*files(make_database(tmp_path / "old", [64], [2, 4])))
-    folder.chmod(0o777)  # the team's folder: every member may write it
-    run = make_database(shared / "run", [64, 128], [8])
-    args, settings = (str(shared), str(run)), Settings.load(None)
-    try:
-        if os.geteuid() != 0:
-            (folder / ".lock").chmod(0o444)  # not this user's to write
-            used = _use_library(*args, settings)
-        elif can_switch_users():
-            used = as_user(ALICE, _use_library, *args, settings)
-        else:
-            pytest.skip("root may write anything and cannot act as another user here")
-        after = stock_records(folder)
-    finally:
-        shutil.rmtree(shared)
-    assert used == (2, None, 2, None)
-    assert after == 4
+    with _a_library_others_may_enter(tmp_path, folder_mode=0o777) as (folder, args):
+        used = _as_another_user(args, {folder / ".lock": 0o444})  # the lock not theirs to write
+        assert used == (2, None, 2, None) and stock_records(folder) == 4
 
 
 def test_a_record_the_library_cannot_take_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):

@@ -52,6 +52,10 @@ def again(stopped, run: Path, budget: str, *options: str):
     )
 
 
+def _never(*args):
+    raise AssertionError("the database was read back")
+
+
 def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> SimpleNamespace:
     """Ask a copy of the run again with `budget`: it must exit 0 without reading the database
     back or changing a file; its printed stop line and its output."""
@@ -100,10 +104,6 @@ def test_a_warning_as_the_session_begins_does_not_hide_that_the_run_finished(
     assert "would stop again at once" in result.stdout
     assert "filter.json" in result.stderr
     assert journal(run)[-1]["type"] == "warning"
-
-
-def _never(*args):
-    raise AssertionError("the database was read back")
 
 
 def test_a_run_that_retired_every_task_says_so_and_changes_nothing(
