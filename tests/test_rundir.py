@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,34 @@ def test_a_run_directory_on_a_file_system_without_locks_is_one_clear_line(
     monkeypatch.setattr(fcntl, "flock", cannot)
     with pytest.raises(InputError, match="is on a file system that cannot lock files"):
         RunDir.open(tmp_path / "run", fingerprint={})
+
+
+def test_estimate_passes_over_earlier_runs_this_user_may_not_read(tmp_path):
+    """A colleague's runs under ./runs, a folder or a journal private to them: `estimate`,
+    which reads every earlier run's journal there, ended in a PermissionError traceback."""
+    import shutil
+    import tempfile
+
+    from other_users import ALICE, as_user, can_switch_users
+    from tune_orchestrator.forecast.earlier import earlier_runs
+
+    runs = Path(tempfile.mkdtemp(prefix="runs-"))  # pytest's own tmp is its owner's alone
+    runs.chmod(0o755)
+    for name in ("closed", "open", "private"):
+        with RunDir.open(runs / name, fingerprint={}) as run:
+            run.append({"type": "session"})
+    try:
+        if os.geteuid() != 0:
+            (runs / "closed").chmod(0o000)
+            (runs / "private" / RunDir.JOURNAL).chmod(0o000)
+            found = earlier_runs(runs)
+        elif can_switch_users():
+            (runs / "closed").chmod(0o700)
+            (runs / "private" / RunDir.JOURNAL).chmod(0o600)
+            found = as_user(ALICE, earlier_runs, runs)
+        else:
+            pytest.skip("root may read anything and cannot act as another user here")
+    finally:
+        (runs / "closed").chmod(0o755)
+        shutil.rmtree(runs)
+    assert [[e["type"] for e in journal] for journal in found] == [["session"]]

@@ -86,19 +86,21 @@ def attainable_share(
 
 
 def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
-    """The journals of earlier runs under `runs_dir` (unreadable ones are skipped)."""
+    """The journals of earlier runs under `runs_dir`; unreadable ones (damaged, another
+    user's) are skipped."""
     journals = []
-    if not runs_dir.is_dir():
+    try:
+        paths = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
+    except OSError:
         return journals
-    for path in sorted(runs_dir.iterdir()):
-        if (path / RunDir.JOURNAL).is_file():
-            run = RunDir(path)
-            try:
-                if run.recorded_simulated():
-                    continue  # a simulated GPU's timings say nothing about a real one
-                journals.append(run.journal())
-            except InputError:
-                continue
+    for path in paths:
+        run = RunDir(path)
+        try:
+            if not (path / RunDir.JOURNAL).is_file() or run.recorded_simulated():
+                continue  # a simulated GPU's timings say nothing about a real one
+            journals.append(run.journal())
+        except (InputError, OSError):
+            continue
     return journals
 
 
