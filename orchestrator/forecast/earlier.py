@@ -97,7 +97,7 @@ def earlier_runs(runs_dir: Path) -> list[list[dict[str, Any]]]:
         run = RunDir(path)
         try:
             if not (path / RunDir.JOURNAL).is_file() or run.recorded_simulated():
-                continue  # a simulated GPU's timings say nothing about a real one
+                continue  # not a run, or a simulated GPU's: no timings of a real one
             journals.append(run.journal())
         except (InputError, OSError):
             continue
