@@ -438,3 +438,28 @@ def test_a_model_ending_in_top_k_tunes_and_ships(tmp_path, fast_config):
     report = json.loads((out / "report.json").read_text())
     assert report["tuned"]["check"]["status"] == MATCHED and (out / "model.so").is_file()
     assert report["summary"]["trials"] > 0
+
+
+@pytest.mark.parametrize("chosen, kept", [(None, False), ("0", True)], ids=["ours", "user's"])
+def test_onnxruntime_keeps_no_telemetry_unless_the_user_asks(tmp_path, chosen, kept):
+    """onnxruntime 1.29+ writes a device id and an event store for upload to Microsoft under
+    the user's cache folder as it starts; every run's output check left them there. A fresh
+    interpreter: the variable is read once, when onnxruntime starts."""
+    import os
+    import subprocess
+    import sys
+
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    if chosen is not None:
+        env["ORT_DISABLE_TELEMETRY"] = chosen
+    code = (
+        "import sys\n"
+        "from tune_orchestrator.deploy.library import onnxruntime_session\n"
+        "from tune_orchestrator.model.loading import load_model\n"
+        "onnxruntime_session(load_model(sys.argv[1]))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(model)], env=env, check=True, timeout=120)
+    left = [p for p in tmp_path.rglob("*") if "Microsoft" in p.parts]
+    assert bool(left) == kept, left

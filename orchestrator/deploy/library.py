@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._ort import onnxruntime
 from ..model.loading import OnnxModel
 from ..rundir.atomic import install
 from . import upcast
@@ -71,8 +72,7 @@ def onnxruntime_session(model: OnnxModel) -> Any:
     else, notably a quantized model's DequantizeLinear -> Conv -> QuantizeLinear into integer
     kernels that requantize otherwise (a TFLite int8 MobileNet-V2: 0.12 and 0.21 from its own
     unoptimized outputs on 2 of 6 random inputs, which TVM's build matched exactly)."""
-    import onnxruntime as ort
-
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -121,8 +121,11 @@ def _replace(graph: Any, matrices: Mapping[int, tuple]) -> None:
 
 def _matrix(node: Any, opset: int, rank: int, axis: int, size: int, out: int, scale) -> Any:
     """[out, size]: the node's Resize of the unit vectors along `axis`, by onnxruntime."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from .._ort import onnxruntime
+
+    ort = onnxruntime()
 
     probe_shape = [1] * rank
     probe_shape[1], probe_shape[axis] = size, size
