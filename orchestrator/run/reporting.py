@@ -91,20 +91,29 @@ def rerender(path: str | Path) -> dict[str, Path]:
                 f"{run.path} has no report.json yet (no session has finished); resume the run "
                 "with orchestrate --out to produce one"
             )
-        path, known = run[RunDir.REPORT], schema()["properties"]
+        path = run[RunDir.REPORT]
         again = f"resume the run (orchestrate --out {run.path}) to write it again"
         report = run.read_json(RunDir.REPORT, fix=f"it was cut short or edited; {again}")
-        if not isinstance(report, dict) or report.get("schema") != known["schema"]["const"]:
-            raise InputError(f"{path} is not a tune-orchestrator report")
-        if report.get("version") != known["version"]["const"]:
-            raise InputError(
-                f"{path} is a report of version {report.get('version')!r}; this tune-orchestrator "
-                f"renders version {known['version']['const']}: use the version that wrote it"
-            )
+        problem = foreign_report(report)
+        if problem is not None:
+            raise InputError(f"{path} {problem}")
         try:
             return write_report(run, report)
         except KeyError as exc:  # a report of this version has every field the renderer reads
             raise InputError(f"{path} lacks {exc}: it was edited or cut short; {again}") from None
+
+
+def foreign_report(report: Any) -> str | None:
+    """Why `report` (report.json, parsed) is not one this version renders; None if it is."""
+    known = schema()["properties"]
+    if not isinstance(report, dict) or report.get("schema") != known["schema"]["const"]:
+        return "is not a tune-orchestrator report"
+    if report.get("version") != known["version"]["const"]:
+        return (
+            f"is a report of version {report.get('version')!r}; this tune-orchestrator "
+            f"renders version {known['version']['const']}: use the version that wrote it"
+        )
+    return None
 
 
 def still_running(run: RunDir, owner: str) -> str:

@@ -20,12 +20,12 @@ from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger, StoppingRule
 from tune_orchestrator.budget.base import STOPPED_PAYING, TASKS_DONE, TRIALS
-from tune_orchestrator.budget.report import schema
 
 from .. import exits
 from ..errors import InputError
 from ..rundir import RunDir
 from ..rundir.restore import journal_points
+from .reporting import foreign_report
 
 # Why a run would stop again at once, and what the user can do about it.
 WHAT_TO_DO = {
@@ -88,15 +88,12 @@ def earlier_report(run: RunDir, samples: str) -> dict[str, Any] | None:
     else None."""
     from ..api import Result
 
-    known = schema()["properties"]
     try:
         report = run.read_json(RunDir.REPORT)
-        if report.get("schema") != known["schema"]["const"]:
-            return None
-        if report.get("version") != known["version"]["const"]:
+        if foreign_report(report) is not None:
             return None
         ok = Result.from_report(report).exit_code == exits.OK
-    except (InputError, AttributeError, KeyError, TypeError):  # unreadable, or not a report
+    except (InputError, AttributeError, KeyError, TypeError):  # unreadable, or fields missing
         return None
     checked_on = ((report.get("tuned") or {}).get("check") or {}).get("inputs")
     return report if ok and checked_on == samples else None
