@@ -51,6 +51,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "estimate":
+        from ._tvm import check_home
+
+        check_home()  # its module imports TVM, which fails without a home (InputError instead)
         from .forecast.estimate import estimate
 
         return estimate

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import onnx_models
 from devices import GPU
 from other_users import ALICE, as_user, can_switch_users
+from tune_orchestrator import InputError
 from tune_orchestrator.cli.commands import main
 from tune_orchestrator.rundir import RunDir
 
@@ -343,11 +344,10 @@ def test_unwritable_out_is_refused(monkeypatch):
         shutil.rmtree(home)
 
 
-@pytest.mark.parametrize("command", ["tune", "estimate"])
-def test_a_user_without_a_home_directory_is_told_to_set_one(tmp_path, monkeypatch, command):
+@pytest.fixture
+def no_home(monkeypatch):
     """HOME unset and a user id the password database does not know (`env -i` in a container
-    run as an arbitrary user): TVM's import raised "Could not determine home directory", with
-    a traceback and exit 1."""
+    run as an arbitrary user)."""
     import pwd
 
     def unknown(uid):
@@ -356,10 +356,22 @@ def test_a_user_without_a_home_directory_is_told_to_set_one(tmp_path, monkeypatc
     monkeypatch.setattr(pwd, "getpwuid", unknown)
     monkeypatch.delenv("HOME", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+
+@pytest.mark.parametrize("command", ["tune", "estimate"])
+def test_a_user_without_a_home_directory_is_told_to_set_one(tmp_path, no_home, command):
+    """TVM's import raised "Could not determine home directory", with a traceback and exit 1."""
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     out = ["--budget", "8trials", "--out", tmp_path / "run"] if command == "tune" else []
     fails_with_one_line([command, *out, model], "set HOME (or XDG_CACHE_HOME) to a folder")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_estimate_api_without_a_home_directory_says_what_to_set(no_home):
+    """Its module imports TVM: the import raised RuntimeError("Could not determine home
+    directory") from inside TVM."""
+    with pytest.raises(InputError, match="set HOME"):
+        from tune_orchestrator import estimate  # noqa: F401
 
 
 def test_out_inside_a_file_is_refused_and_the_file_kept(models):
