@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import json
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import faults
-from ..rundir.atomic import sync_dir
+from ..rundir.atomic import NOT_WRITABLE, on_read_only_disk, sync_dir
 
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
@@ -234,7 +233,7 @@ class Library:
         user's folder, an image's library); None where it may write (its files are replaced
         whole, so their own modes do not matter)."""
         folder = self.path if self.path.exists() else self.path.parent
-        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        if on_read_only_disk(folder):
             return "it is on a read-only file system"
         if not os.access(folder, os.W_OK):
             return f"{'its folder' if folder == self.path else folder} is not writable by you"
@@ -260,7 +259,7 @@ class Library:
         try:
             return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            if exc.errno not in NOT_WRITABLE:
                 raise
             cannot = exc
         if path.exists():

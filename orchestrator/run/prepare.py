@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Options
+from ..rundir.atomic import on_read_only_disk
 from ..rundir.directory import cannot_write
 
 
@@ -271,7 +272,7 @@ def check_out(given: str | Path | None) -> None:
         raise InputError(
             f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
         ) from None
-    if not usable and os.statvfs(out).f_flag & os.ST_RDONLY:
+    if not usable and on_read_only_disk(out):
         raise InputError(cannot_write(out, os.strerror(errno.EROFS)))
     if not usable:
         raise InputError(

@@ -2,16 +2,21 @@
 disk, renamed over the target, and the folder's entry forced to disk after the rename.
 
 Each write names its crash point (faults.py), so that the crash tests can end the process in
-the middle of it or right after it.
+the middle of it or right after it. And what says a user may not write somewhere at all.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 from . import faults
+
+# The errnos of opening for writing what this user may only read: another user's file or
+# folder, a read-only mount.
+NOT_WRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 def write_atomic(path: Path, data: bytes, *, point: str | None = None, mode: int = 0o644) -> Path:
@@ -56,3 +61,8 @@ def sync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def on_read_only_disk(path: Path) -> bool:
+    """Whether `path` (which exists) is on a file system mounted read-only."""
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import faults
-from .atomic import sync_dir, write_atomic
+from .atomic import NOT_WRITABLE, sync_dir, write_atomic
 from .mending import mend_journal
 
 JOURNAL_VERSION = 1
@@ -331,7 +331,7 @@ class RunDir:
         try:
             fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            if exc.errno not in NOT_WRITABLE:
                 raise
             raise InputError(cannot_write(self.path, exc.strerror)) from None
         try:
