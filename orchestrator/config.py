@@ -16,6 +16,8 @@ from tune_orchestrator.measure.dop import DopConfig
 
 from .errors import InputError
 
+MAX_SEED = 2**32 - 1  # numpy's limit for legacy seeds; ours, with room for a session's offset
+
 
 def _positive(section: str, name: str, value: float) -> None:
     if not value > 0:  # NaN too
@@ -59,6 +61,8 @@ class TuneSettings:
     def __post_init__(self) -> None:
         _positive("tune", "trials_per_round", self.trials_per_round)
         _non_negative("tune", "seed", self.seed)
+        if self.seed > MAX_SEED:  # TVM's search takes a 64-bit seed: a bigger one failed every task
+            raise ValueError(f"[tune] seed must be at most {MAX_SEED} but got {self.seed}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ import click
 from tune_orchestrator.budget import BudgetError, parse_budget
 
 from .. import exits
+from ..config import MAX_SEED
 from ..errors import Aborted, BudgetTooSmall, InputError
 from .help import GroupedCommand, default_of, near_command
 
@@ -272,7 +273,7 @@ PRICE = click.option(
 )
 @click.option(
     "--seed",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_SEED),
     help="Random seed of the search. Runs with one seed still differ: 1% of timing noise "
     f"changes which candidates their rounds take.  [default: {default_of('tune.seed')}]",
 )
