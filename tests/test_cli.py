@@ -374,6 +374,47 @@ def test_the_estimate_api_without_a_home_directory_says_what_to_set(no_home):
         from tune_orchestrator import estimate  # noqa: F401
 
 
+@pytest.mark.parametrize("where", ["out", "out's parent", "runs"])
+def test_a_folder_linked_to_nothing_is_named(models, monkeypatch, where):
+    """A symbolic link to a disk not mounted, or a scratch folder cleaned: --out got "File
+    exists; choose a writable directory", and ./runs so made the run hang, looking for a free
+    name for ever."""
+    link = models / "scratch"
+    link.symlink_to(models / "unmounted")
+    monkeypatch.chdir(models)
+    if where == "runs":
+        link = models / "runs"
+        link.symlink_to("unmounted")
+        out = []
+    else:
+        out = ["--out", link if where == "out" else link / "run"]
+    fails_with_one_line(
+        ["--budget", "8trials", *out, models / "tiny.onnx"],
+        f"{link} is a symbolic link to {os.readlink(link)}, which does not exist",
+    )
+    assert not (models / "unmounted").exists()
+
+
+def test_claiming_a_name_under_a_link_to_nothing_fails_rather_than_hangs(tmp_path):
+    import signal
+
+    from tune_orchestrator.run.prepare import claim
+
+    (tmp_path / "runs").symlink_to(tmp_path / "unmounted")
+
+    def hung(*_):
+        raise TimeoutError("claim kept looking for a free name")
+
+    signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(FileExistsError):
+            claim(tmp_path / "runs" / "tiny-20261207-010000")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
 def test_out_inside_a_file_is_refused_and_the_file_kept(models):
     # The refusal an unwritable --out gets, provoked in a way that holds for root as well.
     notes = models / "notes.txt"

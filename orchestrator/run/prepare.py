@@ -268,6 +268,7 @@ def check_out(given: str | Path | None) -> None:
     out = as_path("out", given)
     try:
         usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
+        _check_links(out, "or give another --out")
     except OSError as exc:  # a folder above it that this user may not enter
         raise InputError(
             f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
@@ -284,8 +285,20 @@ def check_out(given: str | Path | None) -> None:
 DEFAULT_ROOT = "runs"  # where a run goes without --out, under the current directory
 
 
+def _check_links(path: Path, fix: str) -> None:
+    """InputError where `path` or a folder above it is a symbolic link to nothing (a disk not
+    mounted, a scratch folder cleaned): making the folder failed with "File exists"."""
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            raise InputError(
+                f"{link} is a symbolic link to {os.readlink(link)}, which does not exist (a disk "
+                f"not mounted?); make it, {fix}"
+            )
+
+
 def _check_default_root(root: Path) -> None:
     where = f"{root}/<model>-<time>, where a run goes without --out"
+    _check_links(root.absolute(), "or give --out DIR")
     if root.exists() and not root.is_dir():
         raise InputError(f"{root} here is a file, so {where}, cannot be made; give --out DIR")
     folder = root if root.exists() else Path.cwd()
@@ -311,6 +324,8 @@ def claim(path: Path) -> Path:
             candidate.mkdir(parents=True)
             return candidate
         except FileExistsError:
+            if not candidate.parent.is_dir():  # not a name taken: it would be taken for ever
+                raise
             n += 1
             candidate = path.with_name(f"{path.name}-{n}")
 
