@@ -328,6 +328,16 @@ def test_a_library_root_that_cannot_be_made_is_known_before_the_run(tmp_path, mo
     assert made.is_dir()
 
 
+def test_a_library_under_a_link_to_nothing_names_the_link(tmp_path, monkeypatch):
+    """A cache folder linked to a disk not mounted: "cannot be created (File exists)"."""
+    (tmp_path / "cache").symlink_to(tmp_path / "unmounted")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    target = SimpleNamespace(simulated=False, device_type="cpu", kind="llvm", target=TARGET)
+    why = RunLibrary.open(None, target, Settings.load(None), build_only=False).unreadable
+    link = f"{tmp_path / 'cache'} is a symbolic link to {tmp_path / 'unmounted'}, which does not"
+    assert why is not None and link in why, why
+
+
 def _open_default_library(cache: str, settings: Settings) -> str | None:
     import os
 

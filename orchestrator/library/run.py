@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..model.tasks import Task, database_key
 from ..run.scheduler import TaskState, model_latency_s
 from ..run.skipped import Skipped
+from ..rundir.atomic import link_to_nothing
 from ..rundir.learned import LearnedFile
 from ..search.transfer import one_line
 from .features import FEATURES, FeatureShelf, shelf_tag
@@ -435,7 +436,7 @@ def _unusable(root: Path) -> str | None:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # under a file or a folder not yours, on a read-only disk
-            return f"cannot be created ({exc.strerror or exc})"
+            return f"cannot be created ({link_to_nothing(root) or exc.strerror or exc})"
         return None
     if not root.is_dir():
         return "is a file"

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..options import Options
-from ..rundir.atomic import on_read_only_disk
+from ..rundir.atomic import link_to_nothing, on_read_only_disk
 from ..rundir.directory import cannot_write
 
 
@@ -286,19 +286,13 @@ DEFAULT_ROOT = "runs"  # where a run goes without --out, under the current direc
 
 
 def _check_links(path: Path, fix: str) -> None:
-    """InputError where `path` or a folder above it is a symbolic link to nothing (a disk not
-    mounted, a scratch folder cleaned): making the folder failed with "File exists"."""
-    for link in (path, *path.parents):
-        if link.is_symlink() and not link.exists():
-            raise InputError(
-                f"{link} is a symbolic link to {os.readlink(link)}, which does not exist (a disk "
-                f"not mounted?); make it, {fix}"
-            )
+    if why := link_to_nothing(path):
+        raise InputError(f"{why}; make it, {fix}")
 
 
 def _check_default_root(root: Path) -> None:
     where = f"{root}/<model>-<time>, where a run goes without --out"
-    _check_links(root.absolute(), "or give --out DIR")
+    _check_links(root, "or give --out DIR")
     if root.exists() and not root.is_dir():
         raise InputError(f"{root} here is a file, so {where}, cannot be made; give --out DIR")
     folder = root if root.exists() else Path.cwd()

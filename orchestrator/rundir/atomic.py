@@ -66,3 +66,16 @@ def sync_dir(folder: Path) -> None:
 def on_read_only_disk(path: Path) -> bool:
     """Whether `path` (which exists) is on a file system mounted read-only."""
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def link_to_nothing(path: Path) -> str | None:
+    """Where `path` or a folder above it is a symbolic link to nothing (a disk not mounted, a
+    scratch folder cleaned: making the folder fails with "File exists"), that in words."""
+    path = path.absolute()
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            return (
+                f"{link} is a symbolic link to {os.readlink(link)}, which does not exist (a disk "
+                "not mounted?)"
+            )
+    return None
