@@ -190,6 +190,17 @@ def test_build_only_needs_no_budget(tmp_path, fast_config):
     assert (tmp_path / "run" / "model.so").is_file()
 
 
+def test_a_command_started_with_stdout_closed_ships(tmp_path, fast_config):
+    """`orchestrate ... >&-` (some service managers start jobs so): Python leaves sys.stdout
+    None, and the printer failed on it, exit 1, before any work."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = tune_args(model, tmp_path / "run", fast_config, "--build-only", budget="1s")
+    process = orchestrate_process(*args, preexec_fn=lambda: os.close(1))
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert (tmp_path / "run" / "model.so").is_file()
+
+
 @pytest.mark.slow
 def test_a_wall_budget_ends_on_time_and_reports_its_longest_step(tmp_path, fast_config):
     """The API meters from the call: measured around it, the run ends within max(5%, 10 s)."""

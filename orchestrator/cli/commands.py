@@ -87,6 +87,8 @@ class DefaultGroup(click.Group):
         # A real command line (args from sys.argv) is metered from its process's start.
         # The report's provenance names the command line that started the run.
         command = list(sys.argv) if args is None else ["orchestrate", *args]
+        if args is None:
+            _open_closed_streams()
         extra.setdefault(
             "obj", {"started": process_started() if args is None else None, "command": command}
         )
@@ -124,6 +126,21 @@ class DefaultGroup(click.Group):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def _open_closed_streams() -> None:
+    """A command started with stdin, stdout or stderr closed (`>&-`, some service managers):
+    Python leaves sys.stdout None (the printer failed on it), and the next file opened would
+    take the descriptor, so that build workers' output landed in it. /dev/null takes each."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
 
 
 def _usage_error_event(reason: str) -> None:
