@@ -397,9 +397,11 @@ def _layers(
     layers: list[tuple[str, dict[str, Any]]] = [
         ("defaults", tomllib.loads(configs.read_text("default.toml")))
     ]
-    config_file = config_file if config_file is not None else env.get(f"{ENV_PREFIX}CONFIG") or None
+    given_by = "the --config path"
+    if config_file is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        config_file, given_by = env[f"{ENV_PREFIX}CONFIG"], f"${ENV_PREFIX}CONFIG"
     if config_file is not None:
-        layers.append((str(config_file), _read_toml(Path(config_file))))
+        layers.append((str(config_file), _read_toml(Path(config_file), given_by)))
     if env:
         layers.append(("environment", _env_layer(env)))
     if overrides:
@@ -461,11 +463,11 @@ def _section_type(field: dataclasses.Field) -> type:
     return typing.get_type_hints(Settings)[field.name]
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, given_by: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8-sig")  # Windows editors begin with a BOM
     except FileNotFoundError:
-        raise InputError(f"config file {path} does not exist; check the --config path") from None
+        raise InputError(f"config file {path} does not exist; check {given_by}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read config file {path}: {exc}") from None
     try:

@@ -62,8 +62,11 @@ def test_bad_config_files_name_the_problem(tmp_path, text, message):
 
 
 def test_missing_config_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="does not exist; check the --config path"):
         Settings.load(tmp_path / "nope.toml")
+    variable = {"ORCHESTRATE_CONFIG": str(tmp_path / "nope.toml")}
+    with pytest.raises(InputError, match=r"does not exist; check \$ORCHESTRATE_CONFIG"):
+        Settings.load(env=variable)  # a user who gave no --config is not told to check it
 
 
 def test_floats_accept_integers():
