@@ -395,6 +395,20 @@ def test_a_folder_linked_to_nothing_is_named(models, monkeypatch, where):
     assert not (models / "unmounted").exists()
 
 
+@pytest.mark.parametrize("out", [None, "run"], ids=["runs", "relative --out"])
+def test_a_deleted_current_directory_is_named(models, monkeypatch, out):
+    """Another shell or a cleanup job removed the folder the user stands in: a traceback
+    (FileNotFoundError from os.getcwd)."""
+    gone = models / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    given = [] if out is None else ["--out", out]
+    fails_with_one_line(
+        ["--budget", "8trials", *given, models / "tiny.onnx"], "the current directory was deleted"
+    )
+
+
 def test_claiming_a_name_under_a_link_to_nothing_fails_rather_than_hangs(tmp_path):
     import signal
 

@@ -260,6 +260,8 @@ def check_out(given: str | Path | None) -> None:
     """An --out that exists must be a folder this user may list, enter and write; InputError
     otherwise, before any work (the run directory would meet it with a traceback). Without
     --out, ./runs must be such a folder, or one that can be made here."""
+    if given is None or not Path(given).is_absolute():
+        _check_cwd(f"{DEFAULT_ROOT}/<model>-<time>" if given is None else f"--out {given}")
     if given is None:  # the default, runs/<model>-<time>, is new
         _check_default_root(Path(DEFAULT_ROOT))
         return
@@ -283,6 +285,18 @@ def check_out(given: str | Path | None) -> None:
 
 
 DEFAULT_ROOT = "runs"  # where a run goes without --out, under the current directory
+
+
+def _check_cwd(out: str) -> None:
+    """InputError where the current directory was deleted (by another shell, a cleanup job):
+    `out`, relative to it, cannot be made."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise InputError(
+            f"the current directory was deleted, so {out} cannot be made in it; cd to a folder "
+            "that exists, or give --out as an absolute path"
+        ) from None
 
 
 def _check_links(path: Path, fix: str) -> None:
