@@ -202,6 +202,27 @@ def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monk
     ]
 
 
+def test_a_run_directory_removed_mid_run_is_one_line(models, monkeypatch):
+    """`rm -rf` or a cleanup job took the run directory as the run wrote its files: three
+    chained tracebacks."""
+    from tune_orchestrator.run import session
+
+    def removed_first(run, *args):
+        shutil.rmtree(run.path)
+        return save_waiting(run, *args)
+
+    save_waiting = session.save_waiting
+    monkeypatch.setattr(session, "save_waiting", removed_first)
+    out = models / "scratch" / "run"
+    args = ["--budget", "8trials", "--out", str(out), str(models / "tiny.onnx")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {out} was removed while this command was writing {out}/")
+    assert lines[0].endswith("; run the command again")
+
+
 def test_a_model_with_nothing_to_tune_is_compiled_and_checked_on_a_small_budget(tmp_path):
     """It was refused at 1 minute, for a first round of a task it does not have."""
     model = onnx_models.identity(tmp_path / "identity.onnx")

@@ -116,12 +116,12 @@ class DefaultGroup(click.Group):
             click.echo(aborted(exc), err=True)
             code = exits.INTERRUPTED
         except Exception as exc:  # a bug or a broken environment
-            full = disk_full(exc)
-            if full is None:
+            said = _in_words(exc)
+            if said is None:
                 click.echo(internal_error(exc), err=True)
                 click.echo(traceback.format_exc(), err=True, nl=False)
             else:  # the environment, in one line: no traceback to read
-                click.echo(f"error: {full}", err=True)
+                click.echo(f"error: {said}", err=True)
             code = exits.INTERNAL
         if standalone_mode:
             sys.exit(code)
@@ -176,16 +176,43 @@ def internal_error(exc: BaseException) -> str:
 def disk_full(exc: BaseException) -> str | None:
     """What to do, where `exc` or an exception it arose from is a full disk or quota; None
     where none is. The run's files are written in whole steps, so the run resumes."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f" writing {seen.filename}" if seen.filename else ""
             return (
                 f"{os.strerror(seen.errno)}{where}; free some space (or give --out on another "
                 "disk) and run the same command again: the run resumes where it stopped"
             )
-        seen = seen.__cause__ or seen.__context__
     return None
+
+
+def folder_removed(exc: BaseException) -> str | None:
+    """In words, where `exc` or an exception it arose from is a file missing from a folder
+    that is gone (the run directory removed as the run wrote it: `rm -rf`, a cleanup job)."""
+    for seen in _chain(exc):
+        if isinstance(seen, FileNotFoundError) and seen.filename:
+            gone = Path(os.fsdecode(seen.filename)).parent
+            if gone.exists():
+                continue
+            while not gone.parent.exists():
+                gone = gone.parent
+            return (
+                f"{gone} was removed while this command was writing {seen.filename}; run the "
+                "command again"
+            )
+    return None
+
+
+def _in_words(exc: BaseException) -> str | None:
+    """A broken environment said in one line, with no traceback to read; None for a bug."""
+    return disk_full(exc) or folder_removed(exc)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
 
 
 MAIN_HELP = f"""Tune an ONNX model with TVM MetaSchedule within a budget, then compile and check it.
@@ -435,7 +462,7 @@ def _error_event(sink: Any) -> Iterator[None]:
         raise
     except Exception as exc:
         if sink is not None:
-            why = disk_full(exc) or internal_error(exc)
+            why = _in_words(exc) or internal_error(exc)
             Emitter(sink)("error", reason=why, exit_code=exits.INTERNAL)
         raise
 
