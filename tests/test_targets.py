@@ -30,6 +30,12 @@ def test_cuda_without_a_gpu_is_a_clear_error_unless_only_building():
     assert resolved.target.host is not None and resolved.devices == 1
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_100f"])
+def test_gpu_architectures_tvm_reads_are_taken(arch):
+    resolved = resolve_target(f"cuda -arch={arch}", build_only=True)
+    assert str(resolved.target.attrs["arch"]) == arch
+
+
 def test_json_dicts_are_taken_as_given():
     resolved = resolve_target('{"kind": "llvm", "num-cores": 1}')
     assert resolved.target.attrs["num-cores"] == 1
@@ -43,6 +49,8 @@ def test_json_dicts_are_taken_as_given():
         ('{"kind": "llvm"', "is not valid JSON"),
         ('{"kind": "nope"}', "unknown target"),
         ('{"kind": "opencl"}', "compiles for opencl; tune-orchestrator tunes llvm (CPU) and cuda"),
+        # TVM's ValueError at the first build: "The arch is not expected sm_9"
+        ("cuda -arch=sm_9", "names GPU architecture 'sm_9', which TVM cannot read; write sm_"),
     ],
 )
 def test_unknown_targets_list_the_accepted_forms(spec, message):

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -126,6 +127,7 @@ def resolve_target(
         return _cpu(target, spec, build_only=build_only, fleet=remote is not None)
     if target.host is None:
         target = tvm.target.Target(target, host={"kind": "llvm"})
+    _check_arch(target, spec)
     if not has_gpu and not build_only and remote is None:
         raise InputError(_no_gpu_message(spec, build_only))
     if remote is not None:
@@ -133,6 +135,17 @@ def resolve_target(
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
         return ResolvedTarget(target, spec, "cuda", False, name)
     return ResolvedTarget(target, spec, "cuda", has_gpu, _device_name("cuda", has_gpu))
+
+
+def _check_arch(target: Any, spec: str) -> None:
+    """InputError where a CUDA target's architecture is not of the form TVM reads (`sm_90`,
+    `sm_90a`): `-arch=sm_9` reached the first build as TVM's ValueError, an internal error."""
+    arch = str(target.attrs.get("arch", ""))
+    if arch and not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+        raise InputError(
+            f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; write "
+            "sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
+        )
 
 
 def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTarget:
