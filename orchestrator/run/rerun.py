@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger, StoppingRule
-from tune_orchestrator.budget.base import STOPPED_PAYING, TASKS_DONE, TRIALS
+from tune_orchestrator.budget.base import BUDGET, STOPPED_PAYING, TASKS_DONE, TRIALS
 
 from .. import exits
 from ..errors import InputError
@@ -74,11 +74,22 @@ def _unbudgeted(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def answer(decision: Decision) -> str:
-    """What the user is told."""
+def spent(budget: str, minimum: str) -> tuple[Decision, str]:
+    """Where the up-front check would refuse `budget` (it covers no further round after what
+    the run spent), the stop and what the user can do: the run's answer, as at a trial
+    budget reached, not a refusal (exit 3), which a pipeline running the same command again
+    took for a failure."""
+    return (
+        Decision(True, f"budget {budget} leaves too little to tune further", BUDGET),
+        f"give --budget {minimum} or more to tune further",
+    )
+
+
+def answer(decision: Decision, to_do: str | None = None) -> str:
+    """What the user is told; `to_do`: what they can do, where WHAT_TO_DO does not say."""
     return (
         f"the run already finished and would stop again at once: {decision.reason}; model.so is "
-        f"what it shipped, nothing was changed ({WHAT_TO_DO[decision.code]})"
+        f"what it shipped, nothing was changed ({to_do or WHAT_TO_DO[decision.code]})"
     )
 
 

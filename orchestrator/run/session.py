@@ -139,7 +139,7 @@ class Session:
         ledger.reserved_s = fixed.final_s
         finished = _finished(journal, self.run)
         if finished and not self.build_only:  # the same command again: told before reading back
-            done = self._done_already(journal, ledger)
+            done = self._done_already(journal, ledger, fixed)
             if done is not None:
                 return done
             self._refuse_too_small(
@@ -168,11 +168,14 @@ class Session:
             self.run.append({"type": "session_end", "spend": ledger.snapshot().to_dict()})
         return report
 
-    def _done_already(self, journal: list[dict[str, Any]], ledger: Ledger) -> dict[str, Any] | None:
+    def _done_already(
+        self, journal: list[dict[str, Any]], ledger: Ledger, fixed: overheads.FixedCosts
+    ) -> dict[str, Any] | None:
         """The report the finished run wrote, where this session, asking for the same run,
-        would stop before its first round (rerun.py): nothing is read back, built or written
-        then. None otherwise: a warm start, a fleet, other settings or check samples, a run that
-        did not end with exit code 0, or a database short of records go the whole way."""
+        would stop before its first round (rerun.py) or its budget is spent: nothing is read
+        back, built or written then. None otherwise: a warm start, a fleet, other settings or
+        check samples, a run that did not end with exit code 0, or a database short of
+        records go the whole way."""
         if self.given.warm_start is not None or self.fleet.rpc:
             return None
         report = rerun.earlier_report(self.run, self.given.checker.samples.source)
@@ -181,12 +184,18 @@ class Session:
             return None
         if not rerun.records_kept(self.run, journal, ledger.trials):
             return None
-        decision = rerun.stops_again(self.given.stopping.rule, ledger, journal)
+        decision, to_do = rerun.stops_again(self.given.stopping.rule, ledger, journal), None
         if decision is None:
-            return None
+            try:
+                self._refuse_too_small(
+                    ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
+                )
+                return None
+            except BudgetTooSmall as refusal:
+                decision, to_do = rerun.spent(str(self.budget), refusal.minimum)
         self.emit(
             "stopped",
-            reason=rerun.answer(decision),
+            reason=rerun.answer(decision, to_do),
             stop=decision.code,
             interrupted=False,
             spend=spend_fields(ledger),
