@@ -10,7 +10,9 @@ early stop's on the run's curve (the journal's points) and the new budget, where
 stopped paying: the tasks' side of that decision (floors, catching up with a peer) did not
 stand in its way then, and cannot have changed when nothing else did: the settings other than
 the budget, the price, the check's samples, the measuring machine. A run that retired every
-task retires each again as it is read back.
+task retires each again as it is read back. And a budget of time, money or energy that the
+up-front check would refuse (too little left for a round after what the run spent) is
+answered so too, with the budget that would tune further.
 """
 
 from __future__ import annotations
