@@ -119,6 +119,11 @@ def models(tmp_path):
             ["--warm-start", "simulated", "tiny.onnx"],
             "--warm-start simulated is a --simulate run: its timings came from a simulated GPU",
         ),
+        (  # taken for a predictor.json: xgboost's "Invalid model format" followed
+            ["--warm-start", "simulated/SIMULATED_database_tuning_record.json", "tiny.onnx"],
+            "is a file of a run's database; give the run directory that holds it: --warm-start "
+            "simulated",
+        ),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):

@@ -464,6 +464,11 @@ def _warm_start_source(given: str | Path | None, has_model: bool) -> Path | None
                 f"--warm-start {path} is a --simulate run: its timings came from a simulated "
                 "GPU, not a device; give a run that measured on one"
             )
+        if path.is_file() and path.name.endswith(("_tuning_record.json", "_workload.json")):
+            raise InputError(
+                f"--warm-start {path} is a file of a run's database; give the run directory "
+                f"that holds it: --warm-start {path.parent}"
+            )
         if path.is_file() and path.suffix == ".json":
             return _warm_start_predictor(path)
     except OSError as exc:
