@@ -260,14 +260,15 @@ def check_out(given: str | Path | None) -> None:
     """An --out that exists must be a folder this user may list, enter and write; InputError
     otherwise, before any work (the run directory would meet it with a traceback). Without
     --out, ./runs must be such a folder, or one that can be made here."""
-    if given is None or not Path(given).is_absolute():
-        _check_cwd(f"{DEFAULT_ROOT}/<model>-<time>" if given is None else f"--out {given}")
     if given is None:  # the default, runs/<model>-<time>, is new
+        _check_cwd(f"{DEFAULT_ROOT}/<model>-<time>")
         _check_default_root(Path(DEFAULT_ROOT))
         return
     from ..model.loading import as_path
 
     out = as_path("out", given)
+    if not out.is_absolute():
+        _check_cwd(f"--out {out}")
     try:
         usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
         _check_links(out, "or give another --out")
