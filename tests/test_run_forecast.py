@@ -478,6 +478,19 @@ def test_estimate_refuses_a_budget_the_run_would_refuse_as_bad_input(tmp_path, f
     )
 
 
+@pytest.mark.parametrize("price", ["-1", "nan"])
+def test_estimate_refuses_a_price_the_run_would_refuse(tmp_path, price):
+    """It was an internal error: the price list's ValueError, with a traceback."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = ["estimate", str(model), "--target", "llvm", "--price", price]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: --price must be a finite, non-negative number of US dollars per hour, not "
+        f"{float(price)}"
+    ]
+
+
 def test_estimate_sizes_a_gpu_run_from_a_host_without_the_gpu(tmp_path, fast_config):
     """Before renting a GPU: the tasks' shares come from their FLOPs, the fixed phases are
     forecast for a host that has the device, and a budget is refused by the run's own rule."""

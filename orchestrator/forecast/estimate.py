@@ -157,8 +157,10 @@ def _read_inputs(
     from ..model.loading import load_model
     from ..model.targets import host_cores, resolve_target
     from ..model.tasks import extract_tasks
+    from ..run.prepare import check_price
     from ..run.prepare import shapes as _shapes
 
+    check_price(price)  # run_price's ValueError was an internal error
     settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))
     resolved = resolve_target(settings.tune.target, build_only=True)

@@ -145,6 +145,14 @@ def output_checker(model: Any, samples: Any, settings: Any, runs: bool) -> Any:
     return checker
 
 
+def check_price(override: float | None) -> None:
+    """InputError for a --price that is not a finite, non-negative number of dollars an hour."""
+    if override is not None and not 0 <= override < math.inf:
+        raise InputError(
+            f"--price must be a finite, non-negative number of US dollars per hour, not {override}"
+        )
+
+
 def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cost:
     """The run's price and energy meter; InputError for a limit they cannot meter."""
     from tune_orchestrator.budget.prices import run_price
@@ -152,10 +160,7 @@ def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cos
 
     from ..model.targets import host_cores
 
-    if override is not None and not 0 <= override < math.inf:
-        raise InputError(
-            f"--price must be a finite, non-negative number of US dollars per hour, not {override}"
-        )
+    check_price(override)
     devices = fleet.devices(resolved.device_type)
     price = run_price(
         device_type=resolved.device_type,
