@@ -179,8 +179,9 @@ class Session:
         if self.given.warm_start is not None or self.fleet.rpc:
             return None
         report = rerun.earlier_report(self.run, self.given.checker.samples.source)
-        earlier = self.run.read_json(RunDir.CONFIG)
-        if report is None or not rerun.same_run(earlier, self.config_record()):
+        if report is None:
+            return None
+        if not rerun.same_run(self.run.read_json(RunDir.CONFIG), self.config_record()):
             return None
         if not rerun.records_kept(self.run, journal, ledger.trials):
             return None
