@@ -12,17 +12,20 @@ from typing import Any
 
 # Two unprivileged users; 65534 is `nobody` on most systems, the other need not exist.
 ALICE, BOB = 65534, 65533
+TEAM = 4242  # a group both may be members of (it need not exist either)
 
 
-def _become(uid: int) -> None:
-    os.setgroups([])
+def _become(uid: int, groups: tuple[int, ...]) -> None:
+    os.setgroups(list(groups))
     os.setgid(uid)
     os.setuid(uid)
 
 
-def _child(uid: int, umask: int, results: Any, fn: Callable[..., Any], args: tuple) -> None:
+def _child(
+    uid: int, groups: tuple[int, ...], umask: int, results: Any, fn: Callable[..., Any], args: tuple
+) -> None:
     try:
-        _become(uid)
+        _become(uid, groups)
         os.umask(umask)
         results.put(("ok", fn(*args)))
     except BaseException as exc:  # sent back to the test, which raises it
@@ -30,12 +33,21 @@ def _child(uid: int, umask: int, results: Any, fn: Callable[..., Any], args: tup
 
 
 class AsUser:
-    """`fn(*args)` running in a child process as `uid`, with `umask`; result() waits for it."""
+    """`fn(*args)` running in a child process as `uid`, a member of `groups`, with `umask`;
+    result() waits for it."""
 
-    def __init__(self, uid: int, fn: Callable[..., Any], *args: Any, umask: int = 0o022):
+    def __init__(
+        self,
+        uid: int,
+        fn: Callable[..., Any],
+        *args: Any,
+        umask: int = 0o022,
+        groups: tuple[int, ...] = (),
+    ):
         ctx = multiprocessing.get_context("fork")
         self._results = ctx.Queue()
-        self._proc = ctx.Process(target=_child, args=(uid, umask, self._results, fn, args))
+        child_args = (uid, groups, umask, self._results, fn, args)
+        self._proc = ctx.Process(target=_child, args=child_args)
         self._proc.start()
 
     @property
@@ -50,9 +62,11 @@ class AsUser:
         return value
 
 
-def as_user(uid: int, fn: Callable[..., Any], *args: Any, umask: int = 0o022) -> Any:
+def as_user(
+    uid: int, fn: Callable[..., Any], *args: Any, umask: int = 0o022, groups: tuple[int, ...] = ()
+) -> Any:
     """Run `fn(*args)` as `uid` and return what it returns (or raise what it raised)."""
-    return AsUser(uid, fn, *args, umask=umask).result()
+    return AsUser(uid, fn, *args, umask=umask, groups=groups).result()
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from run_files import snapshot
 
 import onnx_models
 from cli_args import tune_args
-from other_users import ALICE, as_user, can_switch_users
+from other_users import ALICE, BOB, TEAM, as_user, can_switch_users
 from tune_orchestrator.cli.commands import main
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -167,6 +167,36 @@ def test_a_run_directory_this_user_may_read_but_not_write_gets_one_line_and_exit
         assert code == 2, (name, stderr)
         assert len(lines) == 1 and needle in lines[0], (name, stderr)
     assert snapshot(run) == before
+
+
+def test_a_team_member_opens_a_run_another_member_made_in_the_teams_folder(
+    finished_run, shared_tmp
+):
+    """A group folder and umask 002, the usual way a team shares files: the journal and the
+    database were group-writable, the lock file its maker's alone (mode 644), so every other
+    member was told the run cannot be written by them."""
+    if os.geteuid() != 0 or not can_switch_users():
+        pytest.skip("needs two users who share a group: root acting as each")
+    good, finished = finished_run
+    team = shared_tmp / "team"
+    team.mkdir()
+    os.chown(team, 0, TEAM)
+    team.chmod(0o2775)  # new files take the folder's group
+    run = team / "run"
+    shutil.copytree(finished, run, ignore=shutil.ignore_patterns(".lock"))
+    for path in (run, *run.rglob("*")):  # as its maker's umask 002 left it
+        os.chown(path, BOB, TEAM)
+        path.chmod(path.stat().st_mode | 0o020 | (0o2000 if path.is_dir() else 0))
+    import tune_orchestrator.run.reporting  # noqa: F401  (see the tests above)
+
+    said = {
+        who: as_user(
+            who, _orchestrate, ["report", str(run)], shared_tmp, umask=0o002, groups=(TEAM,)
+        )
+        for who in (BOB, ALICE)  # the maker first: it makes the lock file
+    }
+    assert said == {BOB: (0, ""), ALICE: (0, "")}, said
+    assert (run / ".lock").stat().st_mode & 0o777 == 0o664
 
 
 def test_an_out_on_a_read_only_disk_is_named_so(tmp_path, monkeypatch):

@@ -328,8 +328,10 @@ class RunDir:
                 entry.unlink(missing_ok=True)
 
     def _lock(self) -> None:
+        # Its mode is the umask's, as the journal's and the database's are: a team that shares
+        # run directories (umask 002, a group folder) resumes each other's runs.
         try:
-            fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
             if exc.errno not in NOT_WRITABLE:
                 raise
