@@ -125,6 +125,24 @@ def test_a_run_that_retired_every_task_says_so_and_changes_nothing(
     assert snapshot(run) == before
 
 
+def test_a_simulated_run_at_its_trial_budget_says_so_and_changes_nothing(
+    tmp_path, monkeypatch, fast_config
+):
+    """Its report holds no output check (nothing runs a simulated GPU's builds), which was
+    taken for one checked on other samples: it went the whole way."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    run = tmp_path / "run"
+    args = tune_args(model, run, fast_config, "--simulate", budget="8trials", target="auto")
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    before = snapshot(run)
+    monkeypatch.setattr(session_module, "open_database", _never)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "would stop again at once: trial budget reached: 8 of 8" in result.stdout
+    assert snapshot(run) == before
+
+
 def test_a_database_short_of_its_records_goes_the_whole_way(stopped, tmp_path):
     """A record line lost after the run ended (its file cut back) is not taken for a run that
     needs nothing: the session reads back, compiles and reports again."""

@@ -95,10 +95,10 @@ def answer(decision: Decision, to_do: str | None = None) -> str:
     )
 
 
-def earlier_report(run: RunDir, samples: str) -> dict[str, Any] | None:
+def earlier_report(run: RunDir, samples: str | None) -> dict[str, Any] | None:
     """The report the run's last session wrote, where it is one of this version, its run ended
-    with exit code 0 and its tuned build was checked on the same `samples` (their source);
-    else None."""
+    with exit code 0 and its tuned build was checked on the same `samples` (their source;
+    None: this session would check nothing, as a simulated GPU's runs do not); else None."""
     from ..api import Result
 
     try:
@@ -109,7 +109,7 @@ def earlier_report(run: RunDir, samples: str) -> dict[str, Any] | None:
     except (InputError, AttributeError, KeyError, TypeError):  # unreadable, or fields missing
         return None
     checked_on = ((report.get("tuned") or {}).get("check") or {}).get("inputs")
-    return report if ok and checked_on == samples else None
+    return report if ok and (samples is None or checked_on == samples) else None
 
 
 def records_kept(run: RunDir, journal: Sequence[Mapping[str, Any]], trials: int) -> bool:

@@ -178,7 +178,10 @@ class Session:
         records go the whole way."""
         if self.given.warm_start is not None or self.fleet.rpc:
             return None
-        report = rerun.earlier_report(self.run, self.given.checker.samples.source)
+        checks = not self.target.simulated  # a simulated GPU's builds are never run
+        report = rerun.earlier_report(
+            self.run, self.given.checker.samples.source if checks else None
+        )
         if report is None:
             return None
         if not rerun.same_run(self.run.read_json(RunDir.CONFIG), self.config_record()):
