@@ -114,6 +114,38 @@ def test_two_writers_at_once_keep_both_sets_and_stock_tvm_reads_the_result(tmp_p
     assert sorted(len(p) for p in view.by_workload.values()) == [5, 5, 6, 6]
 
 
+def test_a_run_that_must_wait_for_the_library_says_so_first(tmp_path):
+    """Another process holding the lock (one stopped with Ctrl-Z as it wrote the library) kept
+    every run of the target waiting, silently."""
+    import fcntl
+    import threading
+
+    first = make_database(tmp_path / "a", sizes=[64], factors=[1, 2])
+    library = Library(tmp_path / "library")
+    library.add_files(first / WORKLOADS, first / RECORDS)
+    told: list[str] = []
+    run_library = RunLibrary(library, Settings.load(None), warn=told.append)
+    run_library.read(target=TARGET)  # free: nothing said
+    assert told == [] and len(run_library.view.by_workload) == 1
+
+    holder = os.open(library.path / ".lock", os.O_RDWR)  # another open file: another holder
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    reader = threading.Thread(target=run_library.read, kwargs={"target": TARGET}, daemon=True)
+    try:
+        reader.start()
+        reader.join(2)
+        waited, said = reader.is_alive(), list(told)
+    finally:
+        os.close(holder)
+        reader.join(10)
+    assert waited  # it waits, as before, but has said why
+    assert said == [
+        f"waiting for the tuning library {library.path}: another orchestrate process holds its "
+        "lock (one stopped with Ctrl-Z holds it until it goes on: fg)"
+    ]
+    assert not reader.is_alive() and len(run_library.view.by_workload) == 1
+
+
 def test_a_torn_last_line_is_skipped_on_read_and_mended_by_the_next_write(tmp_path):
     run = make_database(tmp_path / "run", sizes=[64, 128], factors=[1, 2, 4])
     library = Library(tmp_path / "library")

@@ -20,12 +20,15 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..rundir import faults
 from ..rundir.atomic import NOT_WRITABLE, on_read_only_disk, sync_dir
+
+# Told where another process holds the library's lock, before a reader or writer waits for it.
+Waiting = Callable[[], None] | None
 
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
@@ -195,18 +198,24 @@ class Library:
     def for_target(cls, target: Any, root: Path | None = None) -> Library:
         return cls((root or default_root()) / target_key(target))
 
-    def read(self) -> Contents:
-        """Both files, as one writer left them; empty when the library does not exist yet."""
+    def read(self, waiting: Waiting = None) -> Contents:
+        """Both files, as one writer left them; empty when the library does not exist yet.
+        `waiting` is told where another process holds the lock, before this one waits."""
         if not (self.path / WORKLOADS).is_file():
             return Contents([], [])
-        with self._locked(fcntl.LOCK_SH):
+        with self._locked(fcntl.LOCK_SH, waiting):
             return Contents.parse(*self._bytes())
 
-    def add(self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]) -> int:
+    def add(
+        self,
+        workloads: Sequence[Any],
+        records: Sequence[tuple[int, Any]],
+        waiting: Waiting = None,
+    ) -> int:
         """Merge records (workload index into `workloads`, record JSON) into the library,
         skipping those it holds; returns how many were added."""
         self.path.mkdir(parents=True, exist_ok=True)
-        with self._locked(fcntl.LOCK_EX):
+        with self._locked(fcntl.LOCK_EX, waiting):
             # A temp file here now was left by a writer killed before its rename.
             for stale in self.path.glob(".database_*"):
                 stale.unlink(missing_ok=True)
@@ -217,16 +226,18 @@ class Library:
                 self._replace(RECORDS, merged.record_lines())
         return added
 
-    def add_files(self, workloads: Path, records: Path, skip: Collection[str] = ()) -> int:
+    def add_files(
+        self, workloads: Path, records: Path, skip: Collection[str] = (), waiting: Waiting = None
+    ) -> int:
         """Add the records of a JSONDatabase's two files (a run's), in the order they were
         measured, but those whose trace_key is in `skip`; returns how many were added."""
         found = Contents.parse(_read(workloads), _read(records))
         rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
-        return self.add(found.workloads, rows)
+        return self.add(found.workloads, rows, waiting)
 
-    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+    def exclusive(self, waiting: Waiting = None) -> contextlib.AbstractContextManager[None]:
         """The library's lock, held alone: no other writer, and no reader, while it is."""
-        return self._locked(fcntl.LOCK_EX)
+        return self._locked(fcntl.LOCK_EX, waiting)
 
     def read_only(self) -> str | None:
         """Why this user may read the library but not write it (a read-only disk, another
@@ -240,11 +251,16 @@ class Library:
         return None
 
     @contextlib.contextmanager
-    def _locked(self, how: int) -> Iterator[None]:
+    def _locked(self, how: int, waiting: Waiting) -> Iterator[None]:
         fd = self._lock_file(how)
         try:
             if fd is not None:
-                fcntl.flock(fd, how)
+                try:
+                    fcntl.flock(fd, how | fcntl.LOCK_NB)
+                except BlockingIOError:  # held: a run writing it, or one stopped (Ctrl-Z)
+                    if waiting is not None:
+                        waiting()
+                    fcntl.flock(fd, how)
             yield
         finally:
             if fd is not None:

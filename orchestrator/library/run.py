@@ -101,7 +101,7 @@ class RunLibrary:
         if self.library is None:
             return
         try:
-            contents = self.library.read()
+            contents = self.library.read(self._waiting)
         except OSError as exc:
             self.skipped.add(
                 "library_files", f"{self.library.path} cannot be read ({exc}); tuning without it"
@@ -183,7 +183,7 @@ class RunLibrary:
         if self.read_only is not None:
             return
         try:
-            with self.library.exclusive():
+            with self.library.exclusive(self._waiting):
                 shelf.write(keep)
         except OSError:
             pass
@@ -368,7 +368,7 @@ class RunLibrary:
             return
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
-            self.added = self.library.add_files(*database, skip=skip)
+            self.added = self.library.add_files(*database, skip=skip, waiting=self._waiting)
             if learned is not None:
                 self._keep_learned(learned)
         except OSError as exc:
@@ -386,6 +386,12 @@ class RunLibrary:
             if entry.features is not None
         }
         self._write(shelf)
+
+    def _waiting(self) -> None:
+        self.warn(
+            f"waiting for the tuning library {self.path}: another orchestrate process holds its "
+            "lock (one stopped with Ctrl-Z holds it until it goes on: fg)"
+        )
 
     def _failed(self, why: str, detail: str) -> None:
         self.not_added = why
