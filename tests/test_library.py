@@ -114,21 +114,28 @@ def test_two_writers_at_once_keep_both_sets_and_stock_tvm_reads_the_result(tmp_p
     assert sorted(len(p) for p in view.by_workload.values()) == [5, 5, 6, 6]
 
 
-def test_a_run_that_must_wait_for_the_library_says_so_first(tmp_path):
+def test_a_run_that_waits_long_for_the_library_says_why(tmp_path, monkeypatch):
     """Another process holding the lock (one stopped with Ctrl-Z as it wrote the library) kept
     every run of the target waiting, silently."""
     import fcntl
     import threading
 
+    from tune_orchestrator.library import files
+
+    monkeypatch.setattr(files, "WAITING_SAID_AFTER_S", 0.5)
     first = make_database(tmp_path / "a", sizes=[64], factors=[1, 2])
     library = Library(tmp_path / "library")
     library.add_files(first / WORKLOADS, first / RECORDS)
     told: list[str] = []
     run_library = RunLibrary(library, Settings.load(None), warn=told.append)
     run_library.read(target=TARGET)  # free: nothing said
+    holder = os.open(library.path / ".lock", os.O_RDWR)  # another open file: another holder
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(0.1, os.close, (holder,)).start()  # a run's write: a moment
+    run_library.read(target=TARGET)
     assert told == [] and len(run_library.view.by_workload) == 1
 
-    holder = os.open(library.path / ".lock", os.O_RDWR)  # another open file: another holder
+    holder = os.open(library.path / ".lock", os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
     reader = threading.Thread(target=run_library.read, kwargs={"target": TARGET}, daemon=True)
     try:

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,11 @@ from typing import Any
 from ..rundir import faults
 from ..rundir.atomic import NOT_WRITABLE, on_read_only_disk, sync_dir
 
-# Told where another process holds the library's lock, before a reader or writer waits for it.
+# Told where a reader or writer has waited WAITING_SAID_AFTER_S for the library's lock: another
+# process holds it (a run writing it takes a fraction of a second; one stopped with Ctrl-Z as it
+# wrote holds it until it goes on).
 Waiting = Callable[[], None] | None
+WAITING_SAID_AFTER_S = 3.0
 
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
@@ -184,6 +188,19 @@ class Contents:
         )
 
 
+def _flock(fd: int, how: int, waiting: Waiting) -> None:
+    """Take `how` on `fd`, telling `waiting` (from a timer's thread) where that takes long."""
+    timer = threading.Timer(WAITING_SAID_AFTER_S, waiting) if waiting is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        fcntl.flock(fd, how)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 def _is_workload(value: Any) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
 
@@ -200,7 +217,7 @@ class Library:
 
     def read(self, waiting: Waiting = None) -> Contents:
         """Both files, as one writer left them; empty when the library does not exist yet.
-        `waiting` is told where another process holds the lock, before this one waits."""
+        `waiting` is told where the lock is long in coming (WAITING_SAID_AFTER_S)."""
         if not (self.path / WORKLOADS).is_file():
             return Contents([], [])
         with self._locked(fcntl.LOCK_SH, waiting):
@@ -255,12 +272,7 @@ class Library:
         fd = self._lock_file(how)
         try:
             if fd is not None:
-                try:
-                    fcntl.flock(fd, how | fcntl.LOCK_NB)
-                except BlockingIOError:  # held: a run writing it, or one stopped (Ctrl-Z)
-                    if waiting is not None:
-                        waiting()
-                    fcntl.flock(fd, how)
+                _flock(fd, how, waiting)
             yield
         finally:
             if fd is not None:
