@@ -190,15 +190,16 @@ class Contents:
 
 def _flock(fd: int, how: int, waiting: Waiting) -> None:
     """Take `how` on `fd`, telling `waiting` (from a timer's thread) where that takes long."""
-    timer = threading.Timer(WAITING_SAID_AFTER_S, waiting) if waiting is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    if waiting is None:
+        fcntl.flock(fd, how)
+        return
+    timer = threading.Timer(WAITING_SAID_AFTER_S, waiting)
+    timer.daemon = True
+    timer.start()
     try:
         fcntl.flock(fd, how)
     finally:
-        if timer is not None:
-            timer.cancel()
+        timer.cancel()
 
 
 def _is_workload(value: Any) -> bool:
