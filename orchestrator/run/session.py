@@ -142,9 +142,6 @@ class Session:
             done = self._done_already(journal, ledger, fixed)
             if done is not None:
                 return done
-            self._refuse_too_small(
-                ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
-            )
         database = open_database(self.run, self.skipped)
         cost_model = make_cost_model(self.settings, self.search_predictor)
         restored = self._restore(journal, database, cost_model, ledger)
@@ -173,9 +170,37 @@ class Session:
     ) -> dict[str, Any] | None:
         """The report the finished run wrote, where this session, asking for the same run,
         would stop before its first round (rerun.py) or its budget is spent: nothing is read
-        back, built or written then. None otherwise: a warm start, a fleet, other settings or
-        check samples, a run that did not end with exit code 0, or a database short of
-        records go the whole way."""
+        back, built or written then. Else BudgetTooSmall where the up-front check refuses the
+        budget, or None: the session goes the whole way."""
+        report = self._standing_report(journal, ledger)
+        rule = self.given.stopping.rule
+        decision = rerun.stops_again(rule, ledger, journal) if report is not None else None
+        to_do = None
+        if decision is None:
+            try:
+                self._refuse_too_small(
+                    ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
+                )
+                return None
+            except BudgetTooSmall as refusal:
+                if report is None:
+                    raise
+                decision, to_do = rerun.spent(str(self.budget), refusal.minimum)
+        self.emit(
+            "stopped",
+            reason=rerun.answer(decision, to_do),
+            stop=decision.code,
+            interrupted=False,
+            spend=spend_fields(ledger),
+        )
+        return {**report, "paths": {**report["paths"], **self._paths()}}
+
+    def _standing_report(
+        self, journal: list[dict[str, Any]], ledger: Ledger
+    ) -> dict[str, Any] | None:
+        """The finished run's report, where it answers for this session; None where a warm
+        start, a fleet, other settings or check samples, a run that did not end with exit code
+        0, or a database short of records make it go the whole way."""
         if self.given.warm_start is not None or self.fleet.rpc:
             return None
         checks = not self.target.simulated  # a simulated GPU's builds are never run
@@ -188,23 +213,7 @@ class Session:
             return None
         if not rerun.records_kept(self.run, journal, ledger.trials):
             return None
-        decision, to_do = rerun.stops_again(self.given.stopping.rule, ledger, journal), None
-        if decision is None:
-            try:
-                self._refuse_too_small(
-                    ledger, fixed, Earlier.of_journal(journal, self.tasks), finished=True
-                )
-                return None
-            except BudgetTooSmall as refusal:
-                decision, to_do = rerun.spent(str(self.budget), refusal.minimum)
-        self.emit(
-            "stopped",
-            reason=rerun.answer(decision, to_do),
-            stop=decision.code,
-            interrupted=False,
-            spend=spend_fields(ledger),
-        )
-        return {**report, "paths": {**report["paths"], **self._paths()}}
+        return report
 
     def _ledger(self, journal: list[dict[str, Any]]) -> Ledger:
         """The run's ledger, carrying what earlier sessions spent, with the import charged."""
