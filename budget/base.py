@@ -16,7 +16,17 @@ TASKS_DONE = "tasks-done"  # every task retired (plateau, search space exhausted
 INTERRUPTED = "interrupted"  # SIGINT / SIGTERM, or a caller's request
 BUILD_ONLY = "build-only"  # --build-only: nothing was tuned by design
 NOTHING_TO_TUNE = "nothing-to-tune"  # the model has no operator to tune
-STOP_CODES = (BUDGET, TRIALS, STOPPED_PAYING, TASKS_DONE, INTERRUPTED, BUILD_ONLY, NOTHING_TO_TUNE)
+NOTHING_RAN = "nothing-ran"  # no candidate built and ran: every one failed, or every search
+STOP_CODES = (
+    BUDGET,
+    TRIALS,
+    STOPPED_PAYING,
+    TASKS_DONE,
+    INTERRUPTED,
+    BUILD_ONLY,
+    NOTHING_TO_TUNE,
+    NOTHING_RAN,
+)
 
 
 @dataclasses.dataclass(frozen=True)

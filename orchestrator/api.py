@@ -149,12 +149,15 @@ class Result:
     @property
     def exit_code(self) -> int:
         """The exit code `orchestrate` ends with for this result (exits.py)."""
+        from .budget.base import NOTHING_RAN
         from .deploy.check import SKIPPED
 
         if self.interrupted:
             return exits.INTERRUPTED
         if self.budget_too_small:
             return exits.BUDGET_TOO_SMALL
+        if self.stop == NOTHING_RAN:  # a broken toolchain or device, or our bug
+            return exits.INTERNAL
         if self.check_ok is False:
             return exits.CHECK_FAILED
         if self.check_ok is None and self.check_status not in (None, SKIPPED):  # none could tell

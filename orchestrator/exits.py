@@ -3,7 +3,8 @@ event (tests/test_exits.py holds them to agreeing)."""
 
 OK = 0  # tuned (or compiled, with --build-only), checked, report written
 INTERNAL = 1  # a bug or a broken environment: the message and traceback are on stderr (a full
-# disk, or a folder removed while the command wrote in it: one line)
+# disk, or a folder removed while the command wrote in it: one line; a run in which no candidate
+# built and ran, stop "nothing-ran": one line, model.so is the untuned build)
 INPUT = 2  # bad input or configuration: one line on stderr, nothing was changed (a model the
 # output check cannot run on is refused so, before any work, unless --no-check)
 BUDGET_TOO_SMALL = 3  # the budget ran out before a single candidate was measured

@@ -367,6 +367,61 @@ def test_a_search_error_sends_the_task_back_later_and_retires_it_only_when_it_re
     assert errors.count(0) == 1 and errors.count(1) == 3
 
 
+class BrokenDevice(HashDevice):
+    """Runs nothing: every candidate fails, as on a device in a bad state."""
+
+    def measure(self, inputs, on_result=None, best_s=None):
+        out = []
+        for i, item in enumerate(inputs):
+            self.measured.append(item.artifact)
+            out.append(Measurement(None, "CUDA error: an illegal memory access was encountered"))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+
+
+def test_a_run_in_which_nothing_runs_stops_once_every_task_has_shown_it(tasks, fast_config):
+    loop, engine = make_loop(tasks, fast_config, budget="400trials", engine=BrokenDevice())
+    stopped = loop.run()
+    assert stopped.code == "nothing-ran"
+    assert len(engine.measured) == 16  # one round of 8 for each task, not the 400 trials
+    assert stopped.reason == (
+        "none of the 16 candidates measured on 2 task(s) built and ran; the first failure: "
+        "CUDA error: an illegal memory access was encountered"
+    )
+
+
+def test_one_task_that_runs_nothing_does_not_stop_the_run(tasks, fast_config, monkeypatch):
+    real = HashDevice.measure
+    engine = HashDevice()
+
+    def measure(inputs, on_result=None, best_s=None):
+        if loop.states[0].trials == 0 and inputs and loop.states[1].trials == 0:
+            return BrokenDevice.measure(engine, inputs, on_result, best_s)
+        return real(engine, inputs, on_result, best_s)
+
+    monkeypatch.setattr(engine, "measure", measure)
+    loop, _ = make_loop(tasks, fast_config, budget="32trials", engine=engine)
+    stopped = loop.run()
+    assert stopped.code == "trials" and len(engine.measured) == 32
+
+
+def test_a_run_whose_every_search_fails_stops_as_one_that_ran_nothing(
+    tasks, fast_config, monkeypatch
+):
+    def propose(self, wanted=None):
+        raise RuntimeError("Check failed: an internal error of TVM's")
+
+    monkeypatch.setattr(TaskSearch, "propose", propose)
+    loop, engine = make_loop(tasks, fast_config, budget="32trials")
+    stopped = loop.run()
+    assert stopped.code == "nothing-ran" and engine.measured == []
+    assert stopped.reason == (
+        "no candidate ran, every task is retired: search failed 3 times in a row: "
+        "Check failed: an internal error of TVM's"
+    )
+
+
 def test_the_round_fills_whole_waves_of_build_workers(tasks, fast_config):
     loop, _ = make_loop(tasks, fast_config, budget="8trials", **{"tune.trials_per_round": 7})
     assert loop.sizes.largest == 8  # two workers: 7 would leave one idle for the last build

@@ -493,3 +493,35 @@ def test_a_warm_start_from_a_run_learns_what_it_kept_without_reading_it_into_tvm
     assert used.startswith(f"{16 + len(read)} records of ")
     assert len(read) == defaults(tuned.out)
     assert model.warm and model.samples == 16 + len(read)
+
+
+def test_a_run_whose_every_search_fails_exits_1_and_a_resume_searches_again(
+    tuned, tmp_path, fast_config, monkeypatch
+):
+    """Every task's search raised (as with a seed TVM cannot take): the untuned build shipped
+    with exit code 0, which a pipeline took for a run that found nothing better."""
+    from tune_orchestrator.search import TaskSearch
+
+    def propose(self, wanted=None):
+        raise RuntimeError("Check failed: an internal error of TVM's")
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as broken:
+        broken.setattr(TaskSearch, "propose", propose)
+        result = CliRunner().invoke(main, tune_args(tuned.model, run, fast_config, "--json"))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        "tuning ran nothing: no candidate ran, every task is retired: search failed 3 times in "
+        "a row: Check failed: an internal error of TVM's; model.so is the untuned build. A "
+        f"broken compiler or device, or a bug of ours: see {run / 'report.md'}; once mended, "
+        "run the same command to go on"
+    ]
+    finished = json.loads(result.stdout.splitlines()[-1])
+    assert finished["event"] == "finished" and finished["exit_code"] == 1
+    summary = json.loads((run / "report.json").read_text())["summary"]
+    assert summary["stop"] == "nothing-ran" and summary["trials"] == 0
+    assert summary["default_schedules"] and (run / "model.so").is_file()
+    # Mended: the tasks retired for their searches' failures are searched again.
+    orchestrate(tuned.model, run, "8trials", fast_config)
+    summary = json.loads((run / "report.json").read_text())["summary"]
+    assert summary["trials"] == 8 and summary["stop"] == "trials"

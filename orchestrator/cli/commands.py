@@ -512,6 +512,23 @@ def _explain_exit(code: int, result: Result) -> None:
         )
     elif code in (exits.CHECK_FAILED, exits.UNCHECKED):
         click.echo(check_failed_message(result), err=True)
+    elif code == exits.INTERNAL:  # the run ended, but no candidate built and ran
+        click.echo(nothing_ran_message(result), err=True)
+
+
+def nothing_ran_message(result: Result) -> str:
+    """Exit code 1 for a run that ended: tuning ran nothing (stop "nothing-ran")."""
+    if result.shipped == "none":
+        shipped = "no model.so was written: no build passed its output check"
+    elif result.shipped == "untuned" or result.report["summary"].get("default_schedules"):
+        shipped = "model.so is the untuned build"
+    else:
+        shipped = "model.so is the build of what earlier sessions tuned"
+    return (
+        f"tuning ran nothing: {result.stop_reason}; {shipped}. A broken compiler or device, or "
+        f"a bug of ours: see {result.paths['report_md']}; once mended, run the same command "
+        "to go on"
+    )
 
 
 def check_failed_message(result: Result) -> str:

@@ -30,6 +30,7 @@ from ..model.tasks import Candidate, Task, structural_key
 from ..rundir.learned import Learned, LearnedFile
 from ..search import Proposer, SearchTimes, Sisters, TaskSearch
 from ..search.cost_model import candidate_features
+from .failing import SEARCH_FAILED, FailureWatch
 from .measuring import build_workers
 from .scheduler import (
     RoundPlan,
@@ -202,6 +203,7 @@ class TuningLoop:
         self._named: dict[int, str | None] = {}  # candidate key -> its record's digest
         self.states = list(start.states)
         self.measured = start.measured  # task index -> keys in the database or being measured
+        self.failing = FailureWatch()
         self.rand_state = start.rand_state
         self._bests = dict(start.bests or {})
         self.ledger = ledger
@@ -301,15 +303,15 @@ class TuningLoop:
         ):
             while True:
                 decision = self.stopping.decide(self.ledger, self.progress())
-                if decision.stop:
+                broken = self.failing.decide(self.states)
+                if broken is not None or decision.stop:
                     self._discard(ahead)
-                    return decision
+                    return broken or decision
                 current, ahead = ahead, None
                 if current is None:
                     plan = self._pick(decision.waiting_on)
                     if plan is None:
-                        retired = "; ".join(sorted({s.retired for s in self.states if s.retired}))
-                        return Decision(True, f"every task is retired: {retired}", TASKS_DONE)
+                        return self._all_retired()
                     current = self._prepare(plan, self.stopping.allowance(self.ledger, plan.size))
                     if current is None:
                         continue
@@ -338,6 +340,13 @@ class TuningLoop:
                         busy = self._device_busy() - busy_before
                         self._hidden(min(time.monotonic() - waited, busy))
                 self._learn_round(current, measurements)
+
+    def _all_retired(self) -> Decision:
+        broken = FailureWatch.all_retired(self.states)
+        if broken is not None:
+            return broken
+        retired = "; ".join(sorted({s.retired for s in self.states if s.retired}))
+        return Decision(True, f"every task is retired: {retired}", TASKS_DONE)
 
     def _look_ahead(
         self,
@@ -658,7 +667,7 @@ class TuningLoop:
         error = short_error(exc)
         self.journal({"type": "search_error", "task": state.task.index, "error": error})
         if state.search_errors >= _SEARCH_ERROR_LIMIT:
-            self._retire(state, f"search failed {state.search_errors} times in a row: {error}")
+            self._retire(state, f"{SEARCH_FAILED} {state.search_errors} times in a row: {error}")
         else:
             state.empty_searches += 1
 
@@ -678,6 +687,7 @@ class TuningLoop:
         with self._phase("filter", r.times):  # judging; training only a model of its own
             self.filter.learn(state.task, chosen, measurements, round_costs(r))
         good = [m.mean_s for m in measurements if m.ok]
+        self.failing.record(state.task.index, measurements)
         # A prepared-ahead round overlapped the previous one: count from where that ended.
         now = self.ledger.clock()
         seconds = now - max(r.started, self._last_round_end)

@@ -20,6 +20,7 @@ from tune_orchestrator.filters import Filter
 from tune_orchestrator.measure import Measurement
 
 from ..model.tasks import Candidate, Task, structural_key
+from ..run.failing import SEARCH_FAILED
 from ..run.loop import FAILED_RUN_SECS
 from ..run.scheduler import TaskState
 from ..run.skipped import Skipped
@@ -335,7 +336,7 @@ def _read_journal(
         elif kind == "empty_search" and entry.get("task") in measured:
             states[entry["task"]].wasted_s += float(entry.get("seconds", 0.0))
         elif kind == "task_retired" and entry.get("task") in measured:
-            states[entry["task"]].retired = entry.get("reason", "retired")
+            _retired(states[entry["task"]], str(entry.get("reason", "retired")))
         elif kind == "untuned":
             untuned = {
                 k: entry[k] for k in ("latency", "check", "compile_s", "check_s") if k in entry
@@ -360,6 +361,13 @@ def _point(entry: Mapping[str, Any]) -> Point | None:
     ):
         return Point.at(Spend.from_dict(entry["spend"]), float(entry["model_latency_s"]))
     return None
+
+
+def _retired(state: TaskState, reason: str) -> None:
+    """A task retired in an earlier session stays so, but for one whose search kept failing:
+    what failed it (a compiler, a device) may have been mended since, so it is searched
+    again."""
+    state.retired = None if reason.startswith(SEARCH_FAILED) else reason
 
 
 def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
