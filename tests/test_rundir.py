@@ -140,6 +140,34 @@ def test_one_owner_at_a_time(tmp_path):
         other.communicate("")
 
 
+@pytest.mark.parametrize("name", [RunDir.JOURNAL, RunDir.LOGS, "logs/repairs.log", ".lock"])
+def test_a_run_directory_writes_through_no_symbolic_link(tmp_path, name):
+    """In a folder a team shares, a link someone else put among a run's files would have the
+    next user's run append where it points (their journal lines at the end of any file)."""
+    with RunDir.open(tmp_path / "run", fingerprint={}) as run:
+        run.append({"type": "session"})
+    link, target = tmp_path / "run" / name, tmp_path / "elsewhere"
+    if link.exists():  # the link leads to the very file or folder it replaces
+        os.replace(link, target)
+    else:
+        target.write_text("someone's notes\n")
+    link.symlink_to(target)
+    before = target.read_bytes() if target.is_file() else sorted(os.listdir(target))
+    with pytest.raises(InputError, match=f"^{link} is a symbolic link \\(to {target}\\); "):
+        RunDir.open(tmp_path / "run", fingerprint={})
+    assert before == (target.read_bytes() if target.is_file() else sorted(os.listdir(target)))
+
+
+def test_an_append_follows_no_link_made_after_the_run_opened(tmp_path):
+    from tune_orchestrator.rundir.atomic import open_append
+
+    (tmp_path / "notes").write_text("someone's notes\n")
+    (tmp_path / "journal.jsonl").symlink_to(tmp_path / "notes")
+    with pytest.raises(InputError, match="journal.jsonl is a symbolic link"):
+        open_append(tmp_path / "journal.jsonl")
+    assert (tmp_path / "notes").read_text() == "someone's notes\n"
+
+
 def test_resume_requires_the_same_fingerprint(tmp_path):
     fingerprint = {"model_name": "m", "model_sha256": "1"}
     with RunDir.open(tmp_path / "run", fingerprint=fingerprint) as run:

@@ -11,7 +11,9 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
+from ..errors import InputError
 from . import faults
 
 # The errnos of opening for writing what this user may only read: another user's file or
@@ -52,6 +54,29 @@ def install(tmp: Path, path: Path, *, point: str | None = None) -> Path:
     if point is not None:
         faults.after(point)
     return path
+
+
+def open_append(path: Path) -> BinaryIO:
+    """`path` opened to append to (made where missing), never through a symbolic link: one
+    planted in a run directory a team shares would have this user's run append where it
+    points. The run refuses such links as it opens (RunDir); this closes the gap after."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(linked(path)) from None
+        raise
+    return os.fdopen(fd, "ab")
+
+
+def linked(path: Path) -> str:
+    """The line for a symbolic link among a run directory's files."""
+    return (
+        f"{path} is a symbolic link (to {os.readlink(path)}); a run writes its files in its own "
+        "directory, through no link (one someone else made would have your run write where it "
+        "points): replace the link with what it points to, or give another --out"
+    )
 
 
 def sync_dir(folder: Path) -> None:

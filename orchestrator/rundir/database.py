@@ -31,6 +31,7 @@ from ..library.features import RecordNames
 from ..library.files import record_json
 from ..library.records import FAILED_RUN_SECS
 from ..model.tasks import structural_key
+from .atomic import open_append
 
 # Each workload's fastest records held in memory: the compile reads one; the rest is slack for
 # whoever asks get_top_k for a few (TVM's own search asks for a fifth of its population, but
@@ -277,5 +278,5 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
 def _append(path: Path, text: str) -> None:
     """One line at the end of `path`, as JSONDatabase writes it (without fsync, as it does: a
     line torn by a crash is mended when the run reopens, rundir/durability.py)."""
-    with open(path, "ab") as fh:
+    with open_append(path) as fh:
         fh.write(text.encode() + b"\n")

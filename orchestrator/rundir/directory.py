@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import faults
-from .atomic import NOT_WRITABLE, sync_dir, write_atomic
+from .atomic import NOT_WRITABLE, linked, open_append, sync_dir, write_atomic
 from .mending import mend_journal
 
 JOURNAL_VERSION = 1
@@ -221,7 +221,7 @@ class RunDir:
         path = self.path / self.JOURNAL
         new = not path.exists()
         faults.before("journal", path, line, append=True)
-        with open(path, "ab") as fh:
+        with open_append(path) as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
@@ -291,6 +291,7 @@ class RunDir:
         if path.exists() and not path.is_dir():
             raise InputError(f"--out {path} is a file; give a directory for the run")
         if path.is_dir():
+            self._check_links()
             names = [p.name for p in path.iterdir()]
             if self.CONFIG in names:
                 return True
@@ -309,6 +310,14 @@ class RunDir:
                 f"cannot write to --out {path}: {exc.strerror}; choose a writable directory"
             ) from None
         return False
+
+    def _check_links(self) -> None:
+        """Refuse a symbolic link among the run's files and in its folders (appending follows
+        one; a whole-file write would replace it). --out itself may be one: the user's own."""
+        for folder in (self.path, self.path / self.LOGS, self.path / self.PLOTS):
+            for entry in folder.iterdir() if folder.is_dir() else ():
+                if entry.is_symlink():
+                    raise InputError(linked(entry))
 
     def _own_temp(self, name: str) -> bool:
         """A temporary file a run left behind when it was killed while writing."""
@@ -333,6 +342,8 @@ class RunDir:
         try:
             fd = os.open(self.path / self._LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(linked(self.path / self._LOCK)) from None
             if exc.errno not in NOT_WRITABLE:
                 raise
             raise InputError(cannot_write(self.path, exc.strerror)) from None

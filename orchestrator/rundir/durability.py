@@ -18,7 +18,7 @@ from tune_orchestrator.measure.lockfiles import LockFile, lock_folder, open_lock
 
 from ..errors import InputError
 from ..run.skipped import Skipped
-from .atomic import write_atomic
+from .atomic import open_append, write_atomic
 from .directory import RunDir
 from .mending import parses
 
@@ -121,7 +121,7 @@ def _set_aside_unreplayable(run: RunDir) -> int:
 
 
 def _append(path: Path, data: bytes) -> None:
-    with open(path, "ab") as fh:
+    with open_append(path) as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

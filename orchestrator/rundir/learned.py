@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import faults
+from .atomic import open_append
 
 # A line's features unpacked are at most this many bytes (a candidate has a few to a few
 # hundred stores, 164 floats each): a line that unpacks to more is read as absent.
@@ -66,7 +67,7 @@ class LearnedFile:
             return
         data = "".join(lines).encode()
         faults.before("learned", self.path, data, append=True)
-        with open(self.path, "ab") as fh:
+        with open_append(self.path) as fh:
             if fh.tell() and not _ends_line(self.path):  # a line a crash tore: end it
                 fh.write(b"\n")
             fh.write(data)

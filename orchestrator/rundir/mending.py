@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from .atomic import write_atomic
+from .atomic import open_append, write_atomic
 
 ENTRY_START = b'{"v":'
 
@@ -44,7 +44,7 @@ def mend_journal(path: Path, logs: Path) -> list[str]:
         return []
     if cut:
         logs.mkdir(exist_ok=True)
-        with open(logs / "repairs.log", "ab") as fh:
+        with open_append(logs / "repairs.log") as fh:
             for piece in cut:
                 fh.write(b"torn bytes of " + path.name.encode() + b": " + piece + b"\n")
             fh.flush()
