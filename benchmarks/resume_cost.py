@@ -41,7 +41,7 @@ class AnyDatabase:
 
 def restore_once(run: Path, tasks: list, target: object, known: object, *, how: str) -> float:
     from tune_orchestrator.config import Settings
-    from tune_orchestrator.model.targets import host_cores
+    from tune_orchestrator.host import host_cores
     from tune_orchestrator.predictor import Predictor
     from tune_orchestrator.rundir.database import RunDatabase
     from tune_orchestrator.rundir.restore import Known, restore

@@ -260,8 +260,10 @@ def _run(
     # Spend counts from here: importing, checking and reading the model are part of it.
     called = time.monotonic() if started is None else started
     from ._tvm import check_home
+    from .host import limit_tvm_threads
 
     check_home()  # before the first module that imports TVM
+    limit_tvm_threads()  # before TVM's runtime starts its threads, here or in a worker
     from .events import Emitter
     from .model.importer import import_for_tuning
     from .run import prepare

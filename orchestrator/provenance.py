@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import shlex
 import socket
@@ -13,7 +14,7 @@ from typing import Any
 
 from tune_orchestrator.measure.telemetry import driver_version
 
-from .model.targets import host_cores
+from .host import cgroup_cpus, host_cores
 
 API = "python API"
 
@@ -34,7 +35,13 @@ def provenance(
         "package": _version("tune-orchestrator"),
         "tvm": str(tvm.__version__),
         "python": platform.python_version(),
-        "host": {"name": socket.gethostname(), "cpu": cpu_model(), "cores": host_cores()},
+        "host": {
+            "name": socket.gethostname(),
+            "cpu": cpu_model(),
+            "cores": host_cores(),
+            "cpu_quota": cgroup_cpus(),
+            "tvm_threads": os.environ.get("TVM_NUM_THREADS"),
+        },
         "gpu": None if gpu is None else {"name": gpu, "driver": driver},
         "command": API if command is None else shlex.join(command),
     }

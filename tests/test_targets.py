@@ -2,7 +2,8 @@ import pytest
 
 from devices import GPU
 from tune_orchestrator.errors import InputError
-from tune_orchestrator.model.targets import host_cores, resolve_target
+from tune_orchestrator.host import host_cores
+from tune_orchestrator.model.targets import resolve_target
 
 
 def test_llvm_gets_the_host_core_count():

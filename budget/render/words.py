@@ -15,7 +15,10 @@ def describe_provenance(p: Mapping[str, Any] | None) -> str | None:
         return None
     host = p["host"]
     gpu = p.get("gpu")
-    on = f"{host['name']} ({host['cpu']}, {host['cores']} cores)"
+    cores = f"{host['cores']} core{'s' if host['cores'] != 1 else ''}"
+    quota = f", a CPU quota of {host['cpu_quota']}" if host.get("cpu_quota") else ""
+    threads = f", TVM_NUM_THREADS={host['tvm_threads']}" if host.get("tvm_threads") else ""
+    on = f"{host['name']} ({host['cpu']}, {cores}{quota}{threads})"
     if gpu:
         on += f", GPU {gpu['name']} (driver {gpu['driver'] or 'unknown'})"
     return (

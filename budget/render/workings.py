@@ -226,7 +226,8 @@ def _workers_ready(w: Mapping[str, Any], doing: str, began: str) -> list[str]:
     """How long the measuring or building processes, all started at once, took to start."""
     if not w.get("started"):
         return []
-    line = f"{w['started']} {doing} workers started with {began}"
+    plural = "s" if w["started"] != 1 else ""
+    line = f"{w['started']} {doing} worker{plural} started with {began}"
     if not w.get("ready"):
         return [f"{line}; none ready yet"]
     return [

@@ -105,10 +105,12 @@ def estimate(
     `started` (time.monotonic()) is when the command started, to forecast a run's import
     phase; the call, if not given. `budgets` are budget strings to forecast a run under.
     """
+    from ..host import limit_tvm_threads
     from ..run.alone import alone
 
     with alone():  # one run at a time in a process (TVM's importer is not thread-safe)
         started = time.monotonic() if started is None else started
+        limit_tvm_threads()  # it measures the untuned model too
         parsed = [parse_budget(b) if isinstance(b, str) else b for b in budgets]
         inputs = _read_inputs(
             model,
@@ -153,9 +155,10 @@ def _read_inputs(
     from tune_orchestrator.budget.prices import run_price
 
     from ..config import Settings
+    from ..host import host_cores
     from ..model.importer import fuse_for_tuning, import_to_relax
     from ..model.loading import load_model
-    from ..model.targets import host_cores, resolve_target
+    from ..model.targets import resolve_target
     from ..model.tasks import extract_tasks
     from ..run.prepare import check_price
     from ..run.prepare import shapes as _shapes
@@ -265,7 +268,7 @@ def _rounds(
 ) -> _Rounds:
     """The round sizes the run would use and a round's cost: as timed in `earlier` runs,
     else scaled from the baseline (a guess, with no device here)."""
-    from ..model.targets import host_cores
+    from ..host import host_cores
     from ..run.loop import round_sizes  # the loop imports TVM's search: only here
     from ..run.measuring import build_workers
 

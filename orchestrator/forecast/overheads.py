@@ -235,7 +235,7 @@ def upfront_first_round_s(
     None for a model with no task: it has no first round."""
     from tune_orchestrator.budget import Ledger
 
-    from ..model.targets import host_cores
+    from ..host import host_cores
     from ..run.loop import first_proposals
 
     if tasks < 1:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import re
 from collections.abc import Callable, Mapping
@@ -13,6 +12,7 @@ from typing import Any
 from tune_orchestrator.measure.base import short_error
 
 from ..errors import InputError
+from ..host import host_cores
 
 FORMS = (
     'auto, llvm, cuda, a TVM tag such as nvidia/nvidia-h100, or a JSON dict like {"kind": "llvm"}'
@@ -48,7 +48,7 @@ class ResolvedTarget:
             cores = self.target.attrs.get("num-cores")
             mcpu = self.target.attrs.get("mcpu")
             extras = ", ".join(
-                x for x in (str(mcpu) if mcpu else "", f"{cores} cores" if cores else "") if x
+                x for x in (str(mcpu) if mcpu else "", cores_text(int(cores)) if cores else "") if x
             )
             return f"llvm ({extras})" if extras else "llvm"
         name = f"SIMULATED {self.device_name}" if self.simulated else self.device_name
@@ -58,14 +58,6 @@ class ResolvedTarget:
 def cores_text(cores: int) -> str:
     """The count with its noun: 1 core, 16 cores."""
     return f"{cores} core" if cores == 1 else f"{cores} cores"
-
-
-def host_cores() -> int:
-    """Cores this process may run on (respects CPU affinity and container limits)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 def visible_gpus(limit: int = 64) -> list[int]:

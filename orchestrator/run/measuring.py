@@ -23,7 +23,8 @@ from tune_orchestrator.measure import (
 
 from ..config import Settings
 from ..errors import InputError
-from ..model.targets import ResolvedTarget, host_cores, resolve_target, visible_gpus
+from ..host import host_cores
+from ..model.targets import ResolvedTarget, cores_text, resolve_target, visible_gpus
 from ..model.tasks import Task, arg_specs
 
 
@@ -339,13 +340,15 @@ def _local_fleet(resolved: ResolvedTarget, gpus: Any, dop: int | None) -> Fleet:
     return Fleet(gpus=chosen, parallelism=dop)
 
 
-def cpu_caveat(cores: int) -> str | None:
-    """The honest caveat for CPU measurement on a machine too small to keep work apart."""
+def cpu_caveat(cores: int, threads: int) -> str | None:
+    """The honest caveat for CPU measurement on a machine too small to keep work apart (the
+    kernels run on `threads` threads, TVM's runtime's)."""
     if cores >= 4:
         return None
+    share = "all of them" if threads >= cores else f"{threads} of them"
     return (
-        f"this host has {cores} cores and the kernels use all of them: builds are kept out of "
-        "the way by never running during measurement, but anything else running on the "
+        f"this host has {cores_text(cores)} and the kernels run on {share}: builds are kept out "
+        "of the way by never running during measurement, but anything else running on the "
         "machine disturbs the timings"
     )
 

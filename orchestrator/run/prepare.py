@@ -158,7 +158,7 @@ def _cost(budget: Any, resolved: Any, fleet: Any, override: float | None) -> Cos
     from tune_orchestrator.budget.prices import run_price
     from tune_orchestrator.measure.telemetry import energy_meter
 
-    from ..model.targets import host_cores
+    from ..host import host_cores
 
     check_price(override)
     devices = fleet.devices(resolved.device_type)
@@ -212,7 +212,7 @@ def candidate_filter(
     filter state in `state_dir` that cannot be read."""
     from tune_orchestrator.filters import Predictor, TrimmerConfig, make_filter
 
-    from ..model.targets import host_cores
+    from ..host import host_cores
 
     f, seed = settings.filter, settings.tune.seed
     shared = settings.search.cost_model == "shared"

@@ -30,10 +30,11 @@ from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
+from ..host import host_cores, tvm_threads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
-from ..model.targets import ResolvedTarget, cores_text, host_cores, measured_on_other_cpu
+from ..model.targets import ResolvedTarget, cores_text, measured_on_other_cpu
 from ..prior import load_prior, prior_for
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
@@ -533,7 +534,7 @@ class Session:
         wall = ledger.wall_s or 1.0
         stats["measuring_share"] = ledger.phases.get("measure", 0.0) / wall
         if self.target.device_type == "cpu" and not self.fleet.rpc:
-            stats["caveat"] = cpu_caveat(host_cores())
+            stats["caveat"] = cpu_caveat(host_cores(), tvm_threads())
         for warning in stats.get("telemetry", {}).get("warnings", []):  # type: ignore[union-attr]
             self._warn(warning)
         return stats

@@ -1,0 +1,118 @@
+"""What this host lends the run: the cores it may use, and as many threads for TVM's kernels.
+
+A container's CPU limit (a cgroup's CPU quota, as Kubernetes' limits and `docker --cpus` set)
+does not show in CPU affinity: a pod limited to 2 CPUs on a 64-core node sees 64. Counting
+those started 64 build workers (each a TVM process of a few hundred MB, which a pod's memory
+limit kills) and tuned for 64 cores that the kernel's scheduler throttles to 2; and TVM's
+runtime, left to itself, runs each kernel on half the node's CPUs, throttled the same way,
+which is what every candidate was timed on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MEMBERSHIP = Path("/proc/self/cgroup")
+
+
+def host_cores() -> int:
+    """Cores this process may run on: its CPU affinity, within its cgroup's CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpus()
+    return max(1, min(cores, limit) if limit else cores)
+
+
+def cgroup_cpus(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> int | None:
+    """Whole CPUs the CPU quota of this process's cgroup allows (rounded down: a thread more
+    than the quota is throttled in every period; at least 1), the lowest along its hierarchy;
+    None where there is no quota or none can be read."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        if not controllers:  # cgroup v2: one hierarchy, cpu.max in each group
+            found += [q for d in _levels(root, path) if (q := _v2_quota(d)) is not None]
+        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own mount
+            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+                if mount.is_dir():
+                    found += [q for d in _levels(mount, path) if (q := _v1_quota(d)) is not None]
+                    break
+    return max(1, math.floor(min(found))) if found else None
+
+
+def _levels(mount: Path, path: str) -> list[Path]:
+    """The group's folder under `mount` and those above it, as far as the mount shows them
+    (in a container the mount's root is the container's own group, whatever `path` says)."""
+    parts = [p for p in path.strip().strip("/").split("/") if p]
+    folders = [mount.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+    return [f for f in folders if f.is_dir()]
+
+
+def _v2_quota(folder: Path) -> float | None:
+    """CPUs in cpu.max ("200000 100000": 2.0; "max 100000": None)."""
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(folder: Path) -> float | None:
+    """CPUs in cpu.cfs_quota_us / cpu.cfs_period_us (a quota of -1: None)."""
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def limit_tvm_threads(env: MutableMapping[str, str] = os.environ) -> int | None:
+    """Where a cgroup's quota allows fewer CPUs than TVM's runtime would run kernels on (half
+    the online CPUs on x86-64, all of them elsewhere), TVM_NUM_THREADS = the quota's CPUs, for
+    this process and the workers it starts; the number set, or None (one set by the user,
+    TVM_NUM_THREADS or OMP_NUM_THREADS, is left alone)."""
+    if _given_threads(env) is not None:
+        return None
+    limit = cgroup_cpus()
+    if limit is None or limit >= _tvm_default_threads():
+        return None
+    env["TVM_NUM_THREADS"] = str(limit)
+    return limit
+
+
+def tvm_threads(env: Mapping[str, str] = os.environ) -> int:
+    """The threads TVM's runtime runs a kernel on, in this process and its workers."""
+    return _given_threads(env) or _tvm_default_threads()
+
+
+def _given_threads(env: Mapping[str, str]) -> int | None:
+    """TVM_NUM_THREADS, else OMP_NUM_THREADS, as TVM's runtime reads them (None: neither)."""
+    for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        if name in env:
+            try:
+                return max(1, int(env[name]))
+            except ValueError:
+                return 1  # TVM reads it with atoi: 0, then at least 1
+    return None
+
+
+def _tvm_default_threads() -> int:
+    """TVM's runtime's own count: half the online CPUs on x86-64 (taken for hyper-threads,
+    whether the CPU has them or not), all of them elsewhere."""
+    online = os.cpu_count() or 1
+    return max(1, online // 2 if platform.machine() in ("x86_64", "AMD64") else online)

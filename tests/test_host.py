@@ -1,0 +1,118 @@
+"""The cores a run counts on: CPU affinity within a container's CPU quota (cgroup v1 and v2),
+and TVM's kernel threads kept within it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tune_orchestrator import host
+
+
+def cgroup(root: Path, membership: str, files: dict[str, str]) -> Path:
+    """A cgroup mount under `root` holding `files` (path -> text); /proc/self/cgroup as
+    `membership`; returns the membership file."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    proc = root.parent / "cgroup"
+    proc.write_text(membership)
+    return proc
+
+
+def test_a_pod_limited_to_two_cpus_counts_two_on_cgroup_v2(tmp_path):
+    root = tmp_path / "fs"
+    # In a container the mount's root is the pod's own group, whatever the path says.
+    proc = cgroup(root, "0::/kubepods/pod1/abc\n", {"cpu.max": "200000 100000\n"})
+    assert host.cgroup_cpus(root, proc) == 2
+
+
+def test_the_lowest_quota_along_the_hierarchy_holds_and_a_fraction_rounds_down(tmp_path):
+    root = tmp_path / "fs"
+    proc = cgroup(
+        root,
+        "0::/batch/job\n",
+        {
+            "cpu.max": "max 100000\n",
+            "batch/cpu.max": "150000 100000\n",  # 1.5 CPUs: a second thread is throttled
+            "batch/job/cpu.max": "800000 100000\n",
+        },
+    )
+    assert host.cgroup_cpus(root, proc) == 1
+
+
+def test_cgroup_v1_reads_the_cpu_controllers_mount(tmp_path):
+    root = tmp_path / "fs"
+    files = {
+        "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+        "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "400000\n",
+        "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+    }
+    proc = cgroup(root, "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n", files)
+    assert host.cgroup_cpus(root, proc) == 4
+
+
+@pytest.mark.parametrize(
+    "membership, files",
+    [
+        ("0::/\n", {"cpu.max": "max 100000\n"}),  # no quota
+        ("0::/\n", {}),  # no cpu controller enabled here
+        ("4:cpu,cpuacct:/\n", {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n"}),
+        ("0::/\n", {"cpu.max": "garbage\n"}),
+        ("not a membership line\n", {}),
+    ],
+)
+def test_no_quota_or_none_readable_limits_nothing(tmp_path, membership, files):
+    root = tmp_path / "fs"
+    root.mkdir()
+    assert host.cgroup_cpus(root, cgroup(root, membership, files)) is None
+
+
+def test_without_proc_there_is_no_limit(tmp_path):
+    assert host.cgroup_cpus(tmp_path, tmp_path / "missing") is None
+
+
+def test_host_cores_is_affinity_within_the_quota(monkeypatch):
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: 2)
+    assert host.host_cores() == 2
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: None)
+    assert host.host_cores() == 64
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: 128)
+    assert host.host_cores() == 64
+
+
+def test_tvm_runs_kernels_on_no_more_threads_than_the_quota(monkeypatch):
+    """TVM's runtime would take half the node's 64 CPUs on x86-64: 32 threads on 2 CPUs."""
+    monkeypatch.setattr(host.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: 2)
+    env: dict[str, str] = {}
+    assert host.limit_tvm_threads(env) == 2 and env == {"TVM_NUM_THREADS": "2"}
+    for users in ({"TVM_NUM_THREADS": "8"}, {"OMP_NUM_THREADS": "8"}):
+        assert host.limit_tvm_threads(dict(users)) is None  # the user's choice stands
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: 40)  # TVM's 32 fit: left alone
+    env = {}
+    assert host.limit_tvm_threads(env) is None and env == {}
+    monkeypatch.setattr(host, "cgroup_cpus", lambda: None)
+    assert host.limit_tvm_threads(env) is None and env == {}
+
+
+def test_the_caveat_of_a_small_host_says_how_many_threads_the_kernels_run_on():
+    from tune_orchestrator.run.measuring import cpu_caveat
+
+    assert cpu_caveat(2, 1).startswith("this host has 2 cores and the kernels run on 1 of them: ")
+    assert cpu_caveat(1, 1).startswith("this host has 1 core and the kernels run on all of them")
+    assert cpu_caveat(8, 4) is None
+
+
+def test_tvm_threads_are_the_users_else_tvms_own_count(monkeypatch):
+    monkeypatch.setattr(host.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    assert host.tvm_threads({}) == 1  # TVM halves the online CPUs on x86-64
+    assert host.tvm_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert host.tvm_threads({"TVM_NUM_THREADS": "2", "OMP_NUM_THREADS": "3"}) == 2
+    monkeypatch.setattr(host.platform, "machine", lambda: "aarch64")
+    assert host.tvm_threads({}) == 2
