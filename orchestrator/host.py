@@ -18,6 +18,7 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")
+SMT_ACTIVE = Path("/sys/devices/system/cpu/smt/active")
 
 
 def host_cores() -> int:
@@ -116,3 +117,27 @@ def _tvm_default_threads() -> int:
     whether the CPU has them or not), all of them elsewhere."""
     online = os.cpu_count() or 1
     return max(1, online // 2 if platform.machine() in ("x86_64", "AMD64") else online)
+
+
+def idle_cores(smt: Path = SMT_ACTIVE) -> tuple[int, int] | None:
+    """(threads, cores) where TVM's runtime, left to its default, runs kernels on fewer
+    threads than the cores this process may use because it halved the online CPUs for
+    hyper-threads the CPU does not have (the kernel says simultaneous multithreading is off);
+    else None."""
+    try:
+        active = smt.read_text().strip() == "1"
+    except OSError:
+        return None  # not known: TVM's halving may be right
+    threads, cores = tvm_threads(), host_cores()
+    if active or _given_threads(os.environ) is not None or threads >= cores:
+        return None
+    return threads, cores
+
+
+def idle_cores_text(threads: int, cores: int) -> str:
+    """The warning for idle_cores()."""
+    return (
+        f"TVM's runtime runs each kernel on {threads} of the {cores} cores here: it halves the "
+        "online CPUs on x86-64, for hyper-threads this CPU does not have; with "
+        f"TVM_NUM_THREADS={cores} set for the run and where model.so runs, kernels use them all"
+    )

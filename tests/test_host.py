@@ -116,3 +116,24 @@ def test_tvm_threads_are_the_users_else_tvms_own_count(monkeypatch):
     assert host.tvm_threads({"TVM_NUM_THREADS": "2", "OMP_NUM_THREADS": "3"}) == 2
     monkeypatch.setattr(host.platform, "machine", lambda: "aarch64")
     assert host.tvm_threads({}) == 2
+
+
+def test_cores_tvm_leaves_idle_are_named_only_where_the_cpu_has_no_hyper_threads(
+    tmp_path, monkeypatch
+):
+    smt = tmp_path / "active"
+    monkeypatch.setattr(host, "host_cores", lambda: 2)
+    monkeypatch.setattr(host, "tvm_threads", lambda env=None: 1)
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    smt.write_text("0\n")
+    assert host.idle_cores(smt) == (1, 2)
+    assert host.idle_cores_text(1, 2).startswith(
+        "TVM's runtime runs each kernel on 1 of the 2 cores here: "
+    )
+    smt.write_text("1\n")  # hyper-threads: TVM's halving is meant for them
+    assert host.idle_cores(smt) is None
+    assert host.idle_cores(tmp_path / "unknown") is None
+    smt.write_text("0\n")
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")  # the user chose
+    assert host.idle_cores(smt) is None

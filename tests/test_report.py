@@ -626,8 +626,8 @@ def test_the_report_says_when_with_what_where_and_by_which_command_it_was_made(t
     # In a container limited to 2 CPUs, where the run set TVM's threads to match.
     report["provenance"]["host"].update(cores=2, cpu_quota=2, tvm_threads="2")
     jsonschema.validate(report, schema())
-    assert "on gpu-7 (AMD EPYC 9654 96-Core Processor, 2 cores, a CPU quota of 2, "
-    "TVM_NUM_THREADS=2), GPU" in markdown(document(report), {}, tmp_path)
+    on = "on gpu-7 (AMD EPYC 9654 96-Core Processor, 2 cores, a CPU quota of 2, TVM_NUM_THREADS=2)"
+    assert on in markdown(document(report), {}, tmp_path)
     del report["provenance"]  # a report written before reports carried it renders still
     assert "Run " not in markdown(document(report), {}, tmp_path)
 
