@@ -13,12 +13,16 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")
 SMT_ACTIVE = Path("/sys/devices/system/cpu/smt/active")
+# What a build worker and the run's own process hold, with room: a worker held 200-250 MB
+# building the example model's candidates; the run's process 0.5 GB, more for large models.
+BUILD_WORKER_BYTES = 512 << 20
+RUN_PROCESS_BYTES = 2 << 30
 
 
 def host_cores() -> int:
@@ -35,24 +39,43 @@ def cgroup_cpus(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> int 
     """Whole CPUs the CPU quota of this process's cgroup allows (rounded down: a thread more
     than the quota is throttled in every period; at least 1), the lowest along its hierarchy;
     None where there is no quota or none can be read."""
+    found = _limits("cpu", ("cpu", "cpu,cpuacct"), _v2_quota, _v1_quota, root, membership)
+    return max(1, math.floor(min(found))) if found else None
+
+
+def memory_limit(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> int | None:
+    """Bytes the memory limit of this process's cgroup allows, the lowest along its hierarchy;
+    None where there is none or none can be read."""
+    found = _limits("memory", ("memory",), _v2_memory, _v1_memory, root, membership)
+    return int(min(found)) if found else None
+
+
+Reader = Callable[[Path], float | None]
+
+
+def _limits(
+    controller: str, mounts: tuple[str, ...], v2: Reader, v1: Reader, root: Path, membership: Path
+) -> list[float]:
+    """Each limit `v2` (cgroup v2) or `v1` (the controller's own v1 mount, one of `mounts`)
+    reads in this process's group and those above it."""
     try:
         lines = membership.read_text().splitlines()
     except OSError:
-        return None
+        return []
     found: list[float] = []
     for line in lines:
         fields = line.split(":", 2)
         if len(fields) != 3:
             continue
         _, controllers, path = fields
-        if not controllers:  # cgroup v2: one hierarchy, cpu.max in each group
-            found += [q for d in _levels(root, path) if (q := _v2_quota(d)) is not None]
-        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own mount
-            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+        if not controllers:  # cgroup v2: one hierarchy, the limit's file in each group
+            found += [x for d in _levels(root, path) if (x := v2(d)) is not None]
+        elif controller in controllers.split(","):
+            for mount in (root / controllers, *(root / m for m in mounts)):
                 if mount.is_dir():
-                    found += [q for d in _levels(mount, path) if (q := _v1_quota(d)) is not None]
+                    found += [x for d in _levels(mount, path) if (x := v1(d)) is not None]
                     break
-    return max(1, math.floor(min(found))) if found else None
+    return found
 
 
 def _levels(mount: Path, path: str) -> list[Path]:
@@ -80,6 +103,35 @@ def _v1_quota(folder: Path) -> float | None:
         return quota / period if quota > 0 and period > 0 else None
     except (OSError, ValueError):
         return None
+
+
+def _v2_memory(folder: Path) -> float | None:
+    """Bytes in memory.max ("max": None)."""
+    try:
+        text = (folder / "memory.max").read_text().strip()
+        return None if text == "max" else float(int(text))
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_memory(folder: Path) -> float | None:
+    """Bytes in memory.limit_in_bytes (v1 writes no limit as a number near 2**63: None)."""
+    try:
+        limit = int((folder / "memory.limit_in_bytes").read_text())
+        return float(limit) if 0 < limit < 2**60 else None
+    except (OSError, ValueError):
+        return None
+
+
+def workers_that_fit(cores: int, limit: int | None = None) -> int:
+    """Build workers for `cores`, as many as fit the memory limit (`limit`, default the
+    cgroup's) beside the run's own process: each is a TVM process, and a pod without a CPU
+    limit on a many-core node would otherwise start one per core of the node, past what its
+    memory limit lets live."""
+    limit = memory_limit() if limit is None else limit
+    if limit is None:
+        return cores
+    return max(1, min(cores, (limit - RUN_PROCESS_BYTES) // BUILD_WORKER_BYTES))
 
 
 def limit_tvm_threads(env: MutableMapping[str, str] = os.environ) -> int | None:

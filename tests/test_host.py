@@ -137,3 +137,33 @@ def test_cores_tvm_leaves_idle_are_named_only_where_the_cpu_has_no_hyper_threads
     smt.write_text("0\n")
     monkeypatch.setenv("TVM_NUM_THREADS", "1")  # the user chose
     assert host.idle_cores(smt) is None
+
+
+def test_a_pod_without_a_cpu_limit_starts_no_more_build_workers_than_its_memory_holds(tmp_path):
+    """A 64-core node, a 4 GiB pod, no CPU limit: 64 workers of a few hundred MB each were
+    started, past what the pod's memory limit lets live (the kernel's OOM killer ends the run,
+    and its resume, with SIGKILL)."""
+    root = tmp_path / "fs"
+    proc = cgroup(root, "0::/kubepods/pod1\n", {"memory.max": f"{4 << 30}\n", "cpu.max": "max"})
+    limit = host.memory_limit(root, proc)
+    assert limit == 4 << 30 and host.cgroup_cpus(root, proc) is None
+    assert host.workers_that_fit(64, limit) == 4  # 2 GiB kept for the run, 512 MiB a worker
+    assert host.workers_that_fit(2, limit) == 2
+    assert host.workers_that_fit(64, 1 << 30) == 1  # always one
+
+
+def test_memory_limits_in_cgroup_v1_and_none(tmp_path):
+    root = tmp_path / "fs"
+    files = {
+        "memory/memory.limit_in_bytes": "9223372036854771712\n",  # v1's "no limit"
+        "memory/job/memory.limit_in_bytes": f"{8 << 30}\n",
+    }
+    proc = cgroup(root, "7:memory:/job\n", files)
+    assert host.memory_limit(root, proc) == 8 << 30
+    (root / "memory/job/memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert host.memory_limit(root, proc) is None
+
+
+def test_without_a_memory_limit_every_core_gets_a_worker(monkeypatch):
+    monkeypatch.setattr(host, "memory_limit", lambda: None)
+    assert host.workers_that_fit(64) == 64

@@ -23,14 +23,15 @@ from tune_orchestrator.measure import (
 
 from ..config import Settings
 from ..errors import InputError
-from ..host import host_cores
+from ..host import host_cores, workers_that_fit
 from ..model.targets import ResolvedTarget, cores_text, resolve_target, visible_gpus
 from ..model.tasks import Task, arg_specs
 
 
 def build_workers(settings: Settings) -> int:
-    """The build pool's processes: as configured, else one per host core."""
-    return settings.build.workers or host_cores()
+    """The build pool's processes: as configured, else one per host core, as many as fit the
+    memory limit."""
+    return settings.build.workers or workers_that_fit(host_cores())
 
 
 def make_builder(settings: Settings, logs: Path | None, fleet: Fleet | None = None) -> Builder:
