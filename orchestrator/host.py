@@ -171,13 +171,13 @@ def _tvm_default_threads() -> int:
     return max(1, online // 2 if platform.machine() in ("x86_64", "AMD64") else online)
 
 
-def idle_cores(smt: Path = SMT_ACTIVE) -> tuple[int, int] | None:
+def idle_cores(smt: Path | None = None) -> tuple[int, int] | None:
     """(threads, cores) where TVM's runtime, left to its default, runs kernels on fewer
     threads than the cores this process may use because it halved the online CPUs for
     hyper-threads the CPU does not have (the kernel says simultaneous multithreading is off);
     else None."""
     try:
-        active = smt.read_text().strip() == "1"
+        active = (smt or SMT_ACTIVE).read_text().strip() == "1"
     except OSError:
         return None  # not known: TVM's halving may be right
     threads, cores = tvm_threads(), host_cores()
