@@ -17,6 +17,11 @@ from .options import Options
 Event = dict[str, Any]
 
 
+# The key, in a finished run's report handed back to a session that asked for the same run,
+# of that session's answer (the report as written to report.json has none).
+ANSWER = "answer"
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskResult:
     name: str

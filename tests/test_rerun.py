@@ -80,6 +80,8 @@ def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
     assert f" of {budget.replace('trials', ' trials')}" in said.line  # judged on this budget
     assert "nothing was changed (add --no-early-stop to spend the budget anyway)" in said.line
     assert f"trials              {stopped.trials} in " in said.stdout  # the run's summary
+    # Its budget and stop lines are the run's, not this session's: the header says whose.
+    assert "), as the finished run's report has it\n" in said.stdout
 
 
 def test_at_a_trial_budget_it_has_reached_it_says_so_and_changes_nothing(

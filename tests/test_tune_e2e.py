@@ -63,6 +63,7 @@ def tuned(tmp_path_factory, fast_config):
 def test_the_summary_tells_latency_speedup_trials_time_and_where(tuned):
     out = tuned.stdout
     assert "tuning twins for llvm" in out
+    assert "\nSummary (twins on llvm (" in out and "as the finished run's report" not in out
     assert "end-to-end latency" in out and "untuned ->" in out
     # The verdict printed is the report's, with its figure (which verdict a real run lands on
     # is up to the machine; test_shipping.py and test_report.py force each one).

@@ -25,7 +25,7 @@ from tune_orchestrator.budget.render import (
 )
 from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
 
-from ..api import Result
+from ..api import ANSWER, Result
 
 
 def fmt_flops(flops: float) -> str:
@@ -174,7 +174,9 @@ class Printer:
 
     def summary(self, result: Result) -> None:
         """The closing summary, printed even when quiet."""
-        lines = ["", f"Summary ({result.model} on {result.target})"]
+        # A finished run asked again answers with its report: its budget and stop, not this one's.
+        finished = ", as the finished run's report has it" if ANSWER in result.report else ""
+        lines = ["", f"Summary ({result.model} on {result.target}){finished}"]
         lines += _outcome_lines(result)
         lines += _spend_lines(result)
         lines += _workings_lines(result.report)

@@ -26,6 +26,7 @@ from tune_orchestrator.budget.units import fmt_duration
 from tune_orchestrator.measure import Builder, Engine, LocalEngine
 from tune_orchestrator.predictor import warm_start
 
+from ..api import ANSWER
 from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
@@ -187,14 +188,16 @@ class Session:
                 if report is None:
                     raise
                 decision, to_do = rerun.spent(str(self.budget), refusal.minimum)
+        answer = rerun.answer(decision, to_do)
         self.emit(
             "stopped",
-            reason=rerun.answer(decision, to_do),
+            reason=answer,
             stop=decision.code,
             interrupted=False,
             spend=spend_fields(ledger),
         )
-        return {**report, "paths": {**report["paths"], **self._paths()}}
+        # Not written: the run's report as it stands, and this session's answer beside it.
+        return {**report, "paths": {**report["paths"], **self._paths()}, ANSWER: answer}
 
     def _standing_report(
         self, journal: list[dict[str, Any]], ledger: Ledger
