@@ -114,6 +114,19 @@ def test_two_writers_at_once_keep_both_sets_and_stock_tvm_reads_the_result(tmp_p
     assert sorted(len(p) for p in view.by_workload.values()) == [5, 5, 6, 6]
 
 
+def test_the_library_s_lock_is_taken_through_no_link(tmp_path):
+    """In a library folder a team shares, a lock file someone made a link would have the next
+    member's run create the file it points to, where that member may write."""
+    library = Library(tmp_path / "library")
+    library.path.mkdir()
+    (library.path / WORKLOADS).write_text("")
+    (library.path / ".lock").symlink_to(tmp_path / "made-by-someone-else")
+    for use in (library.read, lambda: library.exclusive().__enter__()):
+        with pytest.raises(OSError, match="Too many levels of symbolic links"):
+            use()
+    assert not (tmp_path / "made-by-someone-else").exists()
+
+
 def test_a_run_that_waits_long_for_the_library_says_why(tmp_path, monkeypatch):
     """Another process holding the lock (one stopped with Ctrl-Z as it wrote the library) kept
     every run of the target waiting, silently."""

@@ -285,14 +285,14 @@ class Library:
         lock on it. A reader takes none where no writer made the file yet and it cannot be
         made (as stock TVM reads, without a lock: each file is replaced whole)."""
         path = self.path / LOCK
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # never through a link: one in a shared folder would have this user make a file
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
             if exc.errno not in NOT_WRITABLE:
                 raise
             cannot = exc
         if path.exists():
-            return os.open(path, os.O_RDONLY)
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         if how == fcntl.LOCK_SH:
             return None
         raise cannot
