@@ -135,17 +135,19 @@ def workers_that_fit(cores: int, limit: int | None = None) -> int:
 
 
 def limit_tvm_threads(env: MutableMapping[str, str] = os.environ) -> int | None:
-    """Where a cgroup's quota allows fewer CPUs than TVM's runtime would run kernels on (half
-    the online CPUs on x86-64, all of them elsewhere), TVM_NUM_THREADS = the quota's CPUs, for
-    this process and the workers it starts; the number set, or None (one set by the user,
-    TVM_NUM_THREADS or OMP_NUM_THREADS, is left alone)."""
+    """Where this process may use fewer cores (host_cores: a cgroup's quota, a cpuset or
+    taskset's affinity, as Kubernetes' static CPU manager gives a pod) than TVM's runtime would
+    run kernels on (half the online CPUs on x86-64, all of them elsewhere, whatever the
+    affinity), TVM_NUM_THREADS = those cores, for this process and the workers it starts; the
+    number set, or None (one set by the user, TVM_NUM_THREADS or OMP_NUM_THREADS, is left
+    alone)."""
     if _given_threads(env) is not None:
         return None
-    limit = cgroup_cpus()
-    if limit is None or limit >= _tvm_default_threads():
+    cores = host_cores()
+    if cores >= _tvm_default_threads():
         return None
-    env["TVM_NUM_THREADS"] = str(limit)
-    return limit
+    env["TVM_NUM_THREADS"] = str(cores)
+    return cores
 
 
 def tvm_threads(env: Mapping[str, str] = os.environ) -> int:

@@ -87,6 +87,7 @@ def test_host_cores_is_affinity_within_the_quota(monkeypatch):
 def test_tvm_runs_kernels_on_no_more_threads_than_the_quota(monkeypatch):
     """TVM's runtime would take half the node's 64 CPUs on x86-64: 32 threads on 2 CPUs."""
     monkeypatch.setattr(host.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(range(64)))
     monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(host, "cgroup_cpus", lambda: 2)
     env: dict[str, str] = {}
@@ -98,6 +99,9 @@ def test_tvm_runs_kernels_on_no_more_threads_than_the_quota(monkeypatch):
     assert host.limit_tvm_threads(env) is None and env == {}
     monkeypatch.setattr(host, "cgroup_cpus", lambda: None)
     assert host.limit_tvm_threads(env) is None and env == {}
+    # A cpuset of 4 (taskset, Kubernetes' static CPU manager): TVM counts the node's CPUs.
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert host.limit_tvm_threads(env) == 4 and env == {"TVM_NUM_THREADS": "4"}
 
 
 def test_the_caveat_of_a_small_host_says_how_many_threads_the_kernels_run_on():
