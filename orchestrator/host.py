@@ -173,25 +173,32 @@ def _tvm_default_threads() -> int:
     return max(1, online // 2 if platform.machine() in ("x86_64", "AMD64") else online)
 
 
-def idle_cores(smt: Path | None = None) -> tuple[int, int] | None:
-    """(threads, cores) where TVM's runtime, left to its default, runs kernels on fewer
-    threads than the cores this process may use because it halved the online CPUs for
-    hyper-threads the CPU does not have (the kernel says simultaneous multithreading is off);
-    else None."""
+def idle_cores(smt: Path | None = None) -> str | None:
+    """Why TVM's runtime runs kernels on fewer threads than the cores this process may use,
+    and what to set, where the user did not choose its count: OMP_NUM_THREADS, which TVM reads
+    where TVM_NUM_THREADS is not set (container images often set it to 1 for other
+    libraries), or TVM's own count, half the online CPUs on x86-64, where the kernel says the
+    CPU has no hyper-threads; else None."""
+    if "TVM_NUM_THREADS" in os.environ:
+        return None
+    threads, cores = tvm_threads(), host_cores()
+    if threads >= cores:
+        return None
+    fix = f"TVM_NUM_THREADS={cores} set for the run and where model.so runs"
+    if "OMP_NUM_THREADS" in os.environ:
+        return (
+            f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} has TVM's runtime run each "
+            f"kernel on {threads} of the {cores} cores here (TVM reads it where TVM_NUM_THREADS "
+            f"is not set); with {fix}, kernels use them all"
+        )
     try:
         active = (smt or SMT_ACTIVE).read_text().strip() == "1"
     except OSError:
         return None  # not known: TVM's halving may be right
-    threads, cores = tvm_threads(), host_cores()
-    if active or _given_threads(os.environ) is not None or threads >= cores:
+    if active:
         return None
-    return threads, cores
-
-
-def idle_cores_text(threads: int, cores: int) -> str:
-    """The warning for idle_cores()."""
     return (
         f"TVM's runtime runs each kernel on {threads} of the {cores} cores here: it halves the "
-        "online CPUs on x86-64, for hyper-threads this CPU does not have; with "
-        f"TVM_NUM_THREADS={cores} set for the run and where model.so runs, kernels use them all"
+        f"online CPUs on x86-64, for hyper-threads this CPU does not have; with {fix}, kernels "
+        "use them all"
     )

@@ -127,20 +127,39 @@ def test_cores_tvm_leaves_idle_are_named_only_where_the_cpu_has_no_hyper_threads
 ):
     smt = tmp_path / "active"
     monkeypatch.setattr(host, "host_cores", lambda: 2)
-    monkeypatch.setattr(host, "tvm_threads", lambda env=None: 1)
+    monkeypatch.setattr(host.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
     monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     smt.write_text("0\n")
-    assert host.idle_cores(smt) == (1, 2)
-    assert host.idle_cores_text(1, 2).startswith(
-        "TVM's runtime runs each kernel on 1 of the 2 cores here: "
+    assert host.idle_cores(smt) == (
+        "TVM's runtime runs each kernel on 1 of the 2 cores here: it halves the online CPUs on "
+        "x86-64, for hyper-threads this CPU does not have; with TVM_NUM_THREADS=2 set for the "
+        "run and where model.so runs, kernels use them all"
     )
     smt.write_text("1\n")  # hyper-threads: TVM's halving is meant for them
     assert host.idle_cores(smt) is None
     assert host.idle_cores(tmp_path / "unknown") is None
-    smt.write_text("0\n")
     monkeypatch.setenv("TVM_NUM_THREADS", "1")  # the user chose
     assert host.idle_cores(smt) is None
+
+
+def test_an_omp_num_threads_set_for_other_libraries_is_named_where_it_idles_cores(
+    tmp_path, monkeypatch
+):
+    """Container images often set OMP_NUM_THREADS=1; TVM reads it too."""
+    monkeypatch.setattr(host, "host_cores", lambda: 8)
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    said = host.idle_cores(tmp_path / "unknown")
+    assert said is not None and said.startswith(
+        "OMP_NUM_THREADS=1 has TVM's runtime run each kernel on 1 of the 8 cores here "
+    )
+    assert said.endswith(
+        "with TVM_NUM_THREADS=8 set for the run and where model.so runs, kernels use them all"
+    )
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert host.idle_cores(tmp_path / "unknown") is None
 
 
 def test_a_pod_without_a_cpu_limit_starts_no_more_build_workers_than_its_memory_holds(tmp_path):

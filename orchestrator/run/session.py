@@ -31,7 +31,7 @@ from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
 from ..errors import BudgetTooSmall
 from ..forecast import overheads
-from ..host import host_cores, idle_cores, idle_cores_text, tvm_threads
+from ..host import host_cores, idle_cores, tvm_threads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
@@ -323,7 +323,7 @@ class Session:
             )
         idle = idle_cores() if self.target.device_type == "cpu" else None
         if idle and not self.fleet.rpc and not self.build_only:
-            self._warn(idle_cores_text(*idle))
+            self._warn(idle)
 
     def _ship(
         self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None, restored: Restored
