@@ -501,6 +501,9 @@ def test_a_run_whose_every_search_fails_exits_1_and_a_resume_searches_again(
 ):
     """Every task's search raised (as with a seed TVM cannot take): the untuned build shipped
     with exit code 0, which a pipeline took for a run that found nothing better."""
+    import jsonschema
+
+    from tune_orchestrator.events import schema
     from tune_orchestrator.search import TaskSearch
 
     def propose(self, wanted=None):
@@ -517,8 +520,12 @@ def test_a_run_whose_every_search_fails_exits_1_and_a_resume_searches_again(
         f"broken compiler or device, or a bug of ours: see {run / 'report.md'}; once mended, "
         "run the same command to go on"
     ]
-    finished = json.loads(result.stdout.splitlines()[-1])
-    assert finished["event"] == "finished" and finished["exit_code"] == 1
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    for event in events:
+        jsonschema.validate(event, schema())
+    (stopped,) = [e for e in events if e["event"] == "stopped"]
+    assert stopped["stop"] == "nothing-ran"
+    assert events[-1]["event"] == "finished" and events[-1]["exit_code"] == 1
     summary = json.loads((run / "report.json").read_text())["summary"]
     assert summary["stop"] == "nothing-ran" and summary["trials"] == 0
     assert summary["default_schedules"] and (run / "model.so").is_file()
