@@ -206,3 +206,19 @@ def test_a_run_whose_answer_could_change_is_not_taken_as_done(stopped, tmp_path)
     assert rerun.earlier_report(run, samples) is None
     (run.path / "report.json").write_text("{")  # cut short
     assert rerun.earlier_report(run, samples) is None
+
+
+def test_a_finished_run_with_a_task_whose_search_kept_failing_is_not_answered_but_searched():
+    """Restore searches such a task again (what failed it may be mended): the run's answer
+    that every task is retired would not be what going on does."""
+    from tune_orchestrator.budget import Ledger
+    from tune_orchestrator.budget.grammar import parse_budget
+    from tune_orchestrator.budget.limits import BudgetLimits
+
+    rule = BudgetLimits(parse_budget("10min"), round_size=8)
+    stopped = {"type": "stopped", "code": "tasks-done", "reason": "every task is retired: ..."}
+    plateau = {"type": "task_retired", "task": 0, "reason": "plateau: 3 rounds within 0.5%"}
+    failed = {"type": "task_retired", "task": 1, "reason": "search failed 3 times in a row: x"}
+    answer = rerun.stops_again(rule, Ledger(), [plateau, stopped])
+    assert answer is not None and answer.code == "tasks-done"
+    assert rerun.stops_again(rule, Ledger(), [plateau, failed, stopped]) is None

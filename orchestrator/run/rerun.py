@@ -27,6 +27,7 @@ from .. import exits
 from ..errors import InputError
 from ..rundir import RunDir
 from ..rundir.restore import journal_points
+from .failing import SEARCH_FAILED
 from .reporting import foreign_report
 
 # Why a run would stop again at once, and what the user can do about it.
@@ -43,8 +44,8 @@ def stops_again(
     """The stopping rules' decision up front, on the run's curve and this session's budget,
     where it stops the run at its trial budget, or stops it paying as its last session did;
     the last session's, where it ended with every task retired and the rules would go on
-    (restore retires each task again: every retirement is journaled before that stop); else
-    None."""
+    (restore retires each task again: every retirement is journaled before that stop), but
+    for a task whose search kept failing, which is searched again; else None."""
     last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
     before = ledger.history
     ledger.history = journal_points(journal)
@@ -52,13 +53,21 @@ def stops_again(
         decision = rule.decide(ledger)
     finally:
         ledger.history = before
-    if not decision.stop and last.get("code") == TASKS_DONE:
+    # A task retired because its search kept failing is searched again (rundir/restore.py).
+    if not decision.stop and last.get("code") == TASKS_DONE and not _search_failed(journal):
         return Decision(True, str(last.get("reason") or "every task is retired"), TASKS_DONE)
     if not decision.stop or decision.code not in WHAT_TO_DO:
         return None
     if decision.code == STOPPED_PAYING and last.get("code") != STOPPED_PAYING:
         return None  # then the tasks it would wait on are not known
     return decision
+
+
+def _search_failed(journal: Sequence[Mapping[str, Any]]) -> bool:
+    return any(
+        e.get("type") == "task_retired" and str(e.get("reason", "")).startswith(SEARCH_FAILED)
+        for e in journal
+    )
 
 
 def same_run(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
