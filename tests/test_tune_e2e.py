@@ -533,3 +533,15 @@ def test_a_run_whose_every_search_fails_exits_1_and_a_resume_searches_again(
     orchestrate(tuned.model, run, "8trials", fast_config)
     summary = json.loads((run / "report.json").read_text())["summary"]
     assert summary["trials"] == 8 and summary["stop"] == "trials"
+
+
+def test_cores_tvm_leaves_idle_are_a_warning_of_the_run(tuned, tmp_path, fast_config, monkeypatch):
+    """Where host.idle_cores finds them (which depends on the host: conftest keeps tests'
+    runs from asking), the run warns once, in the output and the report."""
+    said = "TVM's runtime runs each kernel on 1 of the 2 cores here: ..."
+    monkeypatch.setattr(session_module, "idle_cores", lambda: said)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(tuned.model, run, fast_config))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count(f"warning: {said}") == 1
+    assert json.loads((run / "report.json").read_text())["warnings"] == [said]
