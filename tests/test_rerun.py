@@ -222,3 +222,7 @@ def test_a_finished_run_with_a_task_whose_search_kept_failing_is_not_answered_bu
     answer = rerun.stops_again(rule, Ledger(), [plateau, stopped])
     assert answer is not None and answer.code == "tasks-done"
     assert rerun.stops_again(rule, Ledger(), [plateau, failed, stopped]) is None
+    # Searched again in a later session and retired for a plateau then: restore reads that.
+    again = {**plateau, "task": 1}
+    answer = rerun.stops_again(rule, Ledger(), [plateau, failed, again, stopped])
+    assert answer is not None and answer.code == "tasks-done"

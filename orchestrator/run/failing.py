@@ -18,6 +18,12 @@ from .scheduler import TaskState
 SEARCH_FAILED = "search failed"
 
 
+def search_failed(reason: str | None) -> bool:
+    """Whether a task retired for `reason` (None: not retired) was so because its search kept
+    failing: such a task is searched again on resume (rundir/restore.py)."""
+    return (reason or "").startswith(SEARCH_FAILED)
+
+
 class FailureWatch:
     """What this session's rounds ran: how many candidates ran, which tasks had a round of
     which none did, and the first error seen."""
@@ -57,7 +63,7 @@ class FailureWatch:
         the run's stop; else None (the tasks were done)."""
         if any(s.best_s is not None for s in states):
             return None
-        failed = sorted({s.retired for s in states if (s.retired or "").startswith(SEARCH_FAILED)})
+        failed = sorted({s.retired for s in states if s.retired and search_failed(s.retired)})
         if not failed:
             return None
         return Decision(

@@ -27,7 +27,7 @@ from .. import exits
 from ..errors import InputError
 from ..rundir import RunDir
 from ..rundir.restore import journal_points
-from .failing import SEARCH_FAILED
+from .failing import search_failed
 from .reporting import foreign_report
 
 # Why a run would stop again at once, and what the user can do about it.
@@ -64,10 +64,10 @@ def stops_again(
 
 
 def _search_failed(journal: Sequence[Mapping[str, Any]]) -> bool:
-    return any(
-        e.get("type") == "task_retired" and str(e.get("reason", "")).startswith(SEARCH_FAILED)
-        for e in journal
-    )
+    """Whether a task's last retirement, the one restore reads back, was for its failing
+    search."""
+    last = {e.get("task"): e.get("reason") for e in journal if e.get("type") == "task_retired"}
+    return any(search_failed(str(reason)) for reason in last.values())
 
 
 def same_run(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> bool:

@@ -20,7 +20,7 @@ from tune_orchestrator.filters import Filter
 from tune_orchestrator.measure import Measurement
 
 from ..model.tasks import Candidate, Task, structural_key
-from ..run.failing import SEARCH_FAILED
+from ..run.failing import search_failed
 from ..run.loop import FAILED_RUN_SECS
 from ..run.scheduler import TaskState
 from ..run.skipped import Skipped
@@ -367,7 +367,7 @@ def _retired(state: TaskState, reason: str) -> None:
     """A task retired in an earlier session stays so, but for one whose search kept failing:
     what failed it (a compiler, a device) may have been mended since, so it is searched
     again."""
-    state.retired = None if reason.startswith(SEARCH_FAILED) else reason
+    state.retired = None if search_failed(reason) else reason
 
 
 def _round(state: TaskState, entry: Mapping[str, Any]) -> None:
