@@ -516,10 +516,14 @@ def _explain_exit(code: int, result: Result) -> None:
         click.echo(nothing_ran_message(result), err=True)
 
 
+# What an exit code other than 0 says where no build passed its output check.
+NO_MODEL = "no model.so was written: no build passed its output check"
+
+
 def nothing_ran_message(result: Result) -> str:
     """Exit code 1 for a run that ended: tuning ran nothing (stop "nothing-ran")."""
     if result.shipped == "none":
-        shipped = "no model.so was written: no build passed its output check"
+        shipped = NO_MODEL
     elif result.shipped == "untuned" or result.report["summary"].get("default_schedules"):
         shipped = "model.so is the untuned build"
     else:
@@ -536,7 +540,7 @@ def check_failed_message(result: Result) -> str:
     shipped = (
         "model.so is the untuned build, whose outputs match"
         if result.shipped == "untuned"
-        else "no model.so was written: no build passed its output check"
+        else NO_MODEL
     )
     failed = "failed its output check" if result.check_ok is False else "could not be checked"
     again = (

@@ -321,8 +321,9 @@ class Session:
                 f"the target names CPU {self.target.target.attrs['mcpu']}, but candidates are "
                 f"measured on this host's, {host_cpu}: the schedules are chosen for {host_cpu}"
             )
-        idle = idle_cores() if self.target.device_type == "cpu" else None
-        if idle and not self.fleet.rpc and not self.build_only:
+        timed_here = self.target.device_type == "cpu" and not self.fleet.rpc
+        idle = idle_cores() if timed_here and not self.build_only else None
+        if idle:
             self._warn(idle)
 
     def _ship(
