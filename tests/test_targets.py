@@ -37,6 +37,38 @@ def test_gpu_architectures_tvm_reads_are_taken(arch):
     assert str(resolved.target.attrs["arch"]) == arch
 
 
+@pytest.fixture
+def on_an_a100(monkeypatch):
+    """This host's GPU as an A100 (compute capability 8.0)."""
+    from tune_orchestrator.model import targets
+
+    monkeypatch.setattr(targets, "gpu_visible", lambda: True)
+    monkeypatch.setattr(targets, "_compute_version_here", lambda: "8.0")
+    monkeypatch.setattr(targets, "_device_name", lambda kind, present: "NVIDIA A100")
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_86", "sm_75", "sm_100f"])
+def test_a_gpu_architecture_whose_kernels_this_gpu_cannot_run_is_only_compiled_for(
+    on_an_a100, arch
+):
+    # TVM compiles each kernel to a cubin for the named architecture alone: every candidate
+    # would fail on this GPU, and the run would end with nothing tuned.
+    with pytest.raises(InputError) as info:
+        resolve_target(f"cuda -arch={arch}")
+    assert f"compiles for {arch}, whose kernels the GPU here (NVIDIA A100, sm_80)" in str(
+        info.value
+    )
+    assert "add --build-only" in str(info.value)
+    resolved = resolve_target(f"cuda -arch={arch}", build_only=True)
+    assert not resolved.device_present and resolved.device_name == f"no {arch} GPU on this host"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_80f"])
+def test_a_gpu_architecture_this_gpu_runs_is_measured_here(on_an_a100, arch):
+    resolved = resolve_target(f"cuda -arch={arch}")
+    assert resolved.device_present and resolved.device_name == "NVIDIA A100"
+
+
 def test_json_dicts_are_taken_as_given():
     resolved = resolve_target('{"kind": "llvm", "num-cores": 1}')
     assert resolved.target.attrs["num-cores"] == 1

@@ -126,6 +126,9 @@ def resolve_target(
         # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
         return ResolvedTarget(target, spec, "cuda", False, name)
+    if has_gpu and not _gpu_runs(target, spec, build_only=build_only):
+        name = f"no {target.attrs['arch']} GPU on this host"
+        return ResolvedTarget(target, spec, "cuda", False, name)
     return ResolvedTarget(target, spec, "cuda", has_gpu, _device_name("cuda", has_gpu))
 
 
@@ -138,6 +141,41 @@ def _check_arch(target: Any, spec: str) -> None:
             f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; write "
             "sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
         )
+
+
+def _gpu_runs(target: Any, spec: str, *, build_only: bool) -> bool:
+    """Whether this host's GPU runs the target's code. TVM compiles a kernel for its
+    architecture alone (a cubin, no PTX to compile again for another GPU), which runs on a GPU
+    of the same major compute capability and no lower minor one (`a`: on that one alone).
+    Where it does not, every candidate would fail on the device: refused, or only compiled for
+    with --build-only."""
+    arch = str(target.attrs.get("arch", ""))
+    here = _compute_version_here()
+    match = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
+    if not match or not here:
+        return True
+    major, minor, suffix = int(match[1]), int(match[2]), match[3]
+    here_major, here_minor = (int(x) for x in here.split("."))
+    if major == here_major and (minor == here_minor or (minor < here_minor and suffix != "a")):
+        return True
+    if build_only:
+        return False
+    raise InputError(
+        f"--target {spec!r} compiles for {arch}, whose kernels the GPU here "
+        f"({_device_name('cuda', True)}, sm_{here.replace('.', '')}) cannot run; leave --target "
+        "out to tune for this GPU, tune on such a GPU (or through --rpc servers that have one), "
+        "or add --build-only to only compile for it"
+    )
+
+
+def _compute_version_here() -> str:
+    """This host's first GPU's compute capability, "9.0" ("" where it cannot be read)."""
+    import tvm
+
+    try:
+        return str(tvm.cuda(0).compute_version)
+    except Exception:  # no CUDA runtime in this TVM build or no driver
+        return ""
 
 
 def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTarget:
