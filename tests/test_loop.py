@@ -384,9 +384,9 @@ def test_a_run_in_which_nothing_runs_stops_once_every_task_has_shown_it(tasks, f
     loop, engine = make_loop(tasks, fast_config, budget="400trials", engine=BrokenDevice())
     stopped = loop.run()
     assert stopped.code == "nothing-ran"
-    assert len(engine.measured) == 16  # one round of 8 for each task, not the 400 trials
+    assert len(engine.measured) == 32  # two rounds of 8 for each task, not the 400 trials
     assert stopped.reason == (
-        "none of the 16 candidates measured on 2 task(s) built and ran; the first failure: "
+        "none of the 32 candidates measured on 2 task(s) built and ran; the first failure: "
         "CUDA error: an illegal memory access was encountered"
     )
 
@@ -404,6 +404,23 @@ def test_one_task_that_runs_nothing_does_not_stop_the_run(tasks, fast_config, mo
     loop, _ = make_loop(tasks, fast_config, budget="32trials", engine=engine)
     stopped = loop.run()
     assert stopped.code == "trials" and len(engine.measured) == 32
+
+
+def test_a_single_task_whose_first_round_runs_nothing_goes_on(tasks, fast_config, monkeypatch):
+    # A round can fail for its schedules alone; one task's one round does not stop the run.
+    real = HashDevice.measure
+    engine = HashDevice()
+
+    def measure(inputs, on_result=None, best_s=None):
+        if not engine.measured:
+            return BrokenDevice.measure(engine, inputs, on_result, best_s)
+        return real(engine, inputs, on_result, best_s)
+
+    monkeypatch.setattr(engine, "measure", measure)
+    loop, _ = make_loop(tasks, fast_config, budget="24trials", engine=engine, tasks_used=1)
+    stopped = loop.run()
+    assert stopped.code == "trials" and len(engine.measured) == 24
+    assert loop.states[0].best_s is not None
 
 
 def test_a_run_whose_every_search_fails_stops_as_one_that_ran_nothing(

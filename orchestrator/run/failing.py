@@ -17,6 +17,11 @@ from .scheduler import TaskState
 # How the loop words a task retired because its search kept failing.
 SEARCH_FAILED = "search failed"
 
+# Candidates that must have failed, none running, before the run stops: two rounds of 16, so
+# that a model of one or two tasks whose first round failed for its schedules alone is not
+# stopped by one round.
+LEAST_FAILED = 32
+
 
 def search_failed(reason: str | None) -> bool:
     """Whether a task retired for `reason` (None: not retired) was so because its search kept
@@ -43,12 +48,14 @@ class FailureWatch:
                 self.first_error = next((m.error for m in measurements if m.error), None)
 
     def decide(self, states: Sequence[TaskState]) -> Decision | None:
-        """Stop where no candidate has run in this session and every task still searched has
-        had a round of which none ran; else None."""
+        """Stop where no candidate has run in this session, every task still searched has
+        had a round of which none ran, and LEAST_FAILED candidates have failed; else None."""
         live = [s.task.index for s in states if not s.retired]
         if self.ran or not live or any(i not in self.failed for i in live):
             return None
         failed = sum(self.failed.values())
+        if failed < LEAST_FAILED:
+            return None
         error = self.first_error or "no error was given"
         return Decision(
             True,
