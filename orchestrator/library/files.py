@@ -208,32 +208,28 @@ def _is_workload(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Library:
-    """One target's library folder."""
+    """One target's library folder. `waiting` is told (from a timer's thread) where its lock
+    is long in coming (WAITING_SAID_AFTER_S): another process holds it."""
 
     path: Path
+    waiting: Waiting = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def for_target(cls, target: Any, root: Path | None = None) -> Library:
         return cls((root or default_root()) / target_key(target))
 
-    def read(self, waiting: Waiting = None) -> Contents:
-        """Both files, as one writer left them; empty when the library does not exist yet.
-        `waiting` is told where the lock is long in coming (WAITING_SAID_AFTER_S)."""
+    def read(self) -> Contents:
+        """Both files, as one writer left them; empty when the library does not exist yet."""
         if not (self.path / WORKLOADS).is_file():
             return Contents([], [])
-        with self._locked(fcntl.LOCK_SH, waiting):
+        with self._locked(fcntl.LOCK_SH):
             return Contents.parse(*self._bytes())
 
-    def add(
-        self,
-        workloads: Sequence[Any],
-        records: Sequence[tuple[int, Any]],
-        waiting: Waiting = None,
-    ) -> int:
+    def add(self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]) -> int:
         """Merge records (workload index into `workloads`, record JSON) into the library,
         skipping those it holds; returns how many were added."""
         self.path.mkdir(parents=True, exist_ok=True)
-        with self._locked(fcntl.LOCK_EX, waiting):
+        with self._locked(fcntl.LOCK_EX):
             # A temp file here now was left by a writer killed before its rename.
             for stale in self.path.glob(".database_*"):
                 stale.unlink(missing_ok=True)
@@ -244,18 +240,16 @@ class Library:
                 self._replace(RECORDS, merged.record_lines())
         return added
 
-    def add_files(
-        self, workloads: Path, records: Path, skip: Collection[str] = (), waiting: Waiting = None
-    ) -> int:
+    def add_files(self, workloads: Path, records: Path, skip: Collection[str] = ()) -> int:
         """Add the records of a JSONDatabase's two files (a run's), in the order they were
         measured, but those whose trace_key is in `skip`; returns how many were added."""
         found = Contents.parse(_read(workloads), _read(records))
         rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
-        return self.add(found.workloads, rows, waiting)
+        return self.add(found.workloads, rows)
 
-    def exclusive(self, waiting: Waiting = None) -> contextlib.AbstractContextManager[None]:
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
         """The library's lock, held alone: no other writer, and no reader, while it is."""
-        return self._locked(fcntl.LOCK_EX, waiting)
+        return self._locked(fcntl.LOCK_EX)
 
     def read_only(self) -> str | None:
         """Why this user may read the library but not write it (a read-only disk, another
@@ -269,11 +263,11 @@ class Library:
         return None
 
     @contextlib.contextmanager
-    def _locked(self, how: int, waiting: Waiting) -> Iterator[None]:
+    def _locked(self, how: int) -> Iterator[None]:
         fd = self._lock_file(how)
         try:
             if fd is not None:
-                _flock(fd, how, waiting)
+                _flock(fd, how, self.waiting)
             yield
         finally:
             if fd is not None:

@@ -46,7 +46,10 @@ class RunLibrary:
         unreadable: str | None = None,
         read_only: str | None = None,
     ) -> None:
-        self.library = library
+        # Told where the library's lock is long in coming.
+        self.library = (
+            dataclasses.replace(library, waiting=self._waiting) if library is not None else None
+        )
         self.settings = settings
         self.clock = time.monotonic  # what training on the library looks at
         self.off = off
@@ -101,7 +104,7 @@ class RunLibrary:
         if self.library is None:
             return
         try:
-            contents = self.library.read(self._waiting)
+            contents = self.library.read()
         except OSError as exc:
             self.skipped.add(
                 "library_files", f"{self.library.path} cannot be read ({exc}); tuning without it"
@@ -183,7 +186,7 @@ class RunLibrary:
         if self.read_only is not None:
             return
         try:
-            with self.library.exclusive(self._waiting):
+            with self.library.exclusive():
                 shelf.write(keep)
         except OSError:
             pass
@@ -368,7 +371,7 @@ class RunLibrary:
             return
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
-            self.added = self.library.add_files(*database, skip=skip, waiting=self._waiting)
+            self.added = self.library.add_files(*database, skip=skip)
             if learned is not None:
                 self._keep_learned(learned)
         except OSError as exc:
