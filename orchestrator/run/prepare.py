@@ -276,7 +276,7 @@ def check_out(given: str | Path | None) -> None:
         _check_cwd(f"--out {out}")
     try:
         usable = not out.is_dir() or os.access(out, os.R_OK | os.W_OK | os.X_OK)
-        _check_links(out, "or give another --out")
+        _refuse_dangling_links(out, "or give another --out")
     except OSError as exc:  # a folder above it that this user may not enter
         raise InputError(
             f"cannot reach --out {out}: {exc.strerror}; choose a directory you can read and write"
@@ -305,14 +305,16 @@ def _check_cwd(out: str) -> None:
         ) from None
 
 
-def _check_links(path: Path, fix: str) -> None:
+def _refuse_dangling_links(path: Path, fix: str) -> None:
+    """InputError where a link on the way to `path` points to nothing (making the folder
+    would fail with ENOENT); links inside a run directory are RunDir's to refuse."""
     if why := link_to_nothing(path):
         raise InputError(f"{why}; make it, {fix}")
 
 
 def _check_default_root(root: Path) -> None:
     where = f"{root}/<model>-<time>, where a run goes without --out"
-    _check_links(root, "or give --out DIR")
+    _refuse_dangling_links(root, "or give --out DIR")
     if root.exists() and not root.is_dir():
         raise InputError(f"{root} here is a file, so {where}, cannot be made; give --out DIR")
     folder = root if root.exists() else Path.cwd()
