@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -38,8 +39,8 @@ class MlflowLogger:
                 )
         except Exception as exc:
             raise InputError(
-                f"cannot use MLflow at {_where(tracking_uri)}: {exc}; give a tracking server "
-                "you can reach with --mlflow-uri http://HOST:PORT (or MLFLOW_TRACKING_URI)"
+                f"cannot use MLflow at {_where(tracking_uri)}: {_why(exc)}; give a tracking "
+                "server you can reach with --mlflow-uri http://HOST:PORT (or MLFLOW_TRACKING_URI)"
             ) from None
         self._params = {k: str(v)[:500] for k, v in params.items()}
         self._run_id: str | None = None
@@ -181,6 +182,18 @@ def _where(tracking_uri: str | None) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return f"MLFLOW_TRACKING_URI {uri}"
     return f"MLflow's default tracking URI {uri} (MLFLOW_TRACKING_URI is not set)"
+
+
+def _why(exc: Exception) -> str:
+    """MLflow's refusal in a clause: its messages run to a paragraph with links."""
+    text = " ".join(str(exc).split())
+    if "unsupported URI" in text and "sqlite" in text:
+        # mlflow-skinny, without SQLAlchemy, against MLflow's default store (sqlite) since 3.x
+        return "this mlflow client (mlflow-skinny) cannot store runs in SQLite (pip install mlflow for that)"
+    if "MLFLOW_ALLOW_FILE_STORE" in text:
+        return "MLflow refuses its file store unless MLFLOW_ALLOW_FILE_STORE=true is set"
+    first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
+    return first if len(first) <= 300 else first[:297] + "..."
 
 
 def _ms(seconds: float | None) -> float | None:

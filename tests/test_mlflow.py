@@ -14,6 +14,7 @@ import onnx_models
 from cli_args import both_builds, tune_args
 from tune_orchestrator.api import Result
 from tune_orchestrator.cli.commands import main
+from tune_orchestrator.errors import InputError
 from tune_orchestrator.mlflow_log import MlflowLogger
 
 
@@ -104,7 +105,41 @@ def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config, monke
     )
     assert result.exit_code == 2
     assert result.stderr.startswith("error: cannot use MLflow at nonsense-scheme://x")
+    assert "got unsupported URI 'nonsense-scheme://x'" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "https://" not in result.stderr
     assert not (tmp_path / "runs").exists()  # no run directory was started
+
+
+def sqlalchemy_missing() -> bool:
+    try:
+        import sqlalchemy  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "store, why",
+    [
+        ("file", "MLflow refuses its file store unless MLFLOW_ALLOW_FILE_STORE=true is set"),
+        pytest.param(
+            "sqlite",
+            "this mlflow client (mlflow-skinny) cannot store runs in SQLite (pip install mlflow "
+            "for that)",
+            marks=pytest.mark.skipif(not sqlalchemy_missing(), reason="mlflow, not the skinny"),
+        ),
+    ],
+)
+def test_a_store_this_mlflow_refuses_is_named_in_a_clause(tmp_path, monkeypatch, store, why):
+    # MLflow's own messages run to a paragraph with migration guides and links.
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "mlruns").as_uri() if store == "file" else f"sqlite:///{tmp_path}/m.db"
+    with pytest.raises(InputError) as info:
+        MlflowLogger(tracking_uri=uri, experiment="e", params={})
+    assert str(info.value) == (
+        f"cannot use MLflow at {uri}: {why}; give a tracking server you can reach with "
+        "--mlflow-uri http://HOST:PORT (or MLFLOW_TRACKING_URI)"
+    )
 
 
 def test_mlflow_gets_the_speedup_claimed_and_the_measured_ratio_apart(tmp_path, monkeypatch):
