@@ -13,8 +13,12 @@ from __future__ import annotations
 import math
 import os
 import platform
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
+
+from .errors import InputError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")
@@ -23,6 +27,11 @@ SMT_ACTIVE = Path("/sys/devices/system/cpu/smt/active")
 # building the example model's candidates; the run's process 0.5 GB, more for large models.
 BUILD_WORKER_BYTES = 512 << 20
 RUN_PROCESS_BYTES = 2 << 30
+# What TVM writes in the temporary folder: candidates' builds (the example model's took 0.6 MB
+# at most, all its workers together) and the model's, which holds its weights (resnet50ish's
+# 102 MB of weights: 100 MB at most, as `orchestrate estimate` compiled it), with room.
+TEMP_BYTES = 32 << 20
+TEMP_PER_WEIGHT_BYTE = 2
 
 
 def host_cores() -> int:
@@ -202,3 +211,26 @@ def idle_cores(smt: Path | None = None) -> str | None:
         f"online CPUs on x86-64, for hyper-threads this CPU does not have; with {fix}, kernels "
         "use them all"
     )
+
+
+def check_temp_room(weight_bytes: int) -> None:
+    """InputError where the temporary folder (TMPDIR, else /tmp) has less room than the run
+    writes there: TVM builds every candidate and exports the model in it, and LLVM ends the
+    whole process when that disk fills ("LLVM ERROR: IO failure on output stream"), which no
+    handler can turn into a line and a resume."""
+    folder = tempfile.gettempdir()
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # Python found it usable; what it holds is not ours to judge
+    need = TEMP_BYTES + TEMP_PER_WEIGHT_BYTE * weight_bytes
+    if free < need:
+        raise InputError(
+            f"the temporary folder {folder} has {_mib(free)} free and the run writes up to "
+            f"~{_mib(need)} there (TVM builds every candidate and the model in it); free some "
+            "space there, or set TMPDIR to a folder on a disk with room"
+        )
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.0f} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"

@@ -642,3 +642,31 @@ def test_the_budget_clock_starts_with_the_command_not_with_a_shell_that_execd_it
     # Started 150 s before (a shell ran `pip install` first, then exec'd us): from the import.
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: now - 150.0)
     assert process_started() == orchestrator.IMPORTED
+
+
+@pytest.mark.parametrize("command", ["tune", "estimate"])
+def test_a_temporary_folder_without_room_is_refused_before_anything_is_written(
+    models, tmp_path, monkeypatch, command
+):
+    # LLVM ends the whole process when the temporary folder's disk fills as it writes a build
+    # ("LLVM ERROR: IO failure on output stream"): no line, no report, a run directory left.
+    from tune_orchestrator import host
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    real = shutil.disk_usage
+    monkeypatch.setattr(
+        host.shutil,
+        "disk_usage",
+        lambda path: real(path)._replace(free=8 << 10) if Path(path) == folder else real(path),
+    )
+    out = tmp_path / "run"
+    args = ["--out", out] if command == "tune" else ["--runs-dir", tmp_path / "runs"]
+    fails_with_one_line(
+        [command, "--budget", "1min", *args, models / "tiny.onnx"],
+        f"the temporary folder {folder} has 8 KiB free and the run writes up to ~32 MiB there "
+        "(TVM builds every candidate and the model in it); free some space there, or set "
+        "TMPDIR to a folder on a disk with room",
+    )
+    assert not out.exists() and list(folder.iterdir()) == []

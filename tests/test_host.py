@@ -190,3 +190,30 @@ def test_memory_limits_in_cgroup_v1_and_none(tmp_path):
 def test_without_a_memory_limit_every_core_gets_a_worker(monkeypatch):
     monkeypatch.setattr(host, "memory_limit", lambda: None)
     assert host.workers_that_fit(64) == 64
+
+
+def test_the_temporary_folder_needs_room_for_twice_the_models_weights(tmp_path, monkeypatch):
+    import shutil
+    import tempfile
+
+    from onnx import numpy_helper
+
+    import onnx_models
+    from tune_orchestrator.errors import InputError
+    from tune_orchestrator.model.loading import load_model
+
+    model = load_model(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    floats = sum(numpy_helper.to_array(t).size for t in model.proto.graph.initializer)
+    assert model.weight_bytes() == 4 * floats  # float32 weights
+    free = {"bytes": 0}
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real = shutil.disk_usage
+    monkeypatch.setattr(
+        host.shutil, "disk_usage", lambda path: real(path)._replace(free=free["bytes"])
+    )
+    weights = 100 << 20
+    free["bytes"] = (32 << 20) + 2 * weights
+    host.check_temp_room(weights)
+    free["bytes"] -= 1
+    with pytest.raises(InputError, match=r"has 232 MiB free and the run writes up to ~232 MiB"):
+        host.check_temp_room(weights)

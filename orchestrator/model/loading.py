@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -84,6 +85,15 @@ class OnnxModel:
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
+
+    def weight_bytes(self) -> int:
+        """Bytes of its initializers (its weights), by their shapes and element types."""
+        from onnx.helper import tensor_dtype_to_np_dtype
+
+        return sum(
+            math.prod(t.dims) * tensor_dtype_to_np_dtype(t.data_type).itemsize
+            for t in self.proto.graph.initializer
+        )
 
     def op_counts(self) -> collections.Counter[str]:
         """How many nodes of each op type the graph has, subgraphs included."""

@@ -89,6 +89,7 @@ def describe(
     anything is written."""
     from ..deploy import samples
     from ..deploy.devices import runs_model
+    from ..host import check_temp_room
     from ..library import RunLibrary
     from ..model.loading import load_model
     from .measuring import target_and_fleet
@@ -100,6 +101,7 @@ def describe(
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
+    check_temp_room(onnx_model.weight_bytes())
     check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
     with _named_by(sources.get("tune.target", "options"), "target"):
         resolved, fleet = target_and_fleet(
