@@ -1,10 +1,12 @@
 """Lock files that every user's runs on this host share: the device claims and the GPUs' timed
-windows, in <tmp>/tune-orchestrator.
+windows, in /tmp/tune-orchestrator (the host's /tmp, whatever TMPDIR says: pam_tmpdir gives
+each user a TMPDIR of their own, a batch system each job, and runs that look in different
+folders do not see each other).
 
 That folder is sticky and world-writable (mode 1777, set explicitly: the umask of whoever made
 it does not count). A folder there that is a symlink, not a directory, or writable by others
 without the sticky bit is not used, nor is a lock file that is a symlink or not a regular file;
-then the user's own folder ($XDG_RUNTIME_DIR, else <tmp>/tune-orchestrator-<uid>, mode 0700)
+then the user's own folder ($XDG_RUNTIME_DIR, else <TMPDIR>/tune-orchestrator-<uid>, mode 0700)
 holds the locks, and the caller hears why. Files are opened with O_NOFOLLOW; one another user
 made is opened read-only (flock works on any descriptor), and only a file of one's own with no
 other link is ever written.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 SHARED = "tune-orchestrator"
+HOST_TMP = Path("/tmp")  # the shared folder's parent
 FILE_MODE = 0o644  # readable by every user: their runs open it read-only to lock it
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO cannot hang us
 
@@ -53,11 +56,11 @@ class LockFile:
 def lock_folder(names: Sequence[str], *, on_skip: Callable[[str], None] | None = None) -> Path:
     """The folder for lock files `names` (made if missing): the shared one where it and each
     file in it are safe, else this user's own; `on_skip` hears why the shared one was not."""
-    tmp = Path(tempfile.gettempdir())
     try:
-        return _usable(tmp / SHARED, names, mode=0o1777, own=False)
+        return _usable(HOST_TMP / SHARED, names, mode=0o1777, own=False)
     except OSError as exc:
         why = _reason(exc)
+    tmp = Path(tempfile.gettempdir())
     for folder in _own_folders(tmp):
         try:
             found = _usable(folder, names, mode=0o700, own=True)

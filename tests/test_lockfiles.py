@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from cli_args import tune_args
 from other_users import ALICE, BOB, AsUser, as_user, can_switch_users, events
 from tune_orchestrator.cli.commands import main
+from tune_orchestrator.measure import lockfiles
 from tune_orchestrator.measure._window import DeviceWindow, WindowBusy
 from tune_orchestrator.measure.cuda import window_path
 from tune_orchestrator.rundir.durability import DeviceClaim
@@ -29,6 +30,7 @@ def host_tmp(monkeypatch):
     base = Path(tempfile.mkdtemp(prefix="host-tmp-"))
     base.chmod(0o1777)
     monkeypatch.setattr(tempfile, "tempdir", str(base))
+    monkeypatch.setattr(lockfiles, "HOST_TMP", base)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     yield base
     shutil.rmtree(base, ignore_errors=True)
@@ -84,6 +86,35 @@ def test_two_users_runs_both_claim_a_device_and_see_each_other(host_tmp, two_use
     finally:
         release.set()
     assert bob.result() is None
+
+
+def _claim_in(tmpdir: str, held=None, release=None) -> tuple[str | None, str]:
+    """A device claim by a process whose TMPDIR is `tmpdir`."""
+    tempfile.tempdir = tmpdir
+    with DeviceClaim("cpu") as claim:
+        if held is not None:
+            held.set()
+            release.wait(30)
+        return claim.shared_with, str(claim.path)
+
+
+def test_runs_whose_tmpdirs_differ_see_each_other_on_a_device(host_tmp, two_users, tmp_path):
+    # pam_tmpdir gives each user a TMPDIR of their own, a batch system each job.
+    own = {}
+    for uid in (ALICE, BOB):
+        own[uid] = tmp_path / str(uid)
+        own[uid].mkdir()
+        os.chown(own[uid], uid, -1)
+    held, release = events(2)
+    alice = AsUser(ALICE, _claim_in, str(own[ALICE]), held, release)
+    try:
+        assert held.wait(30)
+        bob_sees, path = as_user(BOB, _claim_in, str(own[BOB]))
+    finally:
+        release.set()
+    assert bob_sees == str(alice.pid)
+    assert alice.result() == (None, path)
+    assert Path(path).parent == host_tmp / "tune-orchestrator"
 
 
 def _timed(wait_s: float) -> tuple[str, str]:
