@@ -189,7 +189,10 @@ def _why(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     if "unsupported URI" in text and "sqlite" in text:
         # mlflow-skinny, without SQLAlchemy, against MLflow's default store (sqlite) since 3.x
-        return "this mlflow client (mlflow-skinny) cannot store runs in SQLite (pip install mlflow for that)"
+        return (
+            "this mlflow client (mlflow-skinny) cannot store runs in SQLite (pip install mlflow "
+            "for that)"
+        )
     if "MLFLOW_ALLOW_FILE_STORE" in text:
         return "MLflow refuses its file store unless MLFLOW_ALLOW_FILE_STORE=true is set"
     first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
