@@ -195,15 +195,29 @@ def _failed_after_the_disk_filled(*_args, **_kwargs):
         raise RuntimeError("could not save the model") from exc
 
 
-@pytest.mark.parametrize("fails", [_out_of_space, _failed_after_the_disk_filled])
+def _out_of_space_writing(*_args, **_kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "runs/x/journal.jsonl")
+
+
+@pytest.mark.parametrize(
+    "fails", [_out_of_space, _failed_after_the_disk_filled, _out_of_space_writing]
+)
 def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monkeypatch, fails):
-    """It was an internal error with a 100-line traceback; the run resumes once there is room."""
+    """It was an internal error with a 100-line traceback; the run resumes once there is room.
+    Where the error names no file (a compiler's or linker's words), either disk it wrote on."""
     monkeypatch.setattr("tune_orchestrator.api.run", fails)
     result = CliRunner().invoke(main, ["--budget", "1min", str(models / "tiny.onnx")])
     assert result.exit_code == 1
+    where = (
+        "writing runs/x/journal.jsonl; free some space (or give --out on another disk)"
+        if fails is _out_of_space_writing
+        else "on the disk of the run directory or of the temporary folder "
+        f"{tempfile.gettempdir()}; free some space there (or give --out, or TMPDIR, on another "
+        "disk)"
+    )
     assert result.stderr.splitlines() == [
-        "error: No space left on device; free some space (or give --out on another disk) and "
-        "run the same command again: the run resumes where it stopped"
+        f"error: No space left on device {where} and run the same command again: the run "
+        "resumes where it stopped"
     ]
 
 

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,10 +179,16 @@ def disk_full(exc: BaseException) -> str | None:
     where none is. The run's files are written in whole steps, so the run resumes."""
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
-            where = f" writing {seen.filename}" if seen.filename else ""
-            return (
-                f"{os.strerror(seen.errno)}{where}; free some space (or give --out on another "
-                "disk) and run the same command again: the run resumes where it stopped"
+            again = "run the same command again: the run resumes where it stopped"
+            if seen.filename:
+                return (
+                    f"{os.strerror(seen.errno)} writing {seen.filename}; free some space (or "
+                    f"give --out on another disk) and {again}"
+                )
+            return (  # a compiler's or linker's words: the run directory's or TMPDIR's disk
+                f"{os.strerror(seen.errno)} on the disk of the run directory or of the temporary "
+                f"folder {tempfile.gettempdir()}; free some space there (or give --out, or "
+                f"TMPDIR, on another disk) and {again}"
             )
     return None
 
