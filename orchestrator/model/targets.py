@@ -126,7 +126,10 @@ def resolve_target(
         # Measured on the fleet, whose GPUs this host's may not match: nothing runs here.
         name = str(fleet_gpu.get("device_name") or "a GPU of the RPC fleet")
         return ResolvedTarget(target, spec, "cuda", False, name)
-    if has_gpu and not _gpu_runs(target, spec, build_only=build_only):
+    here = _compute_version_here() if has_gpu else ""
+    if here and not _runs_on(str(target.attrs.get("arch", "")), here):
+        if not build_only:
+            raise InputError(_cannot_run_message(target, spec, here))
         name = f"no {target.attrs['arch']} GPU on this host"
         return ResolvedTarget(target, spec, "cuda", False, name)
     return ResolvedTarget(target, spec, "cuda", has_gpu, _device_name("cuda", has_gpu))
@@ -143,25 +146,23 @@ def _check_arch(target: Any, spec: str) -> None:
         )
 
 
-def _gpu_runs(target: Any, spec: str, *, build_only: bool) -> bool:
-    """Whether this host's GPU runs the target's code. TVM compiles a kernel for its
-    architecture alone (a cubin, no PTX to compile again for another GPU), which runs on a GPU
-    of the same major compute capability and no lower minor one (`a`: on that one alone).
-    Where it does not, every candidate would fail on the device: refused, or only compiled for
-    with --build-only."""
-    arch = str(target.attrs.get("arch", ""))
-    here = _compute_version_here()
+def _runs_on(arch: str, here: str) -> bool:
+    """Whether code for `arch` ("sm_90a") runs on a GPU of compute capability `here` ("9.0").
+    TVM compiles a kernel for its architecture alone (a cubin, no PTX to compile again for
+    another GPU), which runs on a GPU of the same major compute capability and no lower minor
+    one (`a`: on that one alone); an arch not of that form is left to TVM."""
     match = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
-    if not match or not here:
+    if not match:
         return True
     major, minor, suffix = int(match[1]), int(match[2]), match[3]
     here_major, here_minor = (int(x) for x in here.split("."))
-    if major == here_major and (minor == here_minor or (minor < here_minor and suffix != "a")):
-        return True
-    if build_only:
-        return False
-    raise InputError(
-        f"--target {spec!r} compiles for {arch}, whose kernels the GPU here "
+    return major == here_major and (minor == here_minor or (minor < here_minor and suffix != "a"))
+
+
+def _cannot_run_message(target: Any, spec: str, here: str) -> str:
+    """Every candidate would fail on this GPU: refused, or only compiled for (--build-only)."""
+    return (
+        f"--target {spec!r} compiles for {target.attrs['arch']}, whose kernels the GPU here "
         f"({_device_name('cuda', True)}, sm_{here.replace('.', '')}) cannot run; leave --target "
         "out to tune for this GPU, tune on such a GPU (or through --rpc servers that have one), "
         "or add --build-only to only compile for it"

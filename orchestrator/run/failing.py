@@ -70,7 +70,7 @@ class FailureWatch:
         the run's stop; else None (the tasks were done)."""
         if any(s.best_s is not None for s in states):
             return None
-        failed = sorted({s.retired for s in states if s.retired and search_failed(s.retired)})
+        failed = sorted({s.retired for s in states if search_failed(s.retired)})
         if not failed:
             return None
         return Decision(
