@@ -56,6 +56,9 @@ def build(mod: Any, target: Any, out_dir: str) -> tuple[str, float]:
         rt_mod = tvm_build(mod, target=target)
     fd, path = tempfile.mkstemp(prefix="cand-", suffix=".so", dir=out_dir)
     os.close(fd)
+    # TVM's own folders for the objects go there too: a worker that LLVM ends (its disk
+    # filled) leaves them in the pool's folder, which the pool removes, not in TMPDIR.
+    tempfile.tempdir = out_dir
     # Linking here, in parallel build workers, keeps the measuring process's load cheap.
     rt_mod.export_library(path)
     return path, time.perf_counter() - start

@@ -17,6 +17,7 @@ builds, a build may take `adaptive_timeout` times their median (within [`min_tim
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import shutil
 import stat
@@ -83,7 +84,24 @@ class BuildPool(Builder):
         value, error, fault = self._pool.settle(future, "build")
         if fault == "timeout":  # it held its worker for the whole timeout
             return Build(None, error, self._pool.timeout_s, timed_out=True)
-        return Build(None, error) if error else Build(value[0], None, value[1])
+        if error:
+            self._refuse_full_disk(error)
+            return Build(None, error)
+        return Build(value[0], None, value[1])
+
+    def _refuse_full_disk(self, error: str) -> None:
+        """Raise the full disk's OSError where a build failed for its folder's disk, not for
+        its candidate: LLVM ends a worker whose disk fills ("IO failure on output stream"),
+        which reads as a crash, and a candidate recorded as failing would stay so, in the run
+        and in the library. The run stops; freed, it resumes and builds the candidate."""
+        full = os.strerror(errno.ENOSPC) in error
+        if not full:
+            try:
+                full = shutil.disk_usage(self._dir).free < LEAST_ROOM_BYTES
+            except OSError:  # the folder is gone: the build's own error says why
+                return
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tempfile.gettempdir())
 
     @property
     def timeout_s(self) -> float:
@@ -183,6 +201,9 @@ def stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:
 
 
 _PREFIX = "orchestrate-builds-"
+# A build that failed where its folder's disk has less free than this failed for the disk:
+# the example model's candidates took 0.6 MB at most, all workers' builds together.
+LEAST_ROOM_BYTES = 16 << 20
 # How often a build waiting on its deadline looks at the clock.
 _POLL_S = 0.1
 # Builds timed before the timeout adapts to them, and how many recent ones it follows.

@@ -10,6 +10,7 @@ which is what every candidate was timed on.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import platform
@@ -218,18 +219,41 @@ def check_temp_room(weight_bytes: int) -> None:
     writes there: TVM builds every candidate and exports the model in it, and LLVM ends the
     whole process when that disk fills ("LLVM ERROR: IO failure on output stream"), which no
     handler can turn into a line and a resume."""
-    folder = tempfile.gettempdir()
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return  # Python found it usable; what it holds is not ours to judge
-    need = TEMP_BYTES + TEMP_PER_WEIGHT_BYTE * weight_bytes
-    if free < need:
+    short = _temp_shortfall(weight_bytes)
+    if short is not None:
+        folder, free, need = short
         raise InputError(
             f"the temporary folder {folder} has {_mib(free)} free and the run writes up to "
             f"~{_mib(need)} there (TVM builds every candidate and the model in it); free some "
             "space there, or set TMPDIR to a folder on a disk with room"
         )
+
+
+def ensure_temp_room(weight_bytes: int) -> None:
+    """check_temp_room's test before each compile of the model in a run: the temporary folder
+    may have filled since the run started. The run stops with the full disk's OSError (the
+    CLI's line: free space and run the same command again, which resumes) rather than with
+    LLVM's abort, whose resume is as after a kill."""
+    short = _temp_shortfall(weight_bytes)
+    if short is not None:
+        folder, free, need = short
+        raise OSError(
+            errno.ENOSPC,
+            f"{_mib(free)} free where compiling the model writes ~{_mib(need)}",
+            folder,
+        )
+
+
+def _temp_shortfall(weight_bytes: int) -> tuple[str, int, int] | None:
+    """(the temporary folder, its free bytes, the bytes a run writes there) where it has less
+    free than that; None where it has room or cannot be looked at."""
+    folder = tempfile.gettempdir()
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None  # Python found it usable; what it holds is not ours to judge
+    need = TEMP_BYTES + TEMP_PER_WEIGHT_BYTE * weight_bytes
+    return (folder, free, need) if free < need else None
 
 
 def _mib(count: int) -> str:

@@ -199,8 +199,13 @@ def _out_of_space_writing(*_args, **_kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "runs/x/journal.jsonl")
 
 
+def _out_of_space_building(*_args, **_kwargs):  # a build worker, or the model's compile
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tempfile.gettempdir())
+
+
 @pytest.mark.parametrize(
-    "fails", [_out_of_space, _failed_after_the_disk_filled, _out_of_space_writing]
+    "fails",
+    [_out_of_space, _failed_after_the_disk_filled, _out_of_space_writing, _out_of_space_building],
 )
 def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monkeypatch, fails):
     """It was an internal error with a 100-line traceback; the run resumes once there is room.
@@ -208,17 +213,62 @@ def test_a_full_disk_is_one_line_that_says_to_free_space_and_resume(models, monk
     monkeypatch.setattr("tune_orchestrator.api.run", fails)
     result = CliRunner().invoke(main, ["--budget", "1min", str(models / "tiny.onnx")])
     assert result.exit_code == 1
-    where = (
-        "writing runs/x/journal.jsonl; free some space (or give --out on another disk)"
-        if fails is _out_of_space_writing
-        else "on the disk of the run directory or of the temporary folder "
+    where = {
+        _out_of_space_writing: "writing runs/x/journal.jsonl; free some space (or give --out on "
+        "another disk)",
+        _out_of_space_building: f"in the temporary folder {tempfile.gettempdir()}; free some "
+        "space there (or set TMPDIR to a folder on a disk with room)",
+    }.get(
+        fails,
+        "on the disk of the run directory or of the temporary folder "
         f"{tempfile.gettempdir()}; free some space there (or give --out, or TMPDIR, on another "
-        "disk)"
+        "disk)",
     )
     assert result.stderr.splitlines() == [
         f"error: No space left on device {where} and run the same command again: the run "
         "resumes where it stopped"
     ]
+
+
+def test_a_temporary_folder_filled_before_the_final_compile_stops_the_run_to_resume(
+    models, tmp_path, monkeypatch
+):
+    """Room at the start is no promise at the end: LLVM's abort as it exported the model
+    ended the run with no line and no report."""
+    from tune_orchestrator import host
+    from tune_orchestrator.deploy import builds
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    full = {"armed": True, "now": False}
+    real_usage, real_build = shutil.disk_usage, builds.ModelBuilds.build
+
+    def usage(path):
+        full_now = full["now"] and Path(path) == folder
+        return real_usage(path)._replace(free=8 << 10) if full_now else real_usage(path)
+
+    def build(self, database, ledger, label, *, timed):
+        full["now"] = full["armed"] and label == builds.TUNED
+        return real_build(self, database, ledger, label, timed=timed)
+
+    monkeypatch.setattr(host.shutil, "disk_usage", usage)
+    monkeypatch.setattr(builds.ModelBuilds, "build", build)
+    out = tmp_path / "run"
+    args = ["--budget", "8trials", "--no-library", "--out", str(out), str(models / "tiny.onnx")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        f"error: 8 KiB free where compiling the model writes ~32 MiB in the temporary folder "
+        f"{folder}; free some space there (or set TMPDIR to a folder on a disk with room) and "
+        "run the same command again: the run resumes where it stopped"
+    ]
+    assert not (out / "model.so").exists()
+    full.update(armed=False, now=False)  # room made
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    assert summary["trials"] == 8 and summary["shipped_checked"] is True  # none tuned twice
 
 
 def test_a_run_directory_removed_mid_run_is_one_line(models, monkeypatch):

@@ -1,6 +1,7 @@
 """Builders and engines: conformance, and real failing candidates (compile error, crash, hang)."""
 
 import concurrent.futures
+import errno
 import functools
 import math
 import os
@@ -253,6 +254,55 @@ def test_a_stale_build_folder_of_another_user_or_a_link_is_left_alone(tmp_path):
         os.utime(path, (hour_ago, hour_ago), follow_symlinks=False)
     assert sweep_stale_build_dirs(tmp_path) == []
     assert (theirs / "cand-1.so").exists()
+
+
+def test_a_build_that_failed_for_want_of_room_stops_the_run_and_is_not_a_failed_candidate(
+    pool, monkeypatch
+):
+    """LLVM ends a worker whose disk fills, which read as the candidate crashing its worker: a
+    run whose temporary folder another process filled recorded every later candidate as
+    failing, in the run and in the library, and told nothing."""
+    import shutil
+    import tempfile
+
+    from tune_orchestrator.measure import build_pool
+
+    real = shutil.disk_usage
+    free = {"bytes": 16 << 20}
+    monkeypatch.setattr(
+        build_pool.shutil, "disk_usage", lambda path: real(path)._replace(free=free["bytes"])
+    )
+    failing = BuildInput("not a module", LLVM)
+    (with_room,) = pool.build([failing])  # a failure of its own: data, as ever
+    assert with_room.error.startswith("build failed:")
+    free["bytes"] -= 1
+    with pytest.raises(OSError) as raised:
+        pool.build([failing])
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.filename == tempfile.gettempdir()  # the CLI: free space or set TMPDIR
+    free["bytes"] = 16 << 20
+    # The same words from the compiler (a linker that could not write) are the disk's too.
+    said = f"build failed: ld: final link failed: {os.strerror(errno.ENOSPC)}"
+    monkeypatch.setattr(pool._pool, "settle", lambda future, what: (None, said, "error"))
+    with pytest.raises(OSError):
+        pool.build([failing])
+
+
+@pytest.mark.filterwarnings("ignore:build is deprecated:DeprecationWarning")
+def test_tvms_own_folders_for_a_build_lie_in_the_pools_folder(tmp_path, monkeypatch):
+    """A worker that LLVM ended left TVM's folders of objects in TMPDIR, which nothing
+    removes; in the pool's folder they go with the pool."""
+    import tempfile
+
+    from tune_orchestrator.measure import _worker
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # restored after: the worker sets it
+    made = []
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    path, _ = _worker.build(module(add_one), LLVM, str(tmp_path))
+    assert Path(path).parent == tmp_path
+    assert made and all(Path(folder).parent == tmp_path for folder in made)
 
 
 def test_a_build_pools_folder_names_its_process_and_goes_with_it():

@@ -180,13 +180,19 @@ def disk_full(exc: BaseException) -> str | None:
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
             again = "run the same command again: the run resumes where it stopped"
+            said = seen.strerror or os.strerror(seen.errno)
+            if seen.filename == tempfile.gettempdir():  # compiling or building, by the run
+                return (
+                    f"{said} in the temporary folder {seen.filename}; free some space there (or "
+                    f"set TMPDIR to a folder on a disk with room) and {again}"
+                )
             if seen.filename:
                 return (
-                    f"{os.strerror(seen.errno)} writing {seen.filename}; free some space (or "
+                    f"{said} writing {seen.filename}; free some space (or "
                     f"give --out on another disk) and {again}"
                 )
             return (  # a compiler's or linker's words: the run directory's or TMPDIR's disk
-                f"{os.strerror(seen.errno)} on the disk of the run directory or of the temporary "
+                f"{said} on the disk of the run directory or of the temporary "
                 f"folder {tempfile.gettempdir()}; free some space there (or give --out, or "
                 f"TMPDIR, on another disk) and {again}"
             )

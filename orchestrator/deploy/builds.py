@@ -19,6 +19,7 @@ from typing import Any
 from tune_orchestrator.budget import Ledger
 
 from ..config import Settings
+from ..host import ensure_temp_room
 from ..model.loading import OnnxModel
 from ..model.targets import ResolvedTarget
 from ..model.tasks import Task
@@ -88,6 +89,7 @@ class ModelBuilds:
         device checks it at the end (finish)."""
         result: dict[str, Any] = {}
         library = self.library(label)
+        ensure_temp_room(self.model.weight_bytes())  # LLVM aborts where it fills
         start = time.monotonic()
         with ledger.phase("compile"):
             executable = deploy.compile_model(self.relax_mod, self.target.target, database)
