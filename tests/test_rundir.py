@@ -175,6 +175,10 @@ def test_resume_requires_the_same_fingerprint(tmp_path):
         run.write_json(RunDir.CONFIG, {"fingerprint": fingerprint})
     with RunDir.open(tmp_path / "run", fingerprint=fingerprint) as run:
         assert run.resumed
+    # The same bytes under another file name (moved, renamed) are the same model: it was
+    # refused as "a different model_name".
+    with RunDir.open(tmp_path / "run", fingerprint={**fingerprint, "model_name": "m2"}) as run:
+        assert run.resumed
     with pytest.raises(InputError, match="different model_sha256"):
         RunDir.open(tmp_path / "run", fingerprint={"model_name": "m", "model_sha256": "2"})
 

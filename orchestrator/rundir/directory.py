@@ -379,6 +379,9 @@ class RunDir:
         if "tvm" not in theirs and "tvm" in fingerprint:
             # made before the fingerprint kept TVM's version: resumed as before
             theirs = {**theirs, "tvm": fingerprint.get("tvm")}
+        if theirs.get("model_sha256") and theirs["model_sha256"] == fingerprint.get("model_sha256"):
+            # the same model under another file name: moved, renamed, or copied to another host
+            theirs = {**theirs, "model_name": fingerprint.get("model_name")}
         if theirs == json.loads(json.dumps(fingerprint)):
             return
         differs = [k for k in {**theirs, **fingerprint} if theirs.get(k) != fingerprint.get(k)]
