@@ -304,9 +304,11 @@ class LibrarySettings:
     train_share: float
     transfer: int
     transfer_per_workload: int
+    keep_per_workload: int
 
     def __post_init__(self) -> None:
         _non_negative("library", "reuse", self.reuse)
+        _positive("library", "keep_per_workload", self.keep_per_workload)
         _non_negative("library", "transfer", self.transfer)
         _positive("library", "transfer_per_workload", self.transfer_per_workload)
         _positive("library", "plateau_trials", self.plateau_trials)

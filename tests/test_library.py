@@ -378,6 +378,60 @@ def test_features_of_records_the_library_no_longer_holds_are_dropped(tmp_path):
     assert set(shelf.entries) == {view.digest(0)}
 
 
+def test_each_workload_keeps_its_fastest_half_and_a_spread_of_the_rest(tmp_path):
+    """Unbounded, every run's ~1,000 records of a small CNN joined the library: after a few
+    runs each run read and parsed tens of MB of them, three times, and held them in memory."""
+    library = Library(tmp_path / "library")
+    first = make_database(tmp_path / "first", [64], range(1, 13))  # 1-12 us: factor f, f us
+    make_database(first, [128], [1, 2])  # another workload, under the bound
+    assert library.add_files(*files(first), keep=4) == 6  # 4 of the 12, and both of the 2
+
+    def held() -> dict[str, list[float]]:
+        contents = library.read()
+        by_size: dict[str, list[float]] = {}
+        for line, record in contents.records:
+            by_size.setdefault(contents.workloads[line][0], []).append(record[1][0] * 1e6)
+        return {key: [round(s, 1) for s in secs] for key, secs in by_size.items()}
+
+    big, small = held().values()
+    assert big == [1, 2, 3, 12] and small == [1, 2]  # the fastest two, then the rest's ends
+    assert stock_records(library.path) == 6
+    # Faster records of the workload push out slower ones; those kept stay in file order.
+    faster = make_database(tmp_path / "faster", [64], range(13, 16), secs=lambda n, f: 1e-7 * f)
+    assert library.add_files(*files(faster), keep=4) == 2  # 1.3 and 1.4 us stay, 1.5 does not
+    assert list(held().values())[0] == [1, 12, 1.3, 1.4]
+    assert library.add_files(*files(first), keep=4) == 0  # all held or cut: nothing stays
+    assert stock_records(library.path) == 6
+
+
+def test_features_of_records_cut_from_the_library_go_with_them(tmp_path):
+    """The features file grew by every run's records as the library did."""
+    from tune_orchestrator.model.tasks import task_key
+    from tune_orchestrator.predictor import feature_width
+    from tune_orchestrator.rundir.database import RunDatabase
+    from tune_orchestrator.rundir.learned import Learned, LearnedFile
+
+    library = Library(tmp_path / "library")
+    settings = Settings.load(None, {"library.keep_per_workload": 2})
+    for name, factors in (("slow", [4, 8]), ("fast", [1, 2])):
+        source = JSONDatabase(work_dir=str(make_database(tmp_path / f"{name}-db", [64], factors)))
+        (tmp_path / name).mkdir()
+        run = RunDatabase(*files(tmp_path / name))
+        kept = LearnedFile.for_target(tmp_path / name / "learned.jsonl", TARGET)
+        for i, record in enumerate(source.get_all_tuning_records()):
+            mod = record.workload.mod
+            again = TuningRecord(
+                record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
+            )
+            stores = np.full((2, feature_width()), i + 1, np.float32)
+            kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
+        RunLibrary(library, settings).add(files(tmp_path / name), [], {"check": {"ok": True}}, kept)
+    view = LibraryView(library.read(), target=TARGET)
+    assert [round(record[1][0] * 1e6) for _, record in view.contents.records] == [1, 2]
+    shelf = FeatureShelf(library.path / FEATURES, shelf_tag(TARGET))
+    assert set(shelf.entries) == {view.digest(0), view.digest(1)}
+
+
 def library_task(index: int, *, library_trials: int, plateau: bool) -> TaskState:
     """A task after its library round: the best of its library records measured here."""
     task = Task(index, f"t{index}", 1, 1e6, None, f"{index:016x}")

@@ -17,6 +17,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -76,6 +77,30 @@ def json_lines(data: bytes) -> list[tuple[Any, bytes]]:
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             values.append((None, line))
     return values
+
+
+# MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
+FAILED_RUN_SECS = 1e10
+
+
+def run_secs(record: Any) -> list[float] | None:
+    """A record's (JSON) run times where they are a list of finite, positive numbers; None
+    where it has none, or any is not such a number (a file another tool or a bad disk wrote)."""
+    secs = record[1] if isinstance(record, list) and len(record) > 1 else None
+    ok = isinstance(secs, list) and bool(secs) and all(_is_time(s) for s in secs)
+    return secs if ok else None
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def mean_s(record: Any) -> float:
+    """Mean run time of a record (JSON); inf for a failure or a record without usable times."""
+    secs = run_secs(record)
+    if secs is None or any(s >= FAILED_RUN_SECS for s in secs):
+        return math.inf
+    return sum(secs) / len(secs)
 
 
 def trace_key(record: Any) -> str:
@@ -172,6 +197,28 @@ class Contents:
             added += 1
         return out, added
 
+    def bounded(self, keep: int) -> tuple[Contents, list[int]]:
+        """These contents with at most `keep` records of each workload, and the positions
+        (into these records) of those kept: of a workload past it, its `keep // 2` fastest and
+        an even spread over the latencies of the rest, slowest included; in file order."""
+        by_workload: dict[int, list[int]] = {}
+        for position, (line, _) in enumerate(self.records):
+            by_workload.setdefault(line, []).append(position)
+        kept: set[int] = set()
+        for positions in by_workload.values():
+            if len(positions) <= keep:
+                kept.update(positions)
+                continue
+            ranked = sorted(positions, key=lambda p: mean_s(self.records[p][1]))
+            fast, rest = ranked[: keep // 2], ranked[keep // 2 :]
+            take = keep - len(fast)
+            step = (len(rest) - 1) / max(1, take - 1)
+            kept.update(fast, (rest[round(i * step)] for i in range(take)))
+        order = sorted(kept)
+        texts = self.texts or [None] * len(self.records)
+        records = [self.records[p] for p in order]
+        return Contents(self.workloads, records, texts=[texts[p] for p in order]), order
+
     def _compacted(self) -> Contents:
         moved, kept = {}, []
         for line, workload in enumerate(self.workloads):
@@ -225,9 +272,12 @@ class Library:
         with self._locked(fcntl.LOCK_SH):
             return Contents.parse(*self._bytes())
 
-    def add(self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]]) -> int:
+    def add(
+        self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]], keep: int = 0
+    ) -> int:
         """Merge records (workload index into `workloads`, record JSON) into the library,
-        skipping those it holds; returns how many were added."""
+        skipping those it holds; with `keep`, each workload is then cut back to that many
+        records (Contents.bounded). Returns how many of the records joined and stayed."""
         self.path.mkdir(parents=True, exist_ok=True)
         with self._locked(fcntl.LOCK_EX):
             # A temp file here now was left by a writer killed before its rename.
@@ -235,17 +285,29 @@ class Library:
                 stale.unlink(missing_ok=True)
             current = Contents.parse(*self._bytes())
             merged, added = current.merged(workloads, records)
-            if added or current.broken:  # a torn line is mended by writing the files again
+            order = range(len(merged.records))
+            if keep:
+                merged, order = merged.bounded(keep)
+            stayed = sum(p >= len(current.records) for p in order)  # new ones come last
+            # Lines written again: records joined or cut, or a torn line mended.
+            if added or current.broken or len(order) < len(current.records) + added:
                 self._replace(WORKLOADS, (json.dumps(w).encode() for w in merged.workloads))
                 self._replace(RECORDS, merged.record_lines())
-        return added
+        return stayed
 
-    def add_files(self, workloads: Path, records: Path, skip: Collection[str] = ()) -> int:
+    def add_files(
+        self, workloads: Path, records: Path, skip: Collection[str] = (), keep: int = 0
+    ) -> int:
         """Add the records of a JSONDatabase's two files (a run's), in the order they were
-        measured, but those whose trace_key is in `skip`; returns how many were added."""
+        measured, but those whose trace_key is in `skip`; returns how many joined and stayed
+        (add)."""
         found = Contents.parse(_read(workloads), _read(records))
         rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
-        return self.add(found.workloads, rows)
+        return self.add(found.workloads, rows, keep)
+
+    def contents(self) -> Contents:
+        """Both files as they are, for a caller holding the lock (`exclusive`)."""
+        return Contents.parse(*self._bytes())
 
     def exclusive(self) -> contextlib.AbstractContextManager[None]:
         """The library's lock, held alone: no other writer, and no reader, while it is."""

@@ -22,30 +22,7 @@ from ..run.skipped import Skipped
 from ..search.transfer import one_line
 from ..search.trusted import untrusted
 from .features import RecordNames
-from .files import Contents
-
-# MetaSchedule's run time of a candidate that failed (kMaxMeanTime).
-FAILED_RUN_SECS = 1e10
-
-
-def run_secs(record: Any) -> list[float] | None:
-    """A record's (JSON) run times where they are a list of finite, positive numbers; None
-    where it has none, or any is not such a number (a file another tool or a bad disk wrote)."""
-    secs = record[1] if isinstance(record, list) and len(record) > 1 else None
-    ok = isinstance(secs, list) and bool(secs) and all(_is_time(s) for s in secs)
-    return secs if ok else None
-
-
-def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
-
-
-def mean_s(record: Any) -> float:
-    """Mean run time of a record (JSON); inf for a failure or a record without usable times."""
-    secs = run_secs(record)
-    if secs is None or any(s >= FAILED_RUN_SECS for s in secs):
-        return math.inf
-    return sum(secs) / len(secs)
+from .files import Contents, mean_s, run_secs
 
 
 def plateaued(

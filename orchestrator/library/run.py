@@ -21,7 +21,7 @@ from ..run.skipped import Skipped
 from ..rundir.atomic import link_to_nothing
 from ..rundir.learned import LearnedFile
 from ..search.transfer import one_line
-from .features import FEATURES, FeatureShelf, shelf_tag
+from .features import FEATURES, FeatureShelf, RecordNames, shelf_tag
 from .files import Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
@@ -178,16 +178,16 @@ class RunLibrary:
         """Write what this run extracted beside the library, less the features of records it
         no longer holds."""
         if shelf.new:
-            self._write(shelf, {self.view.digest(p) for p in range(self.view.records)})
+            self._write(shelf, lambda: {self.view.digest(p) for p in range(self.view.records)})
 
-    def _write(self, shelf: FeatureShelf, keep: set[str] | None = None) -> None:
-        """Write `shelf`'s new entries under the library's lock (shelf.write); a cache, so
-        a failure to write it is no loss."""
-        if self.read_only is not None:
+    def _write(self, shelf: FeatureShelf, keep: Callable[[], set[str]]) -> None:
+        """Write `shelf`'s new entries under the library's lock, less those whose names are
+        not in `keep()` (shelf.write); a cache, so a failure to write it is no loss."""
+        if self.read_only is not None or not shelf.new:
             return
         try:
             with self.library.exclusive():
-                shelf.write(keep)
+                shelf.write(keep())
         except OSError:
             pass
 
@@ -371,7 +371,8 @@ class RunLibrary:
             return
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
-            self.added = self.library.add_files(*database, skip=skip)
+            keep = self.settings.library.keep_per_workload
+            self.added = self.library.add_files(*database, skip=skip, keep=keep)
             if learned is not None:
                 self._keep_learned(learned)
         except OSError as exc:
@@ -381,14 +382,21 @@ class RunLibrary:
             self._failed(f"adding them failed ({error})", f"{error}; please report it")
 
     def _keep_learned(self, learned: LearnedFile) -> None:
-        """The features of the run's records beside the library's (a cache: no failure)."""
+        """The features of the run's records beside the library's, less those of records it
+        no longer holds (a cache: no failure)."""
         shelf = FeatureShelf(self.library.path / FEATURES, learned.tag)
         shelf.new = {
             digest: (entry.task, entry.features)
             for digest, entry in learned.read().items()
             if entry.features is not None
         }
-        self._write(shelf)
+        self._write(shelf, self._held)
+
+    def _held(self) -> set[str]:
+        """The names of the records the library holds now (its lock held)."""
+        contents = self.library.contents()
+        names = RecordNames(contents.workloads)
+        return {names(line, record) for line, record in contents.records}
 
     def _waiting(self) -> None:
         self.warn(

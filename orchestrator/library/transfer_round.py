@@ -12,8 +12,8 @@ from typing import Any
 from ..model.tasks import measure_candidate
 from ..run.scheduler import TaskState
 from ..search.transfer import AS_IS, FAILED, blocks, replay
-from .files import record_json
-from .records import LibraryView, mean_s
+from .files import mean_s, record_json
+from .records import LibraryView
 
 
 @dataclasses.dataclass

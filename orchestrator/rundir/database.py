@@ -28,8 +28,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import PyDatabase
 
 from ..library.features import RecordNames
-from ..library.files import record_json
-from ..library.records import FAILED_RUN_SECS
+from ..library.files import FAILED_RUN_SECS, record_json
 from ..model.tasks import structural_key
 from .atomic import open_append
 
