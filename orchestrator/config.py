@@ -509,6 +509,8 @@ def _check_layer(source: str, layer: Mapping[str, Any]) -> None:
 
 def _type_fix(key: str, value: Any, expected: type) -> str:
     """How to write `key` as the `expected` type in TOML."""
+    if expected is str and key == "budget":  # a bare number is no budget, quoted or not
+        return f'write it in quotes, with its unit: {key} = "{value}min" (or s, h, trials, $)'
     if expected is str:
         return f'write it in quotes: {key} = "{value}"'
     if expected is bool:

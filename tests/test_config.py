@@ -42,7 +42,11 @@ def test_file_then_overrides_take_precedence(tmp_path):
         ),
         (
             "[tune]\nbudget = 5\n",
-            'budget must be str but got int 5; write it in quotes: budget = "5"',
+            'budget must be str but got int 5; write it in quotes, with its unit: budget = "5min"',
+        ),
+        (
+            "[tune]\ntarget = 5\n",
+            'target must be str but got int 5; write it in quotes: target = "5"',
         ),
         ("[search]\npopulation = 1\n", "population must be 0 (sized to the round) or at least 2"),
         ("[search]\neps_greedy = 1.5\n", "eps_greedy must be within [0, 1] but got 1.5"),
