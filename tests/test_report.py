@@ -782,3 +782,28 @@ def test_report_of_a_run_still_working_says_so_with_its_progress(tmp_path):
         "spent, the model ~520 us by its tasks' best so far; its report is written when the "
         "run stops (SIGINT or SIGTERM stop it after the current round, with the report)\n"
     )
+
+
+def test_report_of_a_run_killed_before_its_first_report_says_what_it_did_and_how_to_resume(
+    tmp_path,
+):
+    """It said "no session has finished; resume the run with orchestrate --out", without the
+    model or budget that resuming takes, or what the run had done."""
+    from tune_orchestrator.budget.ledger import Spend
+
+    run_dir, model = tmp_path / "my run", tmp_path / "models" / "net.onnx"
+    with RunDir.open(run_dir, fingerprint={}) as run:  # then killed: no report
+        config = {"fingerprint": {}, "model": {"path": str(model)}, "budget": "2gpu-h"}
+        run.write_json(RunDir.CONFIG, config)
+        spend = Spend(wall_s=75.0, trials=48, rounds=3).to_dict()
+        for number in (1, 2, 3):
+            round_ = {"type": "round", "task": 0, "round": number, "measured": 16, "failed": 0}
+            run.append({**round_, "best_s": 4e-4, "model_latency_s": 8e-4, "spend": spend})
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {run_dir} has no report yet: its session stopped before writing one (killed, "
+        "or its machine went down) after 3 rounds, 48 trials and 1m15s spent, the model ~800 us "
+        "by its tasks' best; resume it with the command that started it (orchestrate --budget "
+        f"2gpu-h --out '{run_dir}' {model}) to finish it and write one\n"
+    )

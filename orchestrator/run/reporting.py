@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,7 @@ def rerender(path: str | Path) -> dict[str, Path]:
         raise InputError(still_running(RunDir(Path(path)), busy.owner)) from None
     with opened as run:
         if not run[RunDir.REPORT].exists():
-            raise InputError(
-                f"{run.path} has no report.json yet (no session has finished); resume the run "
-                "with orchestrate --out to produce one"
-            )
+            raise InputError(never_reported(run))
         path = run[RunDir.REPORT]
         again = f"resume the run (orchestrate --out {run.path}) to write it again"
         report = run.read_json(RunDir.REPORT, fix=f"it was cut short or edited; {again}")
@@ -117,9 +115,39 @@ def foreign_report(report: Any) -> str | None:
 
 
 def still_running(run: RunDir, owner: str) -> str:
-    """A run that `owner` (a pid) is still working in, with its progress so far from the
-    journal and the spend checkpoint (both read without the lock: whole lines, whole files)."""
+    """A run that `owner` (a pid) is still working in, with its progress so far."""
     who = "this process" if owner == str(os.getpid()) else f"pid {owner}"
+    return (
+        f"{run.path} is still being tuned ({who}): {_progress(run)} so far; its report is "
+        "written when the run stops (SIGINT or SIGTERM stop it after the current round, with "
+        "the report)"
+    )
+
+
+def never_reported(run: RunDir) -> str:
+    """A run no session of which finished (killed, or its machine went down): what it did,
+    and the command that resumes it, as its config.json has the model and the budget."""
+    try:
+        config = run.read_json(RunDir.CONFIG)
+    except InputError:  # damaged: the command without what it would have said
+        config = None
+    config = config if isinstance(config, dict) else {}
+    given = config.get("model")
+    model = given.get("path") if isinstance(given, dict) else None
+    command = ["orchestrate", "--out", str(run.path)]
+    if isinstance(config.get("budget"), str):
+        command[1:1] = ["--budget", config["budget"]]
+    command.append(model if isinstance(model, str) else "MODEL")
+    return (
+        f"{run.path} has no report yet: its session stopped before writing one (killed, or "
+        f"its machine went down) after {_progress(run)}; resume it with the command that "
+        f"started it ({shlex.join(command)}) to finish it and write one"
+    )
+
+
+def _progress(run: RunDir) -> str:
+    """Rounds, trials, spend and the model's latency by its tasks' best, from the journal and
+    the spend checkpoint (both read without the lock: whole lines, whole files)."""
     try:
         journal = run.journal()
     except (InputError, OSError):
@@ -131,7 +159,4 @@ def still_running(run: RunDir, owner: str) -> str:
     progress = f"{counted} and {fmt_duration(spend.wall_s)} spent"
     if model:
         progress += f", the model ~{fmt_latency(model)} by its tasks' best"
-    return (
-        f"{run.path} is still being tuned ({who}): {progress} so far; its report is written "
-        "when the run stops (SIGINT or SIGTERM stop it after the current round, with the report)"
-    )
+    return progress
