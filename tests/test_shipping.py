@@ -126,7 +126,12 @@ def end(tmp_path, monkeypatch):
             run.write_json(RunDir.CONFIG, {"fingerprint": {}})  # a later call resumes it
             made = ModelBuilds(
                 model=SimpleNamespace(
-                    name="m", inputs=[], outputs=("y",), half_precision=False, quantized=False
+                    name="m",
+                    inputs=[],
+                    outputs=("y",),
+                    half_precision=False,
+                    quantized=False,
+                    weight_bytes=lambda: 0,
                 ),
                 relax_mod=None,
                 target=SimpleNamespace(
