@@ -404,27 +404,35 @@ def test_each_workload_keeps_its_fastest_half_and_a_spread_of_the_rest(tmp_path)
     assert stock_records(library.path) == 6
 
 
-def test_features_of_records_cut_from_the_library_go_with_them(tmp_path):
-    """The features file grew by every run's records as the library did."""
+def learned_run(folder: Path, source: JSONDatabase):
+    """A run's database in `folder` of `source`'s records, as a run writes it, and the
+    features its cost model learned of each (the i-th record's all i + 1), kept as a run
+    keeps them (rundir/learned.py)."""
     from tune_orchestrator.model.tasks import task_key
     from tune_orchestrator.predictor import feature_width
     from tune_orchestrator.rundir.database import RunDatabase
     from tune_orchestrator.rundir.learned import Learned, LearnedFile
 
+    folder.mkdir()
+    run = RunDatabase(*files(folder))
+    kept = LearnedFile.for_target(folder / "learned.jsonl", TARGET)
+    for i, record in enumerate(source.get_all_tuning_records()):
+        mod = record.workload.mod
+        again = TuningRecord(
+            record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
+        )
+        stores = np.full((2, feature_width()), i + 1, np.float32)
+        kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
+    return kept
+
+
+def test_features_of_records_cut_from_the_library_go_with_them(tmp_path):
+    """The features file grew by every run's records as the library did."""
     library = Library(tmp_path / "library")
     settings = Settings.load(None, {"library.keep_per_workload": 2})
     for name, factors in (("slow", [4, 8]), ("fast", [1, 2])):
         source = JSONDatabase(work_dir=str(make_database(tmp_path / f"{name}-db", [64], factors)))
-        (tmp_path / name).mkdir()
-        run = RunDatabase(*files(tmp_path / name))
-        kept = LearnedFile.for_target(tmp_path / name / "learned.jsonl", TARGET)
-        for i, record in enumerate(source.get_all_tuning_records()):
-            mod = record.workload.mod
-            again = TuningRecord(
-                record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
-            )
-            stores = np.full((2, feature_width()), i + 1, np.float32)
-            kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
+        kept = learned_run(tmp_path / name, source)
         RunLibrary(library, settings).add(files(tmp_path / name), [], {"check": {"ok": True}}, kept)
     view = LibraryView(library.read(), target=TARGET)
     assert [round(record[1][0] * 1e6) for _, record in view.contents.records] == [1, 2]
@@ -584,25 +592,11 @@ def test_the_features_a_run_learned_go_to_the_library_with_its_records(tmp_path,
     cost model learned are kept (rundir/learned.py) under the names the run's database gave
     the records as it wrote them, which the library gives them too (layout transforms
     included, whose traces TVM's as_json cannot convert)."""
-    from tune_orchestrator.model.tasks import task_key
-    from tune_orchestrator.predictor import feature_width
-    from tune_orchestrator.rundir.database import RunDatabase
-    from tune_orchestrator.rundir.learned import Learned, LearnedFile
-
     plain = JSONDatabase(work_dir=str(make_database(tmp_path / "plain", [64], [2, 4])))
     layout = layout_database(tmp_path / "layout")
     library = Library(tmp_path / "library")
     for name, source in (("plain-run", plain), ("layout-run", layout)):
-        (tmp_path / name).mkdir()
-        run = RunDatabase(*files(tmp_path / name))
-        kept = LearnedFile.for_target(tmp_path / name / "learned.jsonl", TARGET)
-        for i, record in enumerate(source.get_all_tuning_records()):
-            mod = record.workload.mod
-            again = TuningRecord(
-                record.trace, run.commit_workload(mod), record.run_secs, TARGET, record.args_info
-            )
-            stores = np.full((2, feature_width()), i + 1, np.float32)
-            kept.append([(run.commit_named(again), Learned(i, task_key(mod), stores))])
+        kept = learned_run(tmp_path / name, source)
         RunLibrary(library, Settings.load(None)).add(
             files(tmp_path / name), [], {"check": {"ok": True}}, kept
         )

@@ -763,6 +763,15 @@ def test_rounds_csv_has_a_line_per_round_of_the_journal(tmp_path):
     ]
 
 
+def journal_rounds(run: RunDir, latencies: list[float], spend) -> None:
+    """Rounds of one task in `run`'s journal, the model at each latency, `spend` so far."""
+    for number, latency in enumerate(latencies, start=1):
+        round_ = {"type": "round", "task": 0, "round": number, "measured": 16, "failed": 0}
+        run.append(
+            {**round_, "best_s": latency, "model_latency_s": latency, "spend": spend.to_dict()}
+        )
+
+
 def test_report_of_a_run_still_working_says_so_with_its_progress(tmp_path):
     """It said "in use by another orchestrate process; ... or choose another --out", advice
     for starting a run, not for reading one."""
@@ -771,10 +780,7 @@ def test_report_of_a_run_still_working_says_so_with_its_progress(tmp_path):
     run_dir = tmp_path / "run"
     with RunDir.open(run_dir, fingerprint={}) as run:  # a run at work (in this process)
         run.write_json(RunDir.CONFIG, {"fingerprint": {}})
-        spend = Spend(wall_s=41.0, trials=96, rounds=2).to_dict()
-        for number, latency in ((1, 9e-4), (2, 5.2e-4)):
-            round_ = {"type": "round", "task": 0, "round": number, "measured": 48, "failed": 0}
-            run.append({**round_, "best_s": latency, "model_latency_s": latency, "spend": spend})
+        journal_rounds(run, [9e-4, 5.2e-4], Spend(wall_s=41.0, trials=96, rounds=2))
         result = CliRunner().invoke(main, ["report", str(run_dir)])
     assert result.exit_code == 2, result.output
     assert result.stderr == (
@@ -795,10 +801,7 @@ def test_report_of_a_run_killed_before_its_first_report_says_what_it_did_and_how
     with RunDir.open(run_dir, fingerprint={}) as run:  # then killed: no report
         config = {"fingerprint": {}, "model": {"path": str(model)}, "budget": "2gpu-h"}
         run.write_json(RunDir.CONFIG, config)
-        spend = Spend(wall_s=75.0, trials=48, rounds=3).to_dict()
-        for number in (1, 2, 3):
-            round_ = {"type": "round", "task": 0, "round": number, "measured": 16, "failed": 0}
-            run.append({**round_, "best_s": 4e-4, "model_latency_s": 8e-4, "spend": spend})
+        journal_rounds(run, [8e-4] * 3, Spend(wall_s=75.0, trials=48, rounds=3))
     result = CliRunner().invoke(main, ["report", str(run_dir)])
     assert result.exit_code == 2, result.output
     assert result.stderr == (
