@@ -94,14 +94,16 @@ class BuildPool(Builder):
         its candidate: LLVM ends a worker whose disk fills ("IO failure on output stream"),
         which reads as a crash, and a candidate recorded as failing would stay so, in the run
         and in the library. The run stops; freed, it resumes and builds the candidate."""
-        full = os.strerror(errno.ENOSPC) in error
-        if not full:
+        said = os.strerror(errno.ENOSPC)
+        if said not in error:
             try:
-                full = shutil.disk_usage(self._dir).free < LEAST_ROOM_BYTES
+                free = shutil.disk_usage(self._dir).free
             except OSError:  # the folder is gone: the build's own error says why
                 return
-        if full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tempfile.gettempdir())
+            if free >= LEAST_ROOM_BYTES:
+                return
+            said = f"a build failed with {free / (1 << 20):.1f} MiB free"
+        raise OSError(errno.ENOSPC, said, tempfile.gettempdir())
 
     @property
     def timeout_s(self) -> float:

@@ -275,10 +275,11 @@ def test_a_build_that_failed_for_want_of_room_stops_the_run_and_is_not_a_failed_
     failing = BuildInput("not a module", LLVM)
     (with_room,) = pool.build([failing])  # a failure of its own: data, as ever
     assert with_room.error.startswith("build failed:")
-    free["bytes"] -= 1
+    free["bytes"] = 5 << 20
     with pytest.raises(OSError) as raised:
         pool.build([failing])
     assert raised.value.errno == errno.ENOSPC
+    assert raised.value.strerror == "a build failed with 5.0 MiB free"
     assert raised.value.filename == tempfile.gettempdir()  # the CLI: free space or set TMPDIR
     free["bytes"] = 16 << 20
     # The same words from the compiler (a linker that could not write) are the disk's too.
