@@ -545,6 +545,30 @@ def test_a_second_signal_aborts_the_run_at_once_and_says_how_to_resume(
     assert run.is_dir()  # the run directory stays, to resume
 
 
+def test_a_signal_after_tuning_stopped_lets_the_run_finish_and_end_as_it_would_have(
+    tmp_path, fast_config, tiny_model, monkeypatch
+):
+    """Ctrl-C as the model compiled, after a trial budget had stopped the tuning: the run
+    finished and shipped, then exited 130 saying "trial budget reached: the report is
+    written; resume with the same command", which would have done nothing."""
+    from tune_orchestrator.deploy import builds
+
+    real = builds.ModelBuilds.finish
+
+    def pressed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(builds.ModelBuilds, "finish", pressed)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(tiny_model, run, fast_config))
+    assert result.exit_code == 0, result.output
+    assert "resume" not in result.stderr
+    summary = json.loads((run / "report.json").read_text())["summary"]
+    assert summary["stop"] == "trials" and summary["interrupted"] is False
+    assert (run / "model.so").is_file()
+
+
 def test_one_signal_delivered_twice_at_once_stops_the_run_with_its_report(
     tmp_path, fast_config, tiny_model, monkeypatch
 ):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger
-from tune_orchestrator.budget.base import BUDGET, BUILD_ONLY, NOTHING_TO_TUNE, TRIALS
+from tune_orchestrator.budget.base import BUDGET, BUILD_ONLY, INTERRUPTED, NOTHING_TO_TUNE, TRIALS
 from tune_orchestrator.budget.ledger import RoundCost
 from tune_orchestrator.budget.limits import clock_seconds, seconds_short
 from tune_orchestrator.budget.report import (
@@ -414,7 +414,7 @@ class Session:
             "stopped",
             reason=stopped.reason,
             stop=stopped.code,
-            interrupted=self.interrupt.requested,
+            interrupted=stopped.code == INTERRUPTED,
             spend=spend_fields(ledger),
         )
         return untuned, stopped
@@ -766,7 +766,7 @@ class Session:
             shipment=shipment.to_dict(),
             stop_reason=stopped.reason,
             stop=stopped.code,
-            interrupted=self.interrupt.requested,
+            interrupted=stopped.code == INTERRUPTED,
             budget_too_small=too_small,
         )
         notes = Notes(
