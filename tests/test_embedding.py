@@ -564,6 +564,10 @@ def test_a_signal_after_tuning_stopped_lets_the_run_finish_and_end_as_it_would_h
     result = CliRunner().invoke(main, tune_args(tiny_model, run, fast_config))
     assert result.exit_code == 0, result.output
     assert "resume" not in result.stderr
+    assert (  # not "stopping after the current round"
+        "SIGINT: tuning is over: the model is compiled, checked and shipped, and the report "
+        "written; send it again to abort at once\n" in result.stderr
+    )
     summary = json.loads((run / "report.json").read_text())["summary"]
     assert summary["stop"] == "trials" and summary["interrupted"] is False
     assert (run / "model.so").is_file()

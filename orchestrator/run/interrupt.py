@@ -28,6 +28,7 @@ class Interrupt(StoppingRule):
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.tuned = False  # tuning is over: the run compiles, checks and ships the model
 
     def request(self, reason: str) -> None:
         if self.reason is None:
@@ -69,12 +70,12 @@ def on_signals(interrupt: Interrupt, enabled: bool = True) -> Iterator[None]:
         if signum == signal.SIGHUP:
             _off_the_terminal(terminals)
         interrupt.request(f"interrupted by {name}")
-        print(
-            f"{name}: stopping after the current round (the report will be written); "
-            "send it again to abort at once",
-            file=sys.stderr,
-            flush=True,
+        doing = (
+            "tuning is over: the model is compiled, checked and shipped, and the report written"
+            if interrupt.tuned
+            else "stopping after the current round (the report will be written)"
         )
+        print(f"{name}: {doing}; send it again to abort at once", file=sys.stderr, flush=True)
 
     caught = [signal.SIGINT, signal.SIGTERM]
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # not under nohup

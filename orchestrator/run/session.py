@@ -160,6 +160,7 @@ class Session:
                 untuned, stopped = self._measure_and_tune(
                     restored, database, defaults, cost_model, ledger
                 )
+            self.interrupt.tuned = True
             # 4. With the workers gone: compile with the database, check both builds, time
             #    them in turn, ship the faster of those whose outputs match.
             shipment = self._ship(database, ledger, untuned, restored)
