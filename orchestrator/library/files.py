@@ -278,6 +278,12 @@ class Library:
         """Merge records (workload index into `workloads`, record JSON) into the library,
         skipping those it holds; with `keep`, each workload is then cut back to that many
         records (Contents.bounded). Returns how many of the records joined and stayed."""
+        return self.merge(workloads, records, keep)[1]
+
+    def merge(
+        self, workloads: Sequence[Any], records: Sequence[tuple[int, Any]], keep: int = 0
+    ) -> tuple[Contents, int]:
+        """`add`, returning also the library's contents as it left them."""
         self.path.mkdir(parents=True, exist_ok=True)
         with self._locked(fcntl.LOCK_EX):
             # A temp file here now was left by a writer killed before its rename.
@@ -293,7 +299,7 @@ class Library:
             if added or current.broken or len(order) < len(current.records) + added:
                 self._replace(WORKLOADS, (json.dumps(w).encode() for w in merged.workloads))
                 self._replace(RECORDS, merged.record_lines())
-        return stayed
+        return merged, stayed
 
     def add_files(
         self, workloads: Path, records: Path, skip: Collection[str] = (), keep: int = 0
@@ -301,13 +307,15 @@ class Library:
         """Add the records of a JSONDatabase's two files (a run's), in the order they were
         measured, but those whose trace_key is in `skip`; returns how many joined and stayed
         (add)."""
+        return self.merge_files(workloads, records, skip, keep)[1]
+
+    def merge_files(
+        self, workloads: Path, records: Path, skip: Collection[str] = (), keep: int = 0
+    ) -> tuple[Contents, int]:
+        """`add_files`, returning also the library's contents as it left them."""
         found = Contents.parse(_read(workloads), _read(records))
         rows = [(i, r) for i, r in found.records if trace_key(r) not in skip]
-        return self.add(found.workloads, rows, keep)
-
-    def contents(self) -> Contents:
-        """Both files as they are, for a caller holding the lock (`exclusive`)."""
-        return Contents.parse(*self._bytes())
+        return self.merge(found.workloads, rows, keep)
 
     def exclusive(self) -> contextlib.AbstractContextManager[None]:
         """The library's lock, held alone: no other writer, and no reader, while it is."""

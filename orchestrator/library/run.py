@@ -22,7 +22,7 @@ from ..rundir.atomic import link_to_nothing
 from ..rundir.learned import LearnedFile
 from ..search.transfer import one_line
 from .features import FEATURES, FeatureShelf, RecordNames, shelf_tag
-from .files import Library, default_root, record_json, trace_key
+from .files import Contents, Library, default_root, record_json, trace_key
 from .records import LibraryView, Match
 from .transfer_round import Transferred, record_rounds, replayed
 
@@ -372,31 +372,26 @@ class RunLibrary:
         try:
             skip = {trace_key(record_json(record)) for record in defaults}
             keep = self.settings.library.keep_per_workload
-            self.added = self.library.add_files(*database, skip=skip, keep=keep)
+            held, self.added = self.library.merge_files(*database, skip=skip, keep=keep)
             if learned is not None:
-                self._keep_learned(learned)
+                self._keep_learned(learned, held)
         except OSError as exc:
             self._failed(f"it cannot be written ({exc})", str(exc))
         except Exception as exc:  # noqa: BLE001 - the model shipped: a library is no reason to fail
             error = f"{type(exc).__name__}: {exc}"
             self._failed(f"adding them failed ({error})", f"{error}; please report it")
 
-    def _keep_learned(self, learned: LearnedFile) -> None:
+    def _keep_learned(self, learned: LearnedFile, held: Contents) -> None:
         """The features of the run's records beside the library's, less those of records it
-        no longer holds (a cache: no failure)."""
+        no longer holds (`held`: as the run's records left it; a cache: no failure)."""
         shelf = FeatureShelf(self.library.path / FEATURES, learned.tag)
         shelf.new = {
             digest: (entry.task, entry.features)
             for digest, entry in learned.read().items()
             if entry.features is not None
         }
-        self._write(shelf, self._held)
-
-    def _held(self) -> set[str]:
-        """The names of the records the library holds now (its lock held)."""
-        contents = self.library.contents()
-        names = RecordNames(contents.workloads)
-        return {names(line, record) for line, record in contents.records}
+        names = RecordNames(held.workloads)
+        self._write(shelf, lambda: {names(line, record) for line, record in held.records})
 
     def _waiting(self) -> None:
         self.warn(
