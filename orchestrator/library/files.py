@@ -165,9 +165,13 @@ class Contents:
                 broken += 1
         return cls(shelf, rows, broken, texts)
 
+    def _texts(self) -> list[bytes | None]:
+        """Each record's line as read (None: new or moved), also where no line was kept."""
+        return self.texts or [None] * len(self.records)
+
     def record_lines(self) -> Iterator[bytes]:
         """Each record's line, as read where it did not move."""
-        texts = self.texts or [None] * len(self.records)
+        texts = self._texts()
         for (line, record), text in zip(self.records, texts, strict=True):
             yield text if text is not None else json.dumps([line, record]).encode()
 
@@ -215,7 +219,7 @@ class Contents:
             step = (len(rest) - 1) / max(1, take - 1)
             kept.update(fast, (rest[round(i * step)] for i in range(take)))
         order = sorted(kept)
-        texts = self.texts or [None] * len(self.records)
+        texts = self._texts()
         records = [self.records[p] for p in order]
         return Contents(self.workloads, records, texts=[texts[p] for p in order]), order
 
@@ -225,7 +229,7 @@ class Contents:
             if workload is not None:
                 moved[line] = len(kept)
                 kept.append(workload)
-        texts = self.texts or [None] * len(self.records)
+        texts = self._texts()
         return Contents(
             kept,
             [(moved[i], r) for i, r in self.records],
