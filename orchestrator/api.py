@@ -237,6 +237,7 @@ def run(
     and its spend counts from then."""
     if on_event is not None and not callable(on_event):
         raise TypeError(f"on_event must be a function of one event (a dict), not {on_event!r}")
+    from .collector import run_scope
     from .events import Emitter
     from .run.alone import alone
 
@@ -247,7 +248,7 @@ def run(
             "runs one model at a time per process (tune in parallel with processes)",
         )
 
-    with alone(waiting):
+    with alone(waiting), run_scope():
         return _run(model, budget, target, out, options, on_event, env, started, command)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..collector import parsing
 from ..rundir import faults
 from ..rundir.atomic import NOT_WRITABLE, on_read_only_disk, sync_dir
 
@@ -71,11 +72,12 @@ def json_lines(data: bytes) -> list[tuple[Any, bytes]]:
     if lines and not lines[-1].strip():
         lines.pop()
     values = []
-    for line in lines:
-        try:
-            values.append((json.loads(line), line))
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
-            values.append((None, line))
+    with parsing():
+        for line in lines:
+            try:
+                values.append((json.loads(line), line))
+            except (ValueError, RecursionError):  # nested deeper than Python's stack
+                values.append((None, line))
     return values
 
 
