@@ -390,7 +390,7 @@ def test_report_command_renders_again_and_refuses_what_is_not_a_run(tmp_path):
     "change, refused",
     [
         ({"version": 99}, "is a report of version 99; this tune-orchestrator renders version 1"),
-        ({"convergence": None}, "lacks 'convergence': it was edited or cut short; resume the run"),
+        ({"convergence": None}, "lacks 'convergence': it was edited or cut short; orchestrate "),
     ],
 )
 def test_report_command_refuses_a_report_of_another_version_or_one_cut_short(
@@ -410,20 +410,38 @@ def test_report_command_refuses_a_report_of_another_version_or_one_cut_short(
     assert "Traceback" not in result.stderr
 
 
-def test_report_command_names_the_fix_for_a_torn_report(tmp_path):
-    """It said "the run directory is damaged", with no way out named."""
+def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_names(
+    tmp_path, tiny_model, fast_config, monkeypatch
+):
+    """It said "the run directory is damaged", with no way out named; then "resume the run
+    (orchestrate --out RUN)", which lacked the model and, the run's budget spent, was
+    refused with nothing written."""
+    import shlex
+
+    from cli_args import tune_args
+
     run_dir = tmp_path / "run"
-    with RunDir.open(run_dir, fingerprint={}) as run:
-        run.write_json(RunDir.CONFIG, {"fingerprint": {}})
-        write_report(run, synthetic_report(tmp_path))
+    monkeypatch.chdir(tiny_model.parent)  # the model named as a user in its folder names it
+    tuned = CliRunner().invoke(main, tune_args(Path(tiny_model.name), run_dir, fast_config))
+    assert tuned.exit_code == 0, tuned.output
     text = (run_dir / "report.json").read_text()
     (run_dir / "report.json").write_text(text[: len(text) // 2])
+    monkeypatch.chdir(tmp_path)  # elsewhere now
     result = CliRunner().invoke(main, ["report", str(run_dir)])
     assert result.exit_code == 2, result.output
-    assert (
-        f"it was cut short or edited; resume the run (orchestrate --out {run_dir})" in result.stderr
-    )
+    assert result.stderr.startswith(f"error: cannot read {run_dir / 'report.json'} (")
     assert "Traceback" not in result.stderr
+    fix = result.stderr.split("it was cut short or edited; ", 1)[1]
+    command = shlex.split(fix.split(" writes it again from the run's records")[0])
+    assert command == [
+        "orchestrate", "--budget", "8trials", "--target", "llvm", "--build-only",
+        "--out", str(run_dir), str(tiny_model),
+    ]  # fmt: skip
+    again = CliRunner().invoke(main, [*command[1:], "--config", str(fast_config)])
+    assert again.exit_code == 0, again.output
+    after = json.loads((run_dir / "report.json").read_text())
+    assert after["summary"]["trials"] == 8 and after["tasks"]  # the earlier session's trials
+    assert CliRunner().invoke(main, ["report", str(run_dir)]).exit_code == 0
 
 
 def test_journal_observations_give_each_task_its_share_of_its_final_gain():
@@ -809,4 +827,24 @@ def test_report_of_a_run_killed_before_its_first_report_says_what_it_did_and_how
         "or its machine went down) after 3 rounds, 48 trials and 1m15s spent, the model ~800 us "
         "by its tasks' best; resume it with the command that started it (orchestrate --budget "
         f"2gpu-h --out '{run_dir}' {model}) to finish it and write one\n"
+    )
+
+
+def test_the_command_that_resumes_a_killed_run_names_its_target_and_simulation(tmp_path):
+    """Without them the command named was refused: another target's fingerprint, or "holds a
+    SIMULATED run; add --simulate"."""
+    run_dir = tmp_path / "run"
+    with RunDir.open(run_dir, fingerprint={"simulated": True}, simulated=True) as run:
+        config = {
+            "fingerprint": {"simulated": True},
+            "model": {"path": "/models/net.onnx"},
+            "budget": "1gpu-h",
+            "target": {"spec": "nvidia/nvidia-h100"},
+        }
+        run.write_json(RunDir.CONFIG, config)
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert (
+        f"(orchestrate --budget 1gpu-h --target nvidia/nvidia-h100 --simulate --out {run_dir} "
+        "/models/net.onnx)" in result.stderr
     )

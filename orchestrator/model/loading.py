@@ -101,7 +101,7 @@ class OnnxModel:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "path": str(self.path),
+            "path": os.path.abspath(self.path),  # a resume from elsewhere names it so
             "name": self.name,
             "sha256": self.sha256,
             "inputs": [

@@ -90,7 +90,10 @@ def rerender(path: str | Path) -> dict[str, Path]:
         if not run[RunDir.REPORT].exists():
             raise InputError(never_reported(run))
         path = run[RunDir.REPORT]
-        again = f"resume the run (orchestrate --out {run.path}) to write it again"
+        again = (
+            f"{_command(run, '--build-only')} writes it again from the run's records (it "
+            "compiles and checks the model again and tunes nothing)"
+        )
         report = run.read_json(RunDir.REPORT, fix=f"it was cut short or edited; {again}")
         problem = foreign_report(report)
         if problem is not None:
@@ -127,22 +130,37 @@ def still_running(run: RunDir, owner: str) -> str:
 def never_reported(run: RunDir) -> str:
     """A run no session of which finished (killed, or its machine went down): what it did,
     and the command that resumes it, as its config.json has the model and the budget."""
+    return (
+        f"{run.path} has no report yet: its session stopped before writing one (killed, or "
+        f"its machine went down) after {_progress(run)}; resume it with the command that "
+        f"started it ({_command(run)}) to finish it and write one"
+    )
+
+
+def _command(run: RunDir, *options: str) -> str:
+    """The command that resumes the run, with `options`: its budget, target and model as its
+    config.json has them (MODEL where it cannot tell)."""
     try:
         config = run.read_json(RunDir.CONFIG)
     except InputError:  # damaged: the command without what it would have said
         config = None
     config = config if isinstance(config, dict) else {}
-    given = config.get("model")
-    model = given.get("path") if isinstance(given, dict) else None
-    command = ["orchestrate", "--out", str(run.path)]
+    model, target = _field(config, "model", "path"), _field(config, "target", "spec")
+    command = ["orchestrate"]
     if isinstance(config.get("budget"), str):
-        command[1:1] = ["--budget", config["budget"]]
-    command.append(model if isinstance(model, str) else "MODEL")
-    return (
-        f"{run.path} has no report yet: its session stopped before writing one (killed, or "
-        f"its machine went down) after {_progress(run)}; resume it with the command that "
-        f"started it ({shlex.join(command)}) to finish it and write one"
-    )
+        command += ["--budget", config["budget"]]
+    if isinstance(target, str) and target != "auto":
+        command += ["--target", target]
+    if _field(config, "fingerprint", "simulated"):
+        command.append("--simulate")
+    command += [*options, "--out", str(run.path), model if isinstance(model, str) else "MODEL"]
+    return shlex.join(command)
+
+
+def _field(config: Mapping[str, Any], key: str, name: str) -> Any:
+    """config.json's `key`.`name`, or None where it has no such dict."""
+    value = config.get(key)
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def _progress(run: RunDir) -> str:
