@@ -94,16 +94,9 @@ class BuildPool(Builder):
         its candidate: LLVM ends a worker whose disk fills ("IO failure on output stream"),
         which reads as a crash, and a candidate recorded as failing would stay so, in the run
         and in the library. The run stops; freed, it resumes and builds the candidate."""
-        said = os.strerror(errno.ENOSPC)
-        if said not in error:
-            try:
-                free = shutil.disk_usage(self._dir).free
-            except OSError:  # the folder is gone: the build's own error says why
-                return
-            if free >= LEAST_ROOM_BYTES:
-                return
-            said = f"a build failed with {free / (1 << 20):.1f} MiB free"
-        raise OSError(errno.ENOSPC, said, tempfile.gettempdir())
+        said = full_disk(error, self._dir)
+        if said is not None:
+            raise OSError(errno.ENOSPC, said, tempfile.gettempdir())
 
     @property
     def timeout_s(self) -> float:
@@ -188,6 +181,21 @@ def started_builds(
             break
         builds.append(build_of(future))
     return builds
+
+
+def full_disk(error: str, folder: str) -> str | None:
+    """Where a build that failed with `error` failed for the disk of its `folder`, what says
+    so: the error's own words, or the space left (under LEAST_ROOM_BYTES); else None."""
+    said = os.strerror(errno.ENOSPC)
+    if said in error:
+        return said
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:  # the folder is gone: the build's own error says why
+        return None
+    return (
+        f"a build failed with {free / (1 << 20):.1f} MiB free" if free < LEAST_ROOM_BYTES else None
+    )
 
 
 def stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:

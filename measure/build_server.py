@@ -15,23 +15,47 @@ code on the host (docs/gpu.md, "What a fleet trusts").
 from __future__ import annotations
 
 import argparse
+import shutil
+import socket
 import tempfile
 from pathlib import Path
 
 BUILD_FUNCTION = "tune_orchestrator.build_candidate"
+# How a build server's error begins where its temporary folder's disk is full, not the
+# candidate at fault (RpcBuilder stops the run on it, as the build pool does on the host's).
+DISK_FULL = "the temporary folder of build server"
 
 
 def build_candidate(mod_json: str, target_json: str) -> bytearray:
-    """The shared library of a scheduled module built for a target (both tvm.ir.save_json)."""
+    """The shared library of a scheduled module built for a target (both tvm.ir.save_json).
+    Not tried where the temporary folder's disk has too little room: LLVM ends the process
+    whose disk fills, which the run would read as the candidate's failure."""
     import tvm
 
     from ._worker import build
+    from .build_pool import LEAST_ROOM_BYTES, full_disk
 
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < LEAST_ROOM_BYTES:
+        _disk_full(f"{free / (1 << 20):.1f} MiB free")
     mod = tvm.ir.load_json(mod_json)
     target = tvm.ir.load_json(target_json)
     with tempfile.TemporaryDirectory(prefix="orchestrate-remote-build-") as folder:
-        path, _ = build(mod, target, folder)
+        try:
+            path, _ = build(mod, target, folder)
+        except Exception as exc:
+            said = full_disk(str(exc), folder)
+            if said is not None:
+                _disk_full(said)
+            raise
         return bytearray(Path(path).read_bytes())
+
+
+def _disk_full(said: str) -> None:
+    """Raise the error that tells the run this server's disk is full, and why."""
+    raise RuntimeError(
+        f"{DISK_FULL} {socket.gethostname()}, {tempfile.gettempdir()}, is full: {said}"
+    )
 
 
 def register() -> None:

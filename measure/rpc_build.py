@@ -11,6 +11,7 @@ as many builds at once as servers registered under the key when the run started.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import shutil
 import tempfile
@@ -23,9 +24,14 @@ from typing import Any
 
 from .base import Build, Builder, BuildInput, short_error
 from .build_pool import RECENT_BUILDS, adaptive_timeout_s, started_builds
-from .build_server import BUILD_FUNCTION
+from .build_server import BUILD_FUNCTION, DISK_FULL
 
 _PREFIX = "orchestrate-remote-builds-"
+
+
+class BuildServerFull(OSError):
+    """A build server's temporary folder is full: its builds fail for the disk, and a
+    candidate recorded as failing would stay so, in the run and in the library."""
 
 
 class RpcBuilder(Builder):
@@ -102,9 +108,14 @@ class RpcBuilder(Builder):
             with os.fdopen(fd, "wb") as out:
                 out.write(library)
         except Exception as exc:  # a failed build, carried with the candidate as any other
+            full = [line for line in str(exc).splitlines() if DISK_FULL in line]
+            if full:  # the server's disk, not the candidate: the run stops
+                said = full[-1][full[-1].index(DISK_FULL) :].strip()
+                raise BuildServerFull(errno.ENOSPC, said) from None
+            error = _remote_error(exc)
             with self._lock:
                 self._failed += 1
-            return Build(None, f"remote build: {_remote_error(exc)}", time.perf_counter() - start)
+            return Build(None, f"remote build: {error}", time.perf_counter() - start)
         with self._lock:
             self._bytes += len(library)
         return Build(path, None, time.perf_counter() - start)

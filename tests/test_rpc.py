@@ -43,7 +43,7 @@ from tune_orchestrator.measure import (
     TimingPlan,
 )
 from tune_orchestrator.measure.rpc import parse_tracker, tracker_keys
-from tune_orchestrator.measure.rpc_build import RpcBuilder
+from tune_orchestrator.measure.rpc_build import BuildServerFull, RpcBuilder
 from tune_orchestrator.model.importer import import_to_relax
 from tune_orchestrator.model.loading import load_model
 from tune_orchestrator.model.targets import resolve_target
@@ -336,6 +336,68 @@ def test_a_whole_tune_builds_on_the_fleets_build_servers(
     assert "built on 2 build servers under key 'test-cpu-build'" in (out / "report.md").read_text()
     assert report["summary"]["trials"] == 8
     assert sum(t["failures"] for t in report["tasks"]) == 0
+
+
+FULL_BUILD_KEY = "test-cpu-build-full"
+# Loaded by every Python process of a build server started with this folder on PYTHONPATH
+# (TVM's RPC server serves from a process of its own): its temporary folder's disk has 1 MiB.
+FULL_DISK = """
+import shutil
+_usage = shutil.disk_usage
+shutil.disk_usage = lambda path: _usage(path)._replace(free=1 << 20)
+"""
+
+
+@pytest.fixture
+def full_build_server(tracker, tmp_path):
+    """A build server under FULL_BUILD_KEY whose temporary folder's disk is full."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "sitecustomize.py").write_text(FULL_DISK)
+    host, port = tracker.rsplit(":", 1)
+    server_port = free_port()
+    command = [sys.executable, "-m", BUILD_SERVER, "--host", "127.0.0.1", "--port"]
+    command += [str(server_port), "--port-end", str(server_port + 20)]
+    command += ["--tracker", tracker, "--key", FULL_BUILD_KEY]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "full")}
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
+    try:
+        keys = lambda: tracker_keys(host, int(port))  # noqa: E731
+        _wait(lambda: keys().get(FULL_BUILD_KEY, 0) == 1, [proc], str(tmp_path / "server.log"))
+        yield FULL_BUILD_KEY
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+@pytest.mark.slow
+def test_a_build_server_whose_disk_is_full_stops_the_run_and_fails_no_candidate(
+    tracker, full_build_server, tmp_path, fast_config, monkeypatch
+):
+    """Its builds failed, each recorded as a failing candidate (in the run and the library):
+    LLVM ends the process whose disk fills, which reads as the candidate crashing it."""
+    inputs = [BuildInput(tvm.IRModule({"main": scale}), LLVM1)]
+    with RpcBuilder(tracker=parse_tracker(tracker), key=full_build_server, servers=1) as remote:
+        with pytest.raises(BuildServerFull) as raised:
+            remote.build(inputs)
+        assert remote.stats()["remote"]["failed"] == 0
+    said = f"the temporary folder of build server {socket.gethostname()}, "
+    assert raised.value.strerror.startswith(said) and raised.value.strerror.endswith(
+        ", is full: 1.0 MiB free"
+    )
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    out = tmp_path / "run"
+    monkeypatch.setenv("ORCHESTRATE_BUILD_RPC_KEY", full_build_server)
+    args = tune_args(model, out, fast_config, "--rpc", tracker, "--rpc-key", KEY)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"error: {raised.value.strerror}; free some space there (or start that build server "
+        "with TMPDIR on a disk with room) and run the same command again: the run resumes "
+        "where it stopped\n"
+    )
+    journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    assert not any(e["type"] == "round" for e in journal)
 
 
 @pytest.mark.slow

@@ -177,10 +177,17 @@ def internal_error(exc: BaseException) -> str:
 def disk_full(exc: BaseException) -> str | None:
     """What to do, where `exc` or an exception it arose from is a full disk or quota; None
     where none is. The run's files are written in whole steps, so the run resumes."""
+    from ..measure.rpc_build import BuildServerFull
+
     for seen in _chain(exc):
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
             again = "run the same command again: the run resumes where it stopped"
             said = seen.strerror or os.strerror(seen.errno)
+            if isinstance(seen, BuildServerFull):
+                return (
+                    f"{said}; free some space there (or start that build server with TMPDIR "
+                    f"on a disk with room) and {again}"
+                )
             if seen.filename == tempfile.gettempdir():  # compiling or building, by the run
                 return (
                     f"{said} in the temporary folder {seen.filename}; free some space there (or "
