@@ -398,6 +398,12 @@ def test_a_build_server_whose_disk_is_full_stops_the_run_and_fails_no_candidate(
     )
     journal = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     assert not any(e["type"] == "round" for e in journal)
+    monkeypatch.setenv("ORCHESTRATE_BUILD_RPC_KEY", BUILD_KEY)  # servers with room
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["trials"] == 8
+    assert sum(t["failures"] for t in report["tasks"]) == 0
 
 
 @pytest.mark.slow
