@@ -37,7 +37,7 @@ def build_candidate(mod_json: str, target_json: str) -> bytearray:
 
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free < LEAST_ROOM_BYTES:
-        _disk_full(f"{free / (1 << 20):.1f} MiB free")
+        _refuse_build(f"{free / (1 << 20):.1f} MiB free")
     mod = tvm.ir.load_json(mod_json)
     target = tvm.ir.load_json(target_json)
     with tempfile.TemporaryDirectory(prefix="orchestrate-remote-build-") as folder:
@@ -46,12 +46,12 @@ def build_candidate(mod_json: str, target_json: str) -> bytearray:
         except Exception as exc:
             said = full_disk(str(exc), folder)
             if said is not None:
-                _disk_full(said)
+                _refuse_build(said)
             raise
         return bytearray(Path(path).read_bytes())
 
 
-def _disk_full(said: str) -> None:
+def _refuse_build(said: str) -> None:
     """Raise the error that tells the run this server's disk is full, and why."""
     raise RuntimeError(
         f"{DISK_FULL} {socket.gethostname()}, {tempfile.gettempdir()}, is full: {said}"
