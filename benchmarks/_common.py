@@ -284,6 +284,18 @@ def head_rev() -> str:
     ).stdout.strip()
 
 
+def write_result(name: str, label: str, payload: Mapping[str, Any]) -> Path:
+    """Write `payload` to results/<name>-<label>-<today>.json and say where."""
+    import datetime
+
+    results = Path(__file__).parent / "results"
+    results.mkdir(exist_ok=True)
+    out = results / f"{name}-{label}-{datetime.date.today().isoformat()}.json"
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {out}")
+    return out
+
+
 def scratch() -> Path:
     """A scratch folder, removed when the benchmark exits (its figures are in its results)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-db-"))

@@ -16,16 +16,13 @@ trials and the ratio of the medians; writes results/collector_ab-<label>-<date>.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, head_rev, run_child
+from _common import ROOT, head_rev, run_child, write_result
 
-RESULTS = Path(__file__).parent / "results"
 CHILD = Path(__file__).parent / "_collector_run.py"
 
 
@@ -83,8 +80,6 @@ def main() -> None:
         f"({frozen['library_s'] / walked['library_s']:.2f}x), collector "
         f"{frozen['collector_s']:.2f} s against {walked['collector_s']:.2f} s"
     )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"collector_ab-{args.label}-{datetime.date.today().isoformat()}.json"
     payload = {
         "commit": head_rev(),
         "model": args.model,
@@ -93,8 +88,7 @@ def main() -> None:
         "sides": sides,
         "medians": medians,
     }
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_result("collector_ab", args.label, payload)
 
 
 if __name__ == "__main__":

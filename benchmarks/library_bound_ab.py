@@ -15,7 +15,6 @@ medians; writes results/library_bound_ab-<label>-<date>.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shutil
 import statistics
@@ -23,9 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, head_rev, time_databases
-
-RESULTS = Path(__file__).parent / "results"
+from _common import ROOT, head_rev, time_databases, write_result
 
 
 def libraries(runs: list[Path], keep: int, root: Path) -> dict[str, Path]:
@@ -101,8 +98,6 @@ def main() -> None:
         shown = ", ".join(f"{r['latency_s'] * 1e6:.0f} us ({r['trials']})" for r in rs)
         print(f"{side:>9}: {shown}; median {medians[side] * 1e6:.0f} us")
     print(f"kept / unbounded (medians): {medians['kept'] / medians['unbounded']:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"library_bound_ab-{args.label}-{datetime.date.today().isoformat()}.json"
     payload = {
         "code": head_rev(),
         "keep_per_workload": keep,
@@ -112,8 +107,7 @@ def main() -> None:
         "sides": runs,
         "medians_s": medians,
     }
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_result("library_bound_ab", args.label, payload)
 
 
 if __name__ == "__main__":

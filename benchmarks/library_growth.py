@@ -13,7 +13,6 @@ Prints a row per run and side; writes results/library_growth-<label>-<date>.json
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from _common import write_result
 
 READ = """
 import json, sys, time
@@ -92,11 +91,8 @@ def main() -> None:
         f"read in {bounded['read_s'] / unbounded['read_s']:.2f}x the time, "
         f"{bounded['peak_bytes'] / unbounded['peak_bytes']:.2f}x the peak memory"
     )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"library_growth-{args.label}-{datetime.date.today().isoformat()}.json"
     payload = {"keep_per_workload": keep, "runs": [str(r) for r in args.runs], "sides": sides}
-    out.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_result("library_growth", args.label, payload)
 
 
 if __name__ == "__main__":
