@@ -441,6 +441,9 @@ def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_name
     assert again.exit_code == 0, again.output
     after = json.loads((run_dir / "report.json").read_text())
     assert after["summary"]["trials"] == 8 and after["tasks"]  # the earlier session's trials
+    assert after["summary"]["stop_reason"] == (
+        "build only: nothing was tuned (the run's tuning had stopped: trial budget reached: 8 of 8)"
+    )
     assert CliRunner().invoke(main, ["report", str(run_dir)]).exit_code == 0
 
 

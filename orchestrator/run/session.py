@@ -155,7 +155,7 @@ class Session:
             defaults = DefaultRecords(database, self.target, restored, self.run.append)
             defaults.add_missing()
             untuned = restored.untuned
-            stopped = Decision(True, "build only: nothing was tuned", BUILD_ONLY)
+            stopped = Decision(True, _build_only(journal), BUILD_ONLY)
             if not self.build_only:
                 untuned, stopped = self._measure_and_tune(
                     restored, database, defaults, cost_model, ledger
@@ -937,6 +937,15 @@ def _schedule(state: Any, restored: Restored) -> str:
         default_s=state.baseline_s,
         recorded=state.task.index in restored.default_records,
     )
+
+
+def _build_only(journal: list[dict[str, Any]]) -> str:
+    """Why a build-only session stopped, with why the run's tuning had stopped where it had
+    tuned before (the report a build-only session writes again is the whole run's)."""
+    last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
+    reason = last.get("reason")
+    before = f" (the run's tuning had stopped: {reason})" if isinstance(reason, str) else ""
+    return f"build only: nothing was tuned{before}"
 
 
 def _finished(journal: list[dict[str, Any]], run: RunDir) -> bool:
