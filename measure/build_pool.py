@@ -190,12 +190,17 @@ def full_disk(error: str, folder: str) -> str | None:
     if said in error:
         return said
     try:
-        free = shutil.disk_usage(folder).free
+        short = short_of_room(folder)
     except OSError:  # the folder is gone: the build's own error says why
         return None
-    return (
-        f"a build failed with {free / (1 << 20):.1f} MiB free" if free < LEAST_ROOM_BYTES else None
-    )
+    return f"a build failed with {short}" if short is not None else None
+
+
+def short_of_room(folder: str) -> str | None:
+    """The space left on the disk of `folder` ("3.2 MiB free") where it is under
+    LEAST_ROOM_BYTES, else None; OSError where it cannot be looked at."""
+    free = shutil.disk_usage(folder).free
+    return f"{free / (1 << 20):.1f} MiB free" if free < LEAST_ROOM_BYTES else None
 
 
 def stop_starting(futures: Sequence[Future], until: Callable[[], bool]) -> None:

@@ -15,7 +15,6 @@ code on the host (docs/gpu.md, "What a fleet trusts").
 from __future__ import annotations
 
 import argparse
-import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -33,11 +32,11 @@ def build_candidate(mod_json: str, target_json: str) -> bytearray:
     import tvm
 
     from ._worker import build
-    from .build_pool import LEAST_ROOM_BYTES, full_disk
+    from .build_pool import full_disk, short_of_room
 
-    free = shutil.disk_usage(tempfile.gettempdir()).free
-    if free < LEAST_ROOM_BYTES:
-        _refuse_build(f"{free / (1 << 20):.1f} MiB free")
+    short = short_of_room(tempfile.gettempdir())
+    if short is not None:
+        _refuse_build(short)
     mod = tvm.ir.load_json(mod_json)
     target = tvm.ir.load_json(target_json)
     with tempfile.TemporaryDirectory(prefix="orchestrate-remote-build-") as folder:

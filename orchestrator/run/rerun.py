@@ -46,7 +46,7 @@ def stops_again(
     the last session's, where it ended with every task retired and the rules would go on
     (restore retires each task again: every retirement is journaled before that stop), but
     for a task whose search kept failing, which is searched again; else None."""
-    last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
+    last = last_stop(journal)
     before = ledger.history
     ledger.history = journal_points(journal)
     try:
@@ -61,6 +61,11 @@ def stops_again(
     if decision.code == STOPPED_PAYING and last.get("code") != STOPPED_PAYING:
         return None  # then the tasks it would wait on are not known
     return decision
+
+
+def last_stop(journal: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The journal's last "stopped" entry: why the run's last tuning stopped ({}: none)."""
+    return next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
 
 
 def _search_failed(journal: Sequence[Mapping[str, Any]]) -> bool:

@@ -942,8 +942,7 @@ def _schedule(state: Any, restored: Restored) -> str:
 def _build_only(journal: list[dict[str, Any]]) -> str:
     """Why a build-only session stopped, with why the run's tuning had stopped where it had
     tuned before (the report a build-only session writes again is the whole run's)."""
-    last = next((e for e in reversed(journal) if e.get("type") == "stopped"), {})
-    reason = last.get("reason")
+    reason = rerun.last_stop(journal).get("reason")
     before = f" (the run's tuning had stopped: {reason})" if isinstance(reason, str) else ""
     return f"build only: nothing was tuned{before}"
 
