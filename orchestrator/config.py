@@ -414,8 +414,20 @@ def _layers(
 def _named(source: str, section: str, key: str) -> str:
     """A layer's name for one setting: a variable's own name, "environment: ORCHESTRATE_..."."""
     if source == "environment":
-        return f"environment: {ENV_PREFIX}{section.upper()}_{key.upper()}"
+        return f"environment: {env_name(section, key)}"
     return source
+
+
+def env_name(section: str, key: str) -> str:
+    """The variable that sets [section] key: ("tune", "budget") -> ORCHESTRATE_TUNE_BUDGET."""
+    return f"{ENV_PREFIX}{section}_{key}".upper()
+
+
+def env_text(value: Any) -> str:
+    """`value` as its variable would say it (a setting's bool as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 ENV_PREFIX = "ORCHESTRATE_"
@@ -427,7 +439,7 @@ def _env_layer(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """ORCHESTRATE_TUNE_BUDGET=5min -> {"tune": {"budget": "5min"}}, typed like the setting."""
     hints = typing.get_type_hints(Settings)
     fields = {
-        f"{ENV_PREFIX}{section}_{key}".upper(): (section, key, kind)
+        env_name(section, key): (section, key, kind)
         for section, section_type in hints.items()
         for key, kind in typing.get_type_hints(section_type).items()
     }

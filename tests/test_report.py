@@ -424,6 +424,7 @@ def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_name
     monkeypatch.chdir(tiny_model.parent)  # the model named as a user in its folder names it
     tuned = CliRunner().invoke(main, tune_args(Path(tiny_model.name), run_dir, fast_config))
     assert tuned.exit_code == 0, tuned.output
+    settings = json.loads((run_dir / "config.json").read_text())["settings"]
     text = (run_dir / "report.json").read_text()
     (run_dir / "report.json").write_text(text[: len(text) // 2])
     monkeypatch.chdir(tmp_path)  # elsewhere now
@@ -432,13 +433,22 @@ def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_name
     assert result.stderr.startswith(f"error: cannot read {run_dir / 'report.json'} (")
     assert "Traceback" not in result.stderr
     fix = result.stderr.split("it was cut short or edited; ", 1)[1]
-    command = shlex.split(fix.split(" writes it again from the run's records")[0])
-    assert command == [
-        "orchestrate", "--budget", "8trials", "--target", "llvm", "--build-only",
-        "--out", str(run_dir), str(tiny_model),
+    words = shlex.split(fix.split(" writes it again from the run's records")[0])
+    variables, command = words[: words.index("orchestrate")], words[words.index("orchestrate") :]
+    # fast_config's settings, which the run had from --config, given again without the file
+    assert variables == [
+        "ORCHESTRATE_SEARCH_POPULATION=64", "ORCHESTRATE_SEARCH_GENETIC_NUM_ITERS=2",
+        "ORCHESTRATE_SEARCH_COST_MODEL_WARMUP=0", "ORCHESTRATE_MEASURE_REPEAT=2",
+        "ORCHESTRATE_MEASURE_MIN_REPEAT_MS=5", "ORCHESTRATE_CHECK_LATENCY_REPEAT=3",
+        "ORCHESTRATE_CHECK_LATENCY_MIN_REPEAT_MS=10",
     ]  # fmt: skip
-    again = CliRunner().invoke(main, [*command[1:], "--config", str(fast_config)])
+    assert command == [
+        "orchestrate", "--budget", "8trials", "--target", "llvm", "--trials-per-round", "8",
+        "--build-only", "--out", str(run_dir), str(tiny_model),
+    ]  # fmt: skip
+    again = CliRunner().invoke(main, command[1:], env=dict(v.split("=", 1) for v in variables))
     assert again.exit_code == 0, again.output
+    assert json.loads((run_dir / "config.json").read_text())["settings"] == settings
     after = json.loads((run_dir / "report.json").read_text())
     assert after["summary"]["trials"] == 8 and after["tasks"]  # the earlier session's trials
     assert after["summary"]["stop_reason"] == (

@@ -14,6 +14,7 @@ from tune_orchestrator.budget import render
 from tune_orchestrator.budget.report import schema
 from tune_orchestrator.budget.units import fmt_duration, fmt_latency
 
+from ..config import Settings, env_name, env_text
 from ..errors import InputError
 from ..rundir import RunDir, RunInUse
 from ..rundir.durability import checkpointed_spend
@@ -138,8 +139,8 @@ def never_reported(run: RunDir) -> str:
 
 
 def _command(run: RunDir, *options: str) -> str:
-    """The command that resumes the run, with `options`: its budget, target and model as its
-    config.json has them (MODEL where it cannot tell)."""
+    """The command that resumes the run, with `options`: its budget, target, settings and
+    model as its config.json has them (MODEL where it cannot tell)."""
     try:
         config = run.read_json(RunDir.CONFIG)
     except InputError:  # damaged: the command without what it would have said
@@ -153,8 +154,32 @@ def _command(run: RunDir, *options: str) -> str:
         command += ["--target", target]
     if _field(config, "fingerprint", "simulated"):
         command.append("--simulate")
-    command += [*options, "--out", str(run.path), model if isinstance(model, str) else "MODEL"]
-    return shlex.join(command)
+    variables, flags = _settings_given(config.get("settings"))
+    command += [*flags, *options, "--out", str(run.path)]
+    command.append(model if isinstance(model, str) else "MODEL")
+    return " ".join([*variables, shlex.join(command)])
+
+
+def _settings_given(recorded: Any) -> tuple[list[str], list[str]]:
+    """The settings a run's config.json has that the packaged defaults do not (from a
+    --config file, ORCHESTRATE_* variables or options), for a command that gives them again
+    without the file: [tune]'s as their options (budget and target aside: the command names
+    them), the rest as `ORCHESTRATE_<SECTION>_<KEY>=value` before it."""
+    if not isinstance(recorded, dict):
+        return [], []
+    defaults = Settings.load(env={}).to_dict()
+    variables: list[str] = []
+    flags: list[str] = []
+    for section, values in recorded.items():
+        known = defaults.get(section, {})
+        for key, value in values.items() if isinstance(values, dict) else ():
+            if key not in known or value == known[key]:  # a setting of another version: left
+                continue
+            if section != "tune":
+                variables.append(f"{env_name(section, key)}={shlex.quote(env_text(value))}")
+            elif key not in ("budget", "target"):
+                flags += [f"--{key.replace('_', '-')}", env_text(value)]
+    return variables, flags
 
 
 def _field(config: Mapping[str, Any], key: str, name: str) -> Any:
