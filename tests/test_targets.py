@@ -1,3 +1,5 @@
+import platform
+
 import pytest
 
 from devices import GPU
@@ -125,6 +127,29 @@ def test_an_llvm_target_for_another_architecture_is_refused():
     ):
         with pytest.raises(InputError, match="compiles for aarch64-linux-gnu, but this host is"):
             resolve_target(spec, build_only=True)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 CPU names")
+@pytest.mark.parametrize(
+    ("spec", "fix"),
+    [
+        ("llvm -mcpu=native", "; leave -mcpu out to tune for this host's CPU ("),
+        ('{"kind": "llvm", "mcpu": "skylake-avx521"}', "; did you mean skylake-avx512? Or leave"),
+        ("llvm -mcpu=apple-m4", "; leave -mcpu out to tune for this host's CPU ("),  # an Arm CPU
+    ],
+)
+def test_a_cpu_llvm_does_not_know_is_refused_not_built_for_a_generic_one(spec, fix, capfd):
+    """LLVM logged an "Error", compiled for a generic CPU (SSE2 on x86-64), and the run
+    tuned and shipped that, where the user had meant their own CPU or a named one."""
+    named = spec.split("mcpu")[1].strip('=": }')
+    with pytest.raises(InputError) as info:
+        resolve_target(spec, build_only=True)
+    said = str(info.value)
+    assert said.startswith(f"--target {spec!r} names CPU {named!r}, which LLVM ")
+    assert "does not know for x86_64: it would compile for a generic x86_64 CPU" in said
+    assert fix in said and "\n" not in said
+    assert "Error" not in capfd.readouterr().err  # LLVM's own line is not printed first
+    assert resolve_target("llvm -mcpu=x86-64-v3").device_present  # a name LLVM has
 
 
 @pytest.fixture

@@ -183,6 +183,7 @@ def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTa
     """An llvm target, run here unless its code needs instructions this host's CPU lacks:
     such code would die here of an illegal instruction, so it is only compiled for."""
     target = _for_this_cpu(target, spec, fleet=fleet)
+    _check_cpu(target, spec)
     lacks = lacking_instructions(target)
     if not lacks:
         return ResolvedTarget(target, spec, "cpu", True, _device_name("cpu", True))
@@ -193,6 +194,35 @@ def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTa
             "--rpc servers that have one), or add --build-only to only compile for it"
         )
     return ResolvedTarget(target, spec, "cpu", False, f"a CPU with {', '.join(lacks)}")
+
+
+def _check_cpu(target: Any, spec: str) -> None:
+    """InputError where an llvm target names a CPU LLVM does not know for its architecture
+    (`-mcpu=native`, a typo, an Arm CPU with the host's x86 triple): LLVM logged an "Error",
+    compiled for a generic CPU, without the vector instructions of the one meant, and the run
+    went on, tuning and shipping that."""
+    import difflib
+
+    import tvm
+    from tvm.target import codegen
+
+    named = str(target.attrs.get("mcpu") or "")
+    triple = str(target.attrs.get("mtriple") or "")
+    plain = {"kind": "llvm", **({"mtriple": triple} if triple else {})}  # no mcpu: no log
+    known = {str(cpu) for cpu in codegen.llvm_get_cpu_archlist(tvm.target.Target(plain))}
+    if not named or not known or named in known:
+        return
+    arch = _arch(triple or str(codegen.llvm_get_system_triple()))
+    host = str(codegen.llvm_get_system_cpu())
+    fix = f"leave -mcpu out to tune for this host's CPU ({host})"
+    close = difflib.get_close_matches(named, sorted(known), n=1)
+    if close:
+        fix = f"did you mean {close[0]}? Or {fix}"
+    raise InputError(
+        f"--target {spec!r} names CPU {named!r}, which LLVM "
+        f"{codegen.llvm_version_major()} does not know for {arch}: it would compile for a "
+        f"generic {arch} CPU; {fix}"
+    )
 
 
 # LLVM's names of instruction-set extensions (x86, then Arm), as opposed to its tuning flags
