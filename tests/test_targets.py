@@ -152,6 +152,22 @@ def test_a_cpu_llvm_does_not_know_is_refused_not_built_for_a_generic_one(spec, f
     assert resolve_target("llvm -mcpu=x86-64-v3").device_present  # a name LLVM has
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 feature names")
+def test_a_feature_llvm_does_not_know_is_refused_not_ignored(capfd):
+    """LLVM wrote "'+AVX2' is not a recognized feature for this target (ignoring feature)" at
+    every build, and the run tuned without it."""
+    from tvm.target import codegen
+
+    with pytest.raises(InputError) as info:
+        resolve_target("llvm -mattr=+AVX2,+fma")
+    assert str(info.value) == (
+        f"--target 'llvm -mattr=+AVX2,+fma' adds +AVX2, which LLVM {codegen.llvm_version_major()} "
+        "does not know for x86_64: it would be ignored; did you mean +avx2? Or leave it out"
+    )
+    assert capfd.readouterr().err == ""  # nor LLVM's line before it
+    assert resolve_target("llvm -mcpu=haswell -mattr=+avx2,+fma,-avx512f").device_present
+
+
 @pytest.fixture
 def on_haswell(monkeypatch):
     """This host's CPU, as LLVM names it, is a Haswell: no AVX-512."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import platform
 import re
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tune_orchestrator.measure.base import short_error
@@ -184,6 +187,7 @@ def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTa
     such code would die here of an illegal instruction, so it is only compiled for."""
     target = _for_this_cpu(target, spec, fleet=fleet)
     _check_cpu(target, spec)
+    _check_features(target, spec)
     lacks = lacking_instructions(target)
     if not lacks:
         return ResolvedTarget(target, spec, "cpu", True, _device_name("cpu", True))
@@ -223,6 +227,49 @@ def _check_cpu(target: Any, spec: str) -> None:
         f"{codegen.llvm_version_major()} does not know for {arch}: it would compile for a "
         f"generic {arch} CPU; {fix}"
     )
+
+
+def _check_features(target: Any, spec: str) -> None:
+    """InputError where an llvm target's `mattr` adds a feature LLVM does not know (`+AVX2`,
+    `+avx512fx`): LLVM wrote "not a recognized feature (ignoring feature)" at every build and
+    the run tuned without it."""
+    import difflib
+
+    import tvm
+    from tvm.target import codegen
+
+    added = [str(a)[1:] for a in target.attrs.get("mattr") or [] if str(a).startswith("+")]
+    if not added:
+        return
+    with _llvm_quiet():  # LLVM writes its own line for each, to fd 2
+        has = {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    unknown = [f for f in added if f not in has]
+    if not unknown:
+        return
+    host = {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}
+    names = sorted(has | {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(host))})
+    close = difflib.get_close_matches(unknown[0].lower(), names, n=1)
+    fix = f"did you mean +{close[0]}? Or leave it out" if close else "leave it out"
+    arch = _arch(str(target.attrs.get("mtriple") or codegen.llvm_get_system_triple()))
+    raise InputError(
+        f"--target {spec!r} adds {', '.join('+' + f for f in unknown)}, which LLVM "
+        f"{codegen.llvm_version_major()} does not know for {arch}: it would be ignored; {fix}"
+    )
+
+
+@contextlib.contextmanager
+def _llvm_quiet() -> Iterator[None]:
+    """File descriptor 2 to /dev/null, where LLVM's C++ writes its warnings."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # LLVM's names of instruction-set extensions (x86, then Arm), as opposed to its tuning flags
