@@ -5,7 +5,7 @@ import pytest
 from devices import GPU
 from tune_orchestrator.errors import InputError
 from tune_orchestrator.host import host_cores
-from tune_orchestrator.model.targets import resolve_target
+from tune_orchestrator.model.targets import cores_text, resolve_target
 
 
 def test_llvm_gets_the_host_core_count():
@@ -200,3 +200,29 @@ def test_build_only_for_a_cpu_this_host_lacks_ships_unchecked(on_haswell, tmp_pa
     assert result.exit_code == 0, result.output
     assert (out / "model.so").is_file()
     assert "UNCHECKED" in result.output and "which this host's CPU lacks" in result.output
+
+
+def test_a_target_for_another_cpu_or_more_cores_says_whose_schedules_the_run_picks(
+    on_haswell, tmp_path, tiny_model, fast_config
+):
+    """Candidates are measured on this host: a user tuning for a 64-core server from a laptop
+    was told nothing, the report's target saying 64 cores."""
+    from click.testing import CliRunner
+
+    from cli_args import tune_args
+    from tune_orchestrator.cli.commands import main
+
+    target = '{"kind": "llvm", "mcpu": "sandybridge", "num-cores": 4096}'
+    args = tune_args(tiny_model, tmp_path / "run", fast_config, "--no-library", target=target)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "the schedules are chosen" in line]
+    assert warnings == [
+        "warning: the target names CPU sandybridge, but candidates are measured on this host's, "
+        "haswell: the schedules are chosen for haswell",
+        f"warning: the target gives 4096 cores, but candidates are measured on this host's "
+        f"{host_cores()}: the schedules are chosen for {cores_text(host_cores())}",
+    ]
+    for cores in (0, -3):
+        with pytest.raises(InputError, match=f"gives num-cores {cores}; it must be 1 or more"):
+            resolve_target(f'{{"kind": "llvm", "num-cores": {cores}}}')

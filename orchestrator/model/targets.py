@@ -281,6 +281,13 @@ _ISA_PREFIXES = (
 )  # fmt: skip
 
 
+def more_cores_than_here(target: Any) -> int | None:
+    """This host's cores, where an llvm target gives more (None where it gives these or
+    fewer): the search sizes its parallel loops by the target's count, the timings run here."""
+    cores = host_cores()
+    return cores if int(target.attrs.get("num-cores") or 0) > cores else None
+
+
 def measured_on_other_cpu(target: Any) -> str | None:
     """This host's CPU, where an llvm target names another one (None where it names none,
     or this one)."""
@@ -429,7 +436,13 @@ def _for_this_cpu(target: Any, spec: str, *, fleet: bool) -> Any:
             "tune-orchestrator builds every candidate here and does not cross-compile; run "
             f"it on a machine of that architecture ({_arch(triple)})"
         )
-    if target.attrs.get("num-cores"):
+    if "num-cores" in target.attrs:
+        cores = target.attrs["num-cores"]
+        if int(cores) < 1:
+            raise InputError(
+                f"--target {spec!r} gives num-cores {cores}; it must be 1 or more (leave it "
+                f"out for this host's {host_cores()})"
+            )
         return target
     if fleet:
         raise InputError(

@@ -35,7 +35,12 @@ from ..host import host_cores, idle_cores, tvm_threads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
 from ..model.importer import Imported
 from ..model.loading import OnnxModel
-from ..model.targets import ResolvedTarget, cores_text, measured_on_other_cpu
+from ..model.targets import (
+    ResolvedTarget,
+    cores_text,
+    measured_on_other_cpu,
+    more_cores_than_here,
+)
 from ..prior import load_prior, prior_for
 from ..provenance import provenance, tvm_version, utc_now
 from ..rundir import RunDir
@@ -312,20 +317,30 @@ class Session:
                 f"{WORD} run: search and CUDA builds are real, every timing comes from a "
                 f"simulated GPU; the database and library are named {WORD}"
             )
-        host_cpu = (
-            measured_on_other_cpu(self.target.target)
-            if self.target.device_type == "cpu" and self.target.device_present
-            else None
-        )
-        if host_cpu and not self.fleet.rpc and not self.build_only:
-            self._warn(
-                f"the target names CPU {self.target.target.attrs['mcpu']}, but candidates are "
-                f"measured on this host's, {host_cpu}: the schedules are chosen for {host_cpu}"
-            )
+        measured_here = self.target.device_type == "cpu" and self.target.device_present
+        if measured_here and not self.fleet.rpc and not self.build_only:
+            self._warn_other_cpu(self.target.target)
         timed_here = self.target.device_type == "cpu" and not self.fleet.rpc
         idle = idle_cores() if timed_here and not self.build_only else None
         if idle:
             self._warn(idle)
+
+    def _warn_other_cpu(self, target: Any) -> None:
+        """Where an llvm target names another CPU or more cores than this host's, on which its
+        candidates are measured: the schedules are chosen for this host."""
+        host_cpu = measured_on_other_cpu(target)
+        if host_cpu:
+            self._warn(
+                f"the target names CPU {target.attrs['mcpu']}, but candidates are measured on "
+                f"this host's, {host_cpu}: the schedules are chosen for {host_cpu}"
+            )
+        cores = more_cores_than_here(target)
+        if cores:
+            self._warn(
+                f"the target gives {cores_text(int(target.attrs['num-cores']))}, but candidates "
+                f"are measured on this host's {cores}: the schedules are chosen for "
+                f"{cores_text(cores)}"
+            )
 
     def _ship(
         self, database: Any, ledger: Ledger, untuned: dict[str, Any] | None, restored: Restored
