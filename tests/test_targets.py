@@ -81,6 +81,10 @@ def test_json_dicts_are_taken_as_given():
     "spec, message",
     [
         ("foo", "unknown target 'foo'; use auto, llvm, cuda, a TVM tag"),
+        # a tag typed short or misspelt: the tags that name that GPU
+        ("nvidia/h100", "unknown target 'nvidia/h100' (did you mean nvidia/nvidia-h100?); use"),
+        ("rtx4090", "unknown target 'rtx4090' (did you mean nvidia/geforce-rtx-4090?); use"),
+        ("nvidia/nvidia-a100x", "'nvidia/nvidia-a100x' (did you mean nvidia/nvidia-a100?)"),
         ('{"kind": "llvm"', "is not valid JSON"),
         ('{"kind": "nope"}', "unknown target"),
         ('{"kind": "opencl"}', "compiles for opencl; tune-orchestrator tunes llvm (CPU) and cuda"),

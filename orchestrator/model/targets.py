@@ -382,7 +382,7 @@ def _make(config: Any, spec: str) -> Any:
         pass
     classic = _from_classic(spec) if isinstance(config, str) else None
     if classic is None:
-        raise InputError(f"unknown target {spec!r}; use {FORMS}")
+        raise InputError(f"unknown target {spec!r}{_tag_hint(spec)}; use {FORMS}")
     try:  # the form TVM read before 0.27, which its users still type
         return tvm.target.Target(classic)
     except Exception as exc:
@@ -390,6 +390,25 @@ def _make(config: Any, spec: str) -> Any:
             f"--target {spec!r}: TVM reads targets as JSON dicts now, and as one, "
             f"{json.dumps(classic)}, it is refused ({short_error(exc)}); use {FORMS}"
         ) from None
+
+
+def _tag_hint(spec: str) -> str:
+    """ " (did you mean nvidia/nvidia-h100?)" where `spec` reads as a TVM tag typed short or
+    misspelt (`nvidia/h100`, `a100`, `nvidia/nvidia-h100x`), else ""."""
+    import difflib
+
+    import tvm
+
+    if not spec or " " in spec or spec.startswith("{"):
+        return ""
+    tags = sorted(str(tag) for tag in tvm.target.list_tags())
+
+    def key(name: str) -> str:  # the model's letters and digits: rtx4090 in geforce-rtx-4090
+        return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+
+    named = [t for t in tags if key(spec) and key(spec) in key(t)]
+    close = named if 0 < len(named) <= 3 else difflib.get_close_matches(spec, tags, 1, 0.9)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def _from_classic(spec: str) -> dict[str, Any] | None:
