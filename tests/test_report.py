@@ -411,18 +411,26 @@ def test_report_command_refuses_a_report_of_another_version_or_one_cut_short(
 
 
 def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_names(
-    tmp_path, tiny_model, fast_config, monkeypatch
+    tmp_path, fast_config, monkeypatch
 ):
     """It said "the run directory is damaged", with no way out named; then "resume the run
     (orchestrate --out RUN)", which lacked the model and, the run's budget spent, was
-    refused with nothing written."""
+    refused with nothing written. A dynamic model's command lacked its --input-shape (and
+    was refused for it), a run on real samples its --check-inputs, one at a price its --price."""
     import shlex
 
+    import numpy as np
+
+    import onnx_models
     from cli_args import tune_args
 
-    run_dir = tmp_path / "run"
-    monkeypatch.chdir(tiny_model.parent)  # the model named as a user in its folder names it
-    tuned = CliRunner().invoke(main, tune_args(Path(tiny_model.name), run_dir, fast_config))
+    run_dir, folder = tmp_path / "run", tmp_path / "models"
+    folder.mkdir()
+    model = onnx_models.tiny_cnn(folder / "dyn.onnx", batch="N")
+    np.savez(folder / "samples.npz", x=np.ones((1, 3, 8, 8), dtype="float32"))
+    given = ["--input-shape", "x:1x3x8x8", "--check-inputs", "samples.npz", "--price", "2.5"]
+    monkeypatch.chdir(folder)  # the files named as a user in their folder names them
+    tuned = CliRunner().invoke(main, tune_args(Path(model.name), run_dir, fast_config, *given))
     assert tuned.exit_code == 0, tuned.output
     settings = json.loads((run_dir / "config.json").read_text())["settings"]
     text = (run_dir / "report.json").read_text()
@@ -444,13 +452,16 @@ def test_a_torn_report_of_a_finished_run_is_written_again_by_the_command_it_name
     ]  # fmt: skip
     assert command == [
         "orchestrate", "--budget", "8trials", "--target", "llvm", "--trials-per-round", "8",
-        "--build-only", "--out", str(run_dir), str(tiny_model),
+        "--input-shape", "x:1x3x8x8", "--check-inputs", str(folder / "samples.npz"),
+        "--price", "2.5", "--build-only", "--out", str(run_dir), str(model),
     ]  # fmt: skip
     again = CliRunner().invoke(main, command[1:], env=dict(v.split("=", 1) for v in variables))
     assert again.exit_code == 0, again.output
     assert json.loads((run_dir / "config.json").read_text())["settings"] == settings
     after = json.loads((run_dir / "report.json").read_text())
     assert after["summary"]["trials"] == 8 and after["tasks"]  # the earlier session's trials
+    assert after["tuned"]["check"]["inputs"] == f"1 sample(s) from {folder / 'samples.npz'}"
+    assert after["price"]["usd_per_hour"] == 2.5
     assert after["summary"]["stop_reason"] == (
         "build only: nothing was tuned (the run's tuning had stopped: trial budget reached: 8 of 8)"
     )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,12 @@ class Samples:
 
     arrays: tuple[tuple[np.ndarray, ...], ...]
     source: str
-    given: bool = False  # the user's own (--check-inputs), not random ones
+    path: str | None = None  # the user's own (--check-inputs): their file, absolute
+
+    @property
+    def given(self) -> bool:
+        """The user's own samples, not random ones."""
+        return self.path is not None
 
 
 def for_run(model: OnnxModel, settings: Any, given: str | Path | None = None) -> Samples:
@@ -106,7 +112,8 @@ def load_samples(path: Path, model: OnnxModel) -> Samples:
         arrays[item.name].reshape((count, *item.shape)) for item in model.inputs
     ]  # one sample given bare gets its leading axis
     samples = tuple(tuple(a[k] for a in stacked) for k in range(count))
-    return Samples(arrays=samples, source=f"{count} sample(s) from {path}", given=True)
+    source = f"{count} sample(s) from {path}"
+    return Samples(arrays=samples, source=source, path=os.path.abspath(path))
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -82,6 +82,7 @@ class OnnxModel:
     # a value at a rounding boundary may land a step apart in TVM and onnxruntime, and later
     # layers carry the step (its outputs are then checked within [check] rtol_quantized).
     quantized: bool = False
+    given_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
@@ -109,6 +110,8 @@ class OnnxModel:
             ],
             "outputs": list(self.outputs),
             "renamed_for_tvm": len(self.tvm_names),
+            # --input-shape as given: a resume or a rebuild of the run gives them again
+            "input_shapes": {name: list(shape) for name, shape in self.given_shapes.items()},
         }
 
 
@@ -188,6 +191,7 @@ def load_model(
         ),
         bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
         quantized=any(node.op_type in _QUANTIZING for node in names.all_nodes(proto.graph)),
+        given_shapes={name: tuple(shape) for name, shape in (input_shapes or {}).items()},
     )
 
 

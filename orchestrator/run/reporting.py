@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -155,9 +156,24 @@ def _command(run: RunDir, *options: str) -> str:
     if _field(config, "fingerprint", "simulated"):
         command.append("--simulate")
     variables, flags = _settings_given(config.get("settings"))
-    command += [*flags, *options, "--out", str(run.path)]
+    command += [*flags, *_inputs_given(config), *options, "--out", str(run.path)]
     command.append(model if isinstance(model, str) else "MODEL")
     return " ".join([*variables, shlex.join(command)])
+
+
+def _inputs_given(config: Mapping[str, Any]) -> list[str]:
+    """The --input-shape, --check-inputs and --price options the run was given, as its
+    config.json has them (a dynamic model is refused without its shapes)."""
+    options = []
+    shapes = _field(config, "model", "input_shapes")
+    for name, shape in shapes.items() if isinstance(shapes, dict) else ():
+        options += ["--input-shape", f"{name}:{'x'.join(str(d) for d in shape)}"]
+    if isinstance(config.get("check_inputs"), str):
+        options += ["--check-inputs", config["check_inputs"]]
+    price = re.match(r"--price (\S+)", str(_field(config, "price", "source") or ""))
+    if price:  # prices.run_price's source of a price given
+        options += ["--price", price.group(1)]
+    return options
 
 
 def _settings_given(recorded: Any) -> tuple[list[str], list[str]]:

@@ -81,9 +81,10 @@ def same_run(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
 
 
 def _unbudgeted(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A config.json record without what may change between sessions of one run: its budget
-    and where the model file was read from (the fingerprint holds its contents)."""
-    out = {k: v for k, v in record.items() if k not in ("budget", "model")}
+    """A config.json record without what may change between sessions of one run: its budget,
+    where the model file was read from (the fingerprint holds its contents) and where the
+    check's samples were (earlier_report compares the samples the report was checked on)."""
+    out = {k: v for k, v in record.items() if k not in ("budget", "model", "check_inputs")}
     settings = dict(out.get("settings") or {})
     settings["tune"] = {k: v for k, v in (settings.get("tune") or {}).items() if k != "budget"}
     out["settings"] = settings

@@ -921,6 +921,7 @@ class Session:
             },
             "build_only": self.build_only,
             "settings": self.settings.to_dict(),
+            "check_inputs": self.given.checker.samples.path,  # --check-inputs, absolute
         }
 
 
