@@ -393,8 +393,8 @@ def _make(config: Any, spec: str) -> Any:
 
 
 def _tag_hint(spec: str) -> str:
-    """ " (did you mean nvidia/nvidia-h100?)" where `spec` reads as a TVM tag typed short or
-    misspelt (`nvidia/h100`, `a100`, `nvidia/nvidia-h100x`), else ""."""
+    """The hint `(did you mean nvidia/nvidia-h100?)`, with its leading space, where `spec`
+    reads as a TVM tag typed short or misspelt (`nvidia/h100`, `a100`), else ""."""
     import difflib
 
     import tvm
