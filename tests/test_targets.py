@@ -137,7 +137,7 @@ def test_an_llvm_target_for_another_architecture_is_refused():
 @pytest.mark.parametrize(
     ("spec", "fix"),
     [
-        ("llvm -mcpu=native", "; leave -mcpu out to tune for this host's CPU ("),
+        ("llvm -mcpu=znver99", "; did you mean znver5? Or leave -mcpu out to tune for this "),
         ('{"kind": "llvm", "mcpu": "skylake-avx521"}', "; did you mean skylake-avx512? Or leave"),
         ("llvm -mcpu=apple-m4", "; leave -mcpu out to tune for this host's CPU ("),  # an Arm CPU
     ],
@@ -154,6 +154,19 @@ def test_a_cpu_llvm_does_not_know_is_refused_not_built_for_a_generic_one(spec, f
     assert fix in said and "\n" not in said
     assert "Error" not in capfd.readouterr().err  # LLVM's own line is not printed first
     assert resolve_target("llvm -mcpu=x86-64-v3").device_present  # a name LLVM has
+
+
+def test_native_is_this_hosts_cpu_as_clang_reads_it(capfd):
+    """LLVM's Target does not know the word: it compiled for a generic CPU."""
+    from tvm.target import codegen
+
+    host = str(codegen.llvm_get_system_cpu())
+    resolved = resolve_target("llvm -mcpu=native -num-cores=1")
+    assert str(resolved.target.attrs.get("mcpu", "generic")) == host
+    assert resolved.target.attrs["num-cores"] == 1 and resolved.device_present
+    assert "Error" not in capfd.readouterr().err
+    with pytest.raises(InputError, match="-mcpu=native names this host's CPU, not the RPC"):
+        resolve_target("llvm -mcpu=native -num-cores=4", remote=lambda: {})
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 feature names")

@@ -186,6 +186,7 @@ def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTa
     """An llvm target, run here unless its code needs instructions this host's CPU lacks:
     such code would die here of an illegal instruction, so it is only compiled for."""
     target = _for_this_cpu(target, spec, fleet=fleet)
+    target = _native(target, spec, fleet=fleet)
     _check_cpu(target, spec)
     _check_features(target, spec)
     lacks = lacking_instructions(target)
@@ -200,9 +201,28 @@ def _cpu(target: Any, spec: str, *, build_only: bool, fleet: bool) -> ResolvedTa
     return ResolvedTarget(target, spec, "cpu", False, f"a CPU with {', '.join(lacks)}")
 
 
+def _native(target: Any, spec: str, *, fleet: bool) -> Any:
+    """`-mcpu=native`, as clang and gcc read it: this host's CPU (LLVM's Target does not know
+    the word, and compiled for a generic CPU); on an RPC fleet, whose CPUs this host cannot
+    tell, refused."""
+    import tvm
+
+    if str(target.attrs.get("mcpu") or "") != "native":
+        return target
+    if fleet:
+        raise InputError(
+            f"--target {spec!r}: -mcpu=native names this host's CPU, not the RPC servers'; "
+            "name theirs (such as -mcpu=znver4), or leave -mcpu out"
+        )
+    config = json.loads(str(target))
+    config.pop("mcpu")
+    cpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    return tvm.target.Target({**config, "mcpu": cpu} if cpu and cpu != "generic" else config)
+
+
 def _check_cpu(target: Any, spec: str) -> None:
     """InputError where an llvm target names a CPU LLVM does not know for its architecture
-    (`-mcpu=native`, a typo, an Arm CPU with the host's x86 triple): LLVM logged an "Error",
+    (a typo, an Arm CPU with the host's x86 triple): LLVM logged an "Error",
     compiled for a generic CPU, without the vector instructions of the one meant, and the run
     went on, tuning and shipping that."""
     import difflib
