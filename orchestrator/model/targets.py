@@ -216,8 +216,7 @@ def _native(target: Any, spec: str, *, fleet: bool) -> Any:
         )
     config = json.loads(str(target))
     config.pop("mcpu")
-    cpu = str(tvm.target.codegen.llvm_get_system_cpu())
-    return tvm.target.Target({**config, "mcpu": cpu} if cpu and cpu != "generic" else config)
+    return tvm.target.Target({**config, **_host_cpu()})
 
 
 def _check_cpu(target: Any, spec: str) -> None:
@@ -231,20 +230,21 @@ def _check_cpu(target: Any, spec: str) -> None:
     from tvm.target import codegen
 
     named = str(target.attrs.get("mcpu") or "")
+    if not named:
+        return
     triple = str(target.attrs.get("mtriple") or "")
     plain = {"kind": "llvm", **({"mtriple": triple} if triple else {})}  # no mcpu: no log
     known = {str(cpu) for cpu in codegen.llvm_get_cpu_archlist(tvm.target.Target(plain))}
-    if not named or not known or named in known:
+    if not known or named in known:
         return
-    arch = _arch(triple or str(codegen.llvm_get_system_triple()))
     host = str(codegen.llvm_get_system_cpu())
     fix = f"leave -mcpu out to tune for this host's CPU ({host})"
     close = difflib.get_close_matches(named, sorted(known), n=1)
     if close:
         fix = f"did you mean {close[0]}? Or {fix}"
+    llvm, arch = _unknown_to(target)
     raise InputError(
-        f"--target {spec!r} names CPU {named!r}, which LLVM "
-        f"{codegen.llvm_version_major()} does not know for {arch}: it would compile for a "
+        f"--target {spec!r} names CPU {named!r}, which {llvm}: it would compile for a "
         f"generic {arch} CPU; {fix}"
     )
 
@@ -270,11 +270,19 @@ def _check_features(target: Any, spec: str) -> None:
     names = sorted(has | {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(host))})
     close = difflib.get_close_matches(unknown[0].lower(), names, n=1)
     fix = f"did you mean +{close[0]}? Or leave it out" if close else "leave it out"
-    arch = _arch(str(target.attrs.get("mtriple") or codegen.llvm_get_system_triple()))
+    llvm, _ = _unknown_to(target)
     raise InputError(
-        f"--target {spec!r} adds {', '.join('+' + f for f in unknown)}, which LLVM "
-        f"{codegen.llvm_version_major()} does not know for {arch}: it would be ignored; {fix}"
+        f"--target {spec!r} adds {', '.join('+' + f for f in unknown)}, which {llvm}: it "
+        f"would be ignored; {fix}"
     )
+
+
+def _unknown_to(target: Any) -> tuple[str, str]:
+    """("LLVM 22 does not know for x86_64", "x86_64") of an llvm target's architecture."""
+    from tvm.target import codegen
+
+    arch = _arch(str(target.attrs.get("mtriple") or codegen.llvm_get_system_triple()))
+    return f"LLVM {codegen.llvm_version_major()} does not know for {arch}", arch
 
 
 @contextlib.contextmanager
@@ -496,11 +504,15 @@ def _for_this_cpu(target: Any, spec: str, *, fleet: bool) -> Any:
 def _llvm_for_host() -> Any:
     import tvm
 
-    config = {"kind": "llvm", "num-cores": host_cores()}
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
-    if cpu and cpu != "generic":
-        config["mcpu"] = cpu
-    return tvm.target.Target(config)
+    return tvm.target.Target({"kind": "llvm", "num-cores": host_cores(), **_host_cpu()})
+
+
+def _host_cpu() -> dict[str, str]:
+    """{"mcpu": this host's CPU as LLVM names it}, or {} where LLVM knows it only as generic."""
+    import tvm
+
+    cpu = str(tvm.target.codegen.llvm_get_system_cpu() or "")
+    return {"mcpu": cpu} if cpu and cpu != "generic" else {}
 
 
 def _cuda_from_device() -> Any:
