@@ -814,6 +814,60 @@ def journal_rounds(run: RunDir, latencies: list[float], spend) -> None:
         )
 
 
+def test_the_command_that_resumes_a_killed_run_leaves_the_library_alone_as_the_run_did(
+    tmp_path, fast_config, cache_home
+):
+    """A run with --no-library (a cold benchmark's side) was named a command without it: the
+    resume read the library, handing the run other runs' schedules, and added its records."""
+    import shlex
+
+    import onnx_models
+    from cli_args import tune_args
+
+    run_dir, model = tmp_path / "run", onnx_models.tiny_cnn(tmp_path / "net.onnx")
+    tuned = CliRunner().invoke(main, tune_args(model, run_dir, fast_config, "--no-library"))
+    assert tuned.exit_code == 0, tuned.output
+    (run_dir / "report.json").unlink()  # killed before writing it
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    command = result.stderr.split("with the command that started it (", 1)[1]
+    words = shlex.split(command.split(") to finish it", 1)[0])
+    assert words[words.index("--no-library") + 1] == "--out"
+    env = dict(v.split("=", 1) for v in words[: words.index("orchestrate")])  # fast_config's
+    again = CliRunner().invoke(main, words[words.index("orchestrate") + 1 :], env=env)
+    assert again.exit_code == 0, again.output
+    assert (run_dir / "report.json").is_file()
+    assert not (cache_home / "tune-orchestrator" / "library").exists()
+
+
+def test_the_command_that_resumes_a_killed_run_measures_where_it_did(tmp_path, monkeypatch):
+    """It named neither the run's library root (a resume read and filled the default one), nor
+    its GPUs, parallelism, RPC fleet or warm start: it measured elsewhere, otherwise paced."""
+    from tune_orchestrator.library.files import default_root
+
+    local = {
+        "library": "/data/libraries", "gpus": [0, 2], "parallelism": 3, "rpc": None,
+        "rpc_key": None, "warm_start": "/runs/earlier",
+    }  # fmt: skip
+    fleet = {"library": str(default_root()), "gpus": None, "parallelism": None,
+             "rpc": "head:9190", "rpc_key": "h100", "warm_start": None}  # fmt: skip
+    runs = [
+        ("local", local, "--library /data/libraries --gpus 0,2 --parallelism 3 "
+         "--warm-start /runs/earlier"),
+        ("fleet", fleet, "--rpc head:9190 --rpc-key h100"),  # this process's default root
+    ]  # fmt: skip
+    for name, given, options in runs:
+        with RunDir.open(tmp_path / name, fingerprint={}) as run:
+            config = {"model": {"path": "/net.onnx"}, "budget": "1gpu-h", "resumed_with": given}
+            run.write_json(RunDir.CONFIG, {"fingerprint": {}, **config})
+        result = CliRunner().invoke(main, ["report", str(tmp_path / name)])
+        assert result.exit_code == 2, result.output
+        assert f"(orchestrate --budget 1gpu-h {options} --out {tmp_path / name} /" in result.stderr
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another"))  # a report asked elsewhere
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "fleet")])
+    assert f"--library {fleet['library']} --rpc head:9190" in result.stderr
+
+
 def test_report_of_a_run_still_working_says_so_with_its_progress(tmp_path):
     """It said "in use by another orchestrate process; ... or choose another --out", advice
     for starting a run, not for reading one."""

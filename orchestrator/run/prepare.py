@@ -131,6 +131,26 @@ def describe(
     )  # fmt: skip
 
 
+def resumed_with(given: Given) -> dict[str, Any]:
+    """Where the run measures and what it reads, as config.json keeps them for the command
+    that resumes it (run/reporting): the library's root (False: --no-library; None: left alone
+    for another reason), the GPUs and parallelism, the RPC fleet and the warm start."""
+    fleet, library = given.fleet, given.library
+    if library.library is not None:
+        root: str | bool | None = str(library.path.parent.absolute())
+    else:
+        root = False if library.off == "--no-library" else None
+    local_gpus = given.target.device_type == "cuda" and not fleet.rpc
+    return {
+        "library": root,
+        "gpus": list(fleet.gpus) if local_gpus else None,
+        "parallelism": fleet.parallelism,
+        "rpc": fleet.rpc,
+        "rpc_key": fleet.rpc_key,
+        "warm_start": None if given.warm_start is None else str(given.warm_start.absolute()),
+    }
+
+
 def output_checker(model: Any, samples: Any, settings: Any, runs: bool) -> Any:
     """The check of the run's builds (`runs`: something runs them); InputError, before any
     work, where it could not check one: onnxruntime cannot run the model on its samples, or

@@ -156,7 +156,8 @@ def _command(run: RunDir, *options: str) -> str:
     if _field(config, "fingerprint", "simulated"):
         command.append("--simulate")
     variables, flags = _settings_given(config.get("settings"))
-    command += [*flags, *_inputs_given(config), *options, "--out", str(run.path)]
+    command += [*flags, *_inputs_given(config), *_measured_with(config), *options]
+    command += ["--out", str(run.path)]
     command.append(model if isinstance(model, str) else "MODEL")
     return " ".join([*variables, shlex.join(command)])
 
@@ -173,6 +174,28 @@ def _inputs_given(config: Mapping[str, Any]) -> list[str]:
     price = re.match(r"--price (\S+)", str(_field(config, "price", "source") or ""))
     if price:  # prices.run_price's source of a price given
         options += ["--price", price.group(1)]
+    return options
+
+
+def _measured_with(config: Mapping[str, Any]) -> list[str]:
+    """The library, GPU, parallelism, RPC and warm-start options the run was given, as its
+    config.json has them (prepare.resumed_with): a resume without them would read another
+    library, or none, and measure elsewhere. A default library root named for a process with
+    another $XDG_CACHE_HOME is named with --library."""
+    from ..library.files import default_root
+
+    given = config.get("resumed_with")
+    given = given if isinstance(given, dict) else {}
+    options = []
+    if given.get("library") is False:
+        options.append("--no-library")
+    elif isinstance(given.get("library"), str) and given["library"] != str(default_root()):
+        options += ["--library", given["library"]]
+    if isinstance(given.get("gpus"), list):
+        options += ["--gpus", ",".join(str(g) for g in given["gpus"])]
+    for key in ("parallelism", "rpc", "rpc_key", "warm_start"):
+        if isinstance(given.get(key), (int, str)) and not isinstance(given[key], bool):
+            options += [f"--{key.replace('_', '-')}", str(given[key])]
     return options
 
 

@@ -82,9 +82,11 @@ def same_run(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
 
 def _unbudgeted(record: Mapping[str, Any]) -> dict[str, Any]:
     """A config.json record without what may change between sessions of one run: its budget,
-    where the model file was read from (the fingerprint holds its contents) and where the
-    check's samples were (earlier_report compares the samples the report was checked on)."""
-    out = {k: v for k, v in record.items() if k not in ("budget", "model", "check_inputs")}
+    where the model file was read from (the fingerprint holds its contents), where the
+    check's samples were (earlier_report compares the samples the report was checked on) and
+    where it measured and what it read (a finished run's answer is the same)."""
+    varying = ("budget", "model", "check_inputs", "resumed_with")
+    out = {k: v for k, v in record.items() if k not in varying}
     settings = dict(out.get("settings") or {})
     settings["tune"] = {k: v for k, v in (settings.get("tune") or {}).items() if k != "budget"}
     out["settings"] = settings

@@ -61,7 +61,7 @@ from ..simulate import WORD, VirtualClock
 from . import rerun
 from .loop import LoopParts, LoopRules, LoopStart, TuningLoop, spend_fields
 from .measuring import RunPools, cpu_caveat, measure_untuned_tasks
-from .prepare import Given, candidate_filter
+from .prepare import Given, candidate_filter, resumed_with
 from .reporting import write_report
 from .scheduler import GainScheduler, current_shares, model_latency_s
 from .skipped import Skipped, reason
@@ -922,6 +922,7 @@ class Session:
             "build_only": self.build_only,
             "settings": self.settings.to_dict(),
             "check_inputs": self.given.checker.samples.path,  # --check-inputs, absolute
+            "resumed_with": resumed_with(self.given),
         }
 
 
