@@ -7,6 +7,11 @@ import math
 from .grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL
 
 
+def counted(count: int, noun: str) -> str:
+    """ "1 round", "3 rounds": `count` of a noun that takes an s."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt_duration(seconds: float) -> str:
     """12.3s, 4m05s, 1h02m."""
     seconds = max(0.0, seconds)

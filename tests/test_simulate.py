@@ -106,6 +106,18 @@ def test_a_simulated_run_tunes_with_real_cuda_builds_and_says_simulated_everywhe
 
 
 @pytest.mark.slow
+def test_a_cuda_target_naming_only_its_architecture_is_tuned(tmp_path, fast_config):
+    """`cuda -arch=sm_90` names no thread block limits, which MetaSchedule's CUDA rules read:
+    every task's search failed ("missing attribute `max_threads_per_block`"), exit 1."""
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    args = tune_args(model, tmp_path / "run", fast_config, "--simulate", target="cuda -arch=sm_90")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["summary"]["trials"] == 8 and "8 in 1 round;" in result.output
+
+
+@pytest.mark.slow
 def test_stock_tvm_finds_a_simulated_runs_records_for_the_models_own_kernels(simulated):
     # The default (dlight) schedules once rewrote the workloads in place, so every record was
     # filed under an already scheduled kernel that compile_relax never looks up.

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..units import fmt_amount, fmt_duration, fmt_latency
+from ..units import counted, fmt_amount, fmt_duration, fmt_latency
 from .words import (
     budget_title,
     describe_change,
@@ -111,7 +111,7 @@ def _spent(report: Mapping[str, Any]) -> list[str]:
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
     lines = [
-        f"Spent {', '.join(spent)} on {s['trials']} trials in {s['rounds']} rounds"
+        f"Spent {', '.join(spent)} on {s['trials']} trials in {counted(s['rounds'], 'round')}"
         f"{library_rounds(report.get('library'))}."
     ]
     coverage = describe_coverage(s, len(report["tasks"]))

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..units import fmt_duration, fmt_latency
+from ..units import counted, fmt_duration, fmt_latency
 
 
 def describe_provenance(p: Mapping[str, Any] | None) -> str | None:
@@ -42,7 +42,7 @@ def describe_coverage(summary: Mapping[str, Any], tasks: int) -> str | None:
 def library_rounds(library: Mapping[str, Any] | None) -> str:
     """What follows "N trials in R rounds" when tasks had library rounds besides."""
     count = (library or {}).get("reused_tasks") or 0
-    return f" (+{count} library round{'' if count == 1 else 's'})" if count else ""
+    return f" (+{counted(count, 'library round')})" if count else ""
 
 
 def describe_library(library: Mapping[str, Any] | None) -> str | None:

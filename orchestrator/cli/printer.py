@@ -23,7 +23,7 @@ from tune_orchestrator.budget.render import (
     describe_simulated,
     library_rounds,
 )
-from tune_orchestrator.budget.units import fmt_amount, fmt_duration, fmt_latency
+from tune_orchestrator.budget.units import counted, fmt_amount, fmt_duration, fmt_latency
 
 from ..api import ANSWER, Result
 
@@ -251,7 +251,7 @@ def _spend_lines(result: Result) -> list[str]:
         spent += f", {result.energy_j / 1e3:.3g} kJ"
     coverage = describe_coverage(result.report["summary"], len(result.report["tasks"]))
     return [
-        f"  trials              {result.trials} in {result.rounds} rounds"
+        f"  trials              {result.trials} in {counted(result.rounds, 'round')}"
         + library_rounds(result.report.get("library"))
         + (f"; {coverage.rstrip('.')}" if coverage else ""),
         f"  spent               {spent} ({phases})",
@@ -346,7 +346,7 @@ def _print_forecast(estimate: dict[str, Any]) -> None:
         money = f", ${row['usd']:.2f}" if row["usd"] is not None else ""
         gpu = f", {row['device_h']:.3g} GPU-h" if row["device_h"] else ""
         click.echo(
-            f"  {row['target']:.0%} of the attainable gain: {row['rounds']} rounds, "
+            f"  {row['target']:.0%} of the attainable gain: {counted(row['rounds'], 'round')}, "
             f"{row['trials']} trials, ~{fmt_duration(row['seconds'])}{gpu}{money}"
         )
 
@@ -393,5 +393,5 @@ def describe_run_forecast(run: dict[str, Any]) -> str:
         reach += f"; {', '.join(run['not_forecast'])} not forecast (a run meters the GPU's power)"
     return (
         f"  --budget {run['budget']}: ~{fmt_duration(run['total_s'])}, {run['trials']} trials in "
-        f"{run['rounds']} rounds ({_STOPS[run['stop']]}){reach}\n      {phases}"
+        f"{counted(run['rounds'], 'round')} ({_STOPS[run['stop']]}){reach}\n      {phases}"
     )

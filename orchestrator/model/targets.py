@@ -123,6 +123,7 @@ def resolve_target(
     if target.host is None:
         target = tvm.target.Target(target, host={"kind": "llvm"})
     _check_arch(target, spec)
+    target = _with_block_limits(target)
     if not has_gpu and not build_only and remote is None:
         raise InputError(_no_gpu_message(spec, build_only))
     if remote is not None:
@@ -147,6 +148,29 @@ def _check_arch(target: Any, spec: str) -> None:
             f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; write "
             "sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
         )
+
+
+# What a thread block of every NVIDIA GPU TVM compiles for (sm_50 on) may hold, as TVM's
+# nvidia/* tags give it. MetaSchedule's CUDA rules cannot schedule without these, and a target
+# written `cuda -arch=sm_90` or {"kind": "cuda", "arch": "sm_90"} names none: every task's
+# search failed ("missing attribute `max_threads_per_block`") and the run tuned nothing.
+_BLOCK_LIMITS = {
+    "max_threads_per_block": 1024,
+    "max_shared_memory_per_block": 49152,  # without the opt-in to more
+    "registers_per_block": 65536,
+    "thread_warp_size": 32,
+}
+
+
+def _with_block_limits(target: Any) -> Any:
+    """A CUDA target with the thread block limits it does not give (_BLOCK_LIMITS)."""
+    import tvm
+
+    missing = {k: v for k, v in _BLOCK_LIMITS.items() if k not in target.attrs}
+    if not missing:
+        return target
+    config = {k: v for k, v in dict(target.export()).items() if k != "host"}
+    return tvm.target.Target({**config, **missing}, host=target.host)
 
 
 def _runs_on(arch: str, here: str) -> bool:

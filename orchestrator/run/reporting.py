@@ -13,7 +13,7 @@ from typing import Any
 
 from tune_orchestrator.budget import render
 from tune_orchestrator.budget.report import schema
-from tune_orchestrator.budget.units import fmt_duration, fmt_latency
+from tune_orchestrator.budget.units import counted, fmt_duration, fmt_latency
 
 from ..config import Settings, env_name, env_text
 from ..errors import InputError
@@ -237,8 +237,8 @@ def _progress(run: RunDir) -> str:
     spend = checkpointed_spend(run, spend_so_far(journal))
     rounds = [e for e in journal if e.get("type") == "round"]
     model = next((e["model_latency_s"] for e in reversed(rounds) if e.get("model_latency_s")), None)
-    counted = f"{len(rounds)} round{'' if len(rounds) == 1 else 's'}, {spend.trials} trials"
-    progress = f"{counted} and {fmt_duration(spend.wall_s)} spent"
+    spent = fmt_duration(spend.wall_s)
+    progress = f"{counted(len(rounds), 'round')}, {spend.trials} trials and {spent} spent"
     if model:
         progress += f", the model ~{fmt_latency(model)} by its tasks' best"
     return progress
