@@ -1,4 +1,5 @@
-"""What this host lends the run: the cores it may use, and as many threads for TVM's kernels.
+"""What this host lends the run: the cores it may use, as many threads for TVM's kernels, and
+room in memory and in the temporary folder.
 
 A container's CPU limit (a cgroup's CPU quota, as Kubernetes' limits and `docker --cpus` set)
 does not show in CPU affinity: a pod limited to 2 CPUs on a 64-core node sees 64. Counting
@@ -18,6 +19,9 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
+
+from tune_orchestrator.budget.units import counted
 
 from .errors import InputError
 
@@ -212,6 +216,48 @@ def idle_cores(smt: Path | None = None) -> str | None:
         f"online CPUs on x86-64, for hyper-threads this CPU does not have; with {fix}, kernels "
         "use them all"
     )
+
+
+def host_memory() -> int:
+    """Bytes of memory this process may use: the host's, within its cgroup's limit."""
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = memory_limit()
+    return min(physical, limit) if limit else physical
+
+
+def check_memory_room(model: Any, samples: int) -> None:
+    """InputError where running the model (model.loading.OnnxModel) on `samples` samples at
+    once (the output check's) cannot fit the memory this process may use: the samples' inputs, its
+    weights and, as an operator holds its input and output at once, twice its largest tensor.
+    A batch typed too large ended the run with numpy's MemoryError and a traceback, or with the
+    kernel's OOM killer and no word (`orchestrate estimate`, running one sample: TVM's
+    internal error)."""
+    memory, held = host_memory(), samples * model.input_bytes() + model.weight_bytes()
+    if held <= memory // 8:  # no shape inference for the models that fit many times over
+        return
+    largest = model.largest_value_bytes()
+    if held + 2 * largest <= memory:
+        return
+    shapes = ", ".join(f"{i.name}: {'x'.join(map(str, i.shape))} {i.dtype}" for i in model.inputs)
+    fix = (
+        "give smaller dynamic dimensions with --input-shape"
+        if model.given_shapes
+        else "export the model with smaller inputs (a smaller batch)"
+    )
+    raise InputError(
+        f"running the model needs more than the {_size(memory)} of memory here: its inputs take "
+        f"{_size(model.input_bytes())} a sample ({shapes}), {counted(samples, 'sample')} held at "
+        f"once, its largest tensor as it runs takes {_size(largest)} and its weights "
+        f"{_size(model.weight_bytes())}; {fix}"
+    )
+
+
+def _size(count: int) -> str:
+    """Bytes in TiB, GiB, MiB or KiB, the largest that is one or more."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.3g} {unit}"
+    return f"{count / 1024:.3g} KiB"
 
 
 def check_temp_room(weight_bytes: int) -> None:

@@ -74,6 +74,7 @@ def models(tmp_path):
         (["dyn.onnx"], "give them with --input-shape x:1x3x8x8"),
         (["--input-shape", "x=1x3", "dyn.onnx"], "is not NAME:DIMS"),
         (["--input-shape", "z:1x3x8x8", "dyn.onnx"], "its inputs are: x"),
+        (["--input-shape", "x:10000000000x3x8x8", "dyn.onnx"], "needs more than the"),
         (["--budget", "5 parsecs", "tiny.onnx"], "unknown unit 'parsecs'"),
         (
             ["--budget", "2gpu-h", "--target", "llvm", "tiny.onnx"],
@@ -130,6 +131,32 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
     monkeypatch.chdir(models)
     fails_with_one_line(args, needle)
     assert not (models / "runs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("batch, refused", [(20000, True), (10000, False)])
+def test_a_batch_too_large_for_this_hosts_memory_is_refused(models, monkeypatch, batch, refused):
+    """`--input-shape x:100000000x3x8x8` ended with numpy's MemoryError and a traceback as the
+    check's samples were drawn; a batch whose samples fit but whose tensors did not, with the
+    kernel's OOM killer (exit 137, not a word). Here the memory is 80 MiB: three samples of
+    x (15.4 MB each at 20000) fit; with the convolution's output (20.5 MB) held twice, not."""
+    from tune_orchestrator import host
+
+    monkeypatch.setattr(host, "host_memory", lambda: 80 << 20)
+    monkeypatch.chdir(models)
+    args = ["--budget", "8trials", "--target", "llvm", "--input-shape", f"x:{batch}x3x8x8"]
+    if refused:
+        fails_with_one_line(
+            [*args, "dyn.onnx"],
+            "running the model needs more than the 80 MiB of memory here: its inputs take 14.6 "
+            f"MiB a sample (x: {batch}x3x8x8 float32), 3 samples held at once, its largest "
+            "tensor as it runs takes 19.5 MiB and its weights 0.461 KiB; give smaller dynamic "
+            "dimensions with --input-shape",
+        )
+        estimate = ["estimate", "--target", "llvm", "--input-shape", "x:50000x3x8x8", "dyn.onnx"]
+        fails_with_one_line(estimate, "36.6 MiB a sample (x: 50000x3x8x8 float32), 1 sample")
+        return
+    result = CliRunner().invoke(main, [*args, "--build-only", "dyn.onnx"])
+    assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize("fails", ["bad input", "bad value", "internal"])

@@ -155,7 +155,7 @@ def _read_inputs(
     from tune_orchestrator.budget.prices import run_price
 
     from ..config import Settings
-    from ..host import check_temp_room, host_cores
+    from ..host import check_memory_room, check_temp_room, host_cores
     from ..model.importer import fuse_for_tuning, import_to_relax
     from ..model.loading import load_model
     from ..model.targets import resolve_target
@@ -167,6 +167,7 @@ def _read_inputs(
     settings = Settings.load(config, {"tune.target": target} if target else None, env=os.environ)
     onnx_model = load_model(model, _shapes(input_shapes))
     check_temp_room(onnx_model.weight_bytes())  # it compiles the model
+    check_memory_room(onnx_model, 1)  # and runs it once
     resolved = resolve_target(settings.tune.target, build_only=True)
     cost = run_price(
         device_type=resolved.device_type,

@@ -87,6 +87,31 @@ class OnnxModel:
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
 
+    def input_bytes(self) -> int:
+        """Bytes of one sample of its inputs, by their shapes and element types."""
+        import ml_dtypes  # noqa: F401  (numpy knows "bfloat16" by name once it is imported)
+        import numpy as np
+
+        return sum(math.prod(i.shape) * np.dtype(i.dtype).itemsize for i in self.inputs)
+
+    def largest_value_bytes(self) -> int:
+        """Bytes of its largest tensor computed as it runs, by onnx's shape inference (0 where
+        it gives up): a lower bound of what running it holds beside its inputs and weights."""
+        from onnx.helper import tensor_dtype_to_np_dtype
+
+        from .folding import fixed_shape, value_types
+
+        shapes = {i.name: i.shape for i in self.inputs}
+        weights = {init.name for init in self.proto.graph.initializer}
+        sizes = [0]
+        for name, value in value_types(self.proto, shapes).items():
+            shape = fixed_shape(value) if value.HasField("tensor_type") else None
+            if name in weights or name in shapes or shape is None:
+                continue
+            itemsize = tensor_dtype_to_np_dtype(value.tensor_type.elem_type).itemsize
+            sizes.append(math.prod(shape) * itemsize)
+        return max(sizes)
+
     def weight_bytes(self) -> int:
         """Bytes of its initializers (its weights), by their shapes and element types."""
         from onnx.helper import tensor_dtype_to_np_dtype

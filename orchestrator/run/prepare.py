@@ -89,7 +89,7 @@ def describe(
     anything is written."""
     from ..deploy import samples
     from ..deploy.devices import runs_model
-    from ..host import check_temp_room
+    from ..host import check_memory_room, check_temp_room
     from ..library import RunLibrary
     from ..model.loading import load_model
     from .measuring import target_and_fleet
@@ -102,6 +102,7 @@ def describe(
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
     check_temp_room(onnx_model.weight_bytes())
+    check_memory_room(onnx_model, 1 if options.check_inputs else samples.SEEDS)
     check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
     with _named_by(sources.get("tune.target", "options"), "target"):
         resolved, fleet = target_and_fleet(
