@@ -187,6 +187,31 @@ def test_without_the_early_stop_it_tunes_on(stopped, tmp_path):
     assert report["summary"]["trials"] == stopped.trials + 4 and report["sessions"] == 2
 
 
+def test_a_resume_without_the_library_the_run_had_is_told_so(stopped, tmp_path, cache_home):
+    """Nothing said that a resume read another library than its earlier sessions (or none),
+    or measured on this host where they measured on an RPC fleet: their records and timings
+    joined the run's unremarked."""
+    run = tmp_path / "run"
+    shutil.copytree(stopped.out, run)
+    result = again(stopped, run, f"{stopped.trials + 4}trials", "--no-early-stop", "--no-library")
+    assert result.exit_code == 0, result.output
+    (said,) = [e["message"] for e in journal(run) if e["type"] == "warning"]
+    library = json.loads((stopped.out / "config.json").read_text())["resumed_with"]["library"]
+    assert library.startswith(str(cache_home.parent))  # the fixture's default root
+    assert said == (
+        f"the run's earlier sessions ran with the library at {library} and this one runs "
+        "without the library (--no-library)"
+    )
+    fleet = {"library": None, "rpc": "head:9190", "rpc_key": "h100"}
+    here = {"library": None, "rpc": None, "rpc_key": None}
+    assert rerun.moved({"resumed_with": fleet}, {"resumed_with": here}) == [
+        "the run's earlier sessions measured on the RPC fleet at head:9190 (key h100) and this "
+        "one measures on this host: its timings are compared with theirs as one device's (give "
+        "the command they ran to measure where they did)"
+    ]
+    assert rerun.moved({}, {"resumed_with": here}) == []  # a config.json of an older version
+
+
 def test_a_run_whose_answer_could_change_is_not_taken_as_done(stopped, tmp_path):
     run = RunDir(tmp_path / "run")
     shutil.copytree(stopped.out, run.path)
@@ -195,6 +220,7 @@ def test_a_run_whose_answer_could_change_is_not_taken_as_done(stopped, tmp_path)
     assert rerun.earlier_report(run, samples) is not None
     assert rerun.earlier_report(run, "2 samples from inputs.npz") is None  # checked on others
     assert rerun.same_run(config, {**config, "budget": "1h", "model": {"path": "elsewhere"}})
+    assert rerun.same_run(config, {**config, "resumed_with": {"library": False}})
     stricter = json.loads(json.dumps(config))
     stricter["settings"]["check"]["rtol"] /= 10
     assert not rerun.same_run(config, stricter)

@@ -13,6 +13,10 @@ the budget, the price, the check's samples, the measuring machine. A run that re
 task retires each again as it is read back. And a budget of time, money or energy that the
 up-front check would refuse (too little left for a round after what the run spent) is
 answered so too, with the budget that would tune further.
+
+A run resumed to measure elsewhere than its earlier sessions did (on this host rather than
+their RPC fleet), or with another library (after --no-library), is told so: its timings and
+records join theirs all the same.
 """
 
 from __future__ import annotations
@@ -102,6 +106,38 @@ def spent(budget: str, minimum: str) -> tuple[Decision, str]:
         Decision(True, f"budget {budget} leaves too little to tune further", BUDGET),
         f"give --budget {minimum} or more to tune further",
     )
+
+
+def moved(earlier: Any, now: Mapping[str, Any]) -> list[str]:
+    """Warnings where this session (`now`, its config.json record) measures on another machine
+    or reads another library than the earlier sessions (`earlier`, the record they left)."""
+    was = earlier.get("resumed_with") if isinstance(earlier, dict) else None
+    if not isinstance(was, dict):  # a first session, or the record of an older version
+        return []
+    this, said = now["resumed_with"], []
+    if (was.get("rpc"), was.get("rpc_key")) != (this["rpc"], this["rpc_key"]):
+        said.append(
+            f"the run's earlier sessions measured on {_machine(was)} and this one measures on "
+            f"{_machine(this)}: its timings are compared with theirs as one device's (give "
+            "the command they ran to measure where they did)"
+        )
+    if was.get("library") is not None and this["library"] is not None:
+        if was["library"] != this["library"]:
+            said.append(
+                f"the run's earlier sessions ran {_library(was['library'])} and this one runs "
+                f"{_library(this['library'])}"
+            )
+    return said
+
+
+def _machine(where: Mapping[str, Any]) -> str:
+    if where.get("rpc"):
+        return f"the RPC fleet at {where['rpc']} (key {where.get('rpc_key')})"
+    return "this host"
+
+
+def _library(root: str | bool) -> str:
+    return f"with the library at {root}" if root else "without the library (--no-library)"
 
 
 def answer(decision: Decision, to_do: str | None = None) -> str:

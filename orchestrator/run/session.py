@@ -29,7 +29,7 @@ from tune_orchestrator.predictor import warm_start
 from ..api import ANSWER
 from ..deploy import devices
 from ..deploy.builds import ModelBuilds, Shipment
-from ..errors import BudgetTooSmall
+from ..errors import BudgetTooSmall, InputError
 from ..forecast import overheads
 from ..host import host_cores, idle_cores, tvm_threads
 from ..model.defaults import DefaultRecords, SearchView, default_schedule, deployed_schedule
@@ -570,6 +570,14 @@ class Session:
     # -- steps ------------------------------------------------------------------------------
 
     def _start(self, restored: Restored, ledger: Ledger) -> None:
+        """Record the session (config.json, the journal, the events); where a resume measures
+        elsewhere or reads another library than the earlier sessions, warn."""
+        try:
+            resumed = restored.sessions and not self.build_only  # a build measures nothing
+            earlier = self.run.read_json(RunDir.CONFIG) if resumed else None
+        except InputError:  # torn: its sessions' settings cannot be told
+            earlier = None
+        moved = rerun.moved(earlier, self.config_record())
         self.run.write_json(RunDir.CONFIG, self.config_record())
         self.run.append(
             {
@@ -596,6 +604,8 @@ class Session:
             trials=ledger.trials,
         )
         self.emit("tasks", tasks=[t.describe() for t in self.tasks])
+        for warning in moved:
+            self._warn(warning)
 
     def _measure_baselines(
         self,
