@@ -225,14 +225,17 @@ def host_memory() -> int:
     return min(physical, limit) if limit else physical
 
 
-def check_memory_room(model: Any, samples: int) -> None:
+def check_memory_room(
+    model: Any, samples: int, *, memory: int | None = None, where: str = "here"
+) -> None:
     """InputError where running the model (model.loading.OnnxModel) on `samples` samples at
-    once (the output check's) cannot fit the memory this process may use: the samples' inputs, its
-    weights and, as an operator holds its input and output at once, twice its largest tensor.
-    A batch typed too large ended the run with numpy's MemoryError and a traceback, or with the
-    kernel's OOM killer and no word (`orchestrate estimate`, running one sample: TVM's
-    internal error)."""
-    memory, held = host_memory(), samples * model.input_bytes() + model.weight_bytes()
+    once (the output check's) cannot fit `memory` (default: what this process may use; a GPU's,
+    `where` naming it): the samples' inputs, its weights and, as an operator holds its input
+    and output at once, twice its largest tensor. A batch typed too large ended the run with
+    numpy's MemoryError and a traceback, or with the kernel's OOM killer and no word
+    (`orchestrate estimate`, running one sample: TVM's internal error)."""
+    memory = host_memory() if memory is None else memory
+    held = samples * model.input_bytes() + model.weight_bytes()
     if held <= memory // 8:  # no shape inference for the models that fit many times over
         return
     largest = model.largest_value_bytes()
@@ -245,7 +248,7 @@ def check_memory_room(model: Any, samples: int) -> None:
         else "export the model with smaller inputs (a smaller batch)"
     )
     raise InputError(
-        f"running the model needs more than the {_size(memory)} of memory here: its inputs take "
+        f"running the model needs more than the {_size(memory)} of memory {where}: its inputs take "
         f"{_size(model.input_bytes())} a sample ({shapes}), {counted(samples, 'sample')} held at "
         f"once, its largest tensor as it runs takes {_size(largest)} and its weights "
         f"{_size(model.weight_bytes())}; {fix}"

@@ -251,6 +251,26 @@ def test_a_kernel_that_writes_nan_is_reported_and_not_timed():
 
 
 @needs_gpu
+def test_a_batch_too_large_for_the_gpu_is_refused_before_any_work(
+    tmp_path, fast_config, monkeypatch
+):
+    """One sample of x at a batch of 60 million (43 GiB) and twice its convolution's output
+    (57 GiB), fit neither an H100 nor an H200: every candidate's run and the final check
+    would fail on the GPU."""
+    from tune_orchestrator import host
+
+    monkeypatch.setattr(host, "host_memory", lambda: 1 << 50)  # the host's check passes
+    model = onnx_models.tiny_cnn(tmp_path / "dyn.onnx", batch="N")
+    shape = ["--input-shape", "x:60000000x3x8x8"]
+    args = tune_args(model, tmp_path / "run", fast_config, *shape, target="cuda")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "running the model needs more than the" in result.stderr
+    assert "of memory on GPU 0: its inputs take 42.9 GiB a sample" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@needs_gpu
 def test_a_whole_tune_on_the_gpu(tmp_path, fast_config):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
     out = tmp_path / "run"

@@ -97,6 +97,13 @@ class Fleet:
             return 0
         return self.servers if self.rpc else len(self.gpus)
 
+    def smallest_memory(self) -> tuple[int, int]:
+        """(index, bytes of memory) of the local GPU with the least, of those it measures on."""
+        import tvm
+
+        sizes = [(g, int(tvm.cuda(g).total_global_memory)) for g in self.gpus]
+        return min(sizes, key=lambda size: size[1])
+
     def claims(self, device_type: str) -> list[str]:
         """Names of the local devices this run measures on, for DeviceClaim (none on a
         fleet: the tracker lends each server to one session at a time)."""

@@ -114,6 +114,9 @@ def describe(
             rpc_key=options.rpc_key,
             simulate=options.simulate,
         )
+    if resolved.device_type == "cuda" and resolved.device_present and not fleet.rpc:
+        gpu, memory = fleet.smallest_memory()  # the check runs one sample at a time there
+        check_memory_room(onnx_model, 1, memory=memory, where=f"on GPU {gpu}")
     checker = output_checker(onnx_model, check_samples, settings, runs_model(resolved, fleet))
     library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
     cost = _cost(budget_obj, resolved, fleet, options.price)
