@@ -8,7 +8,7 @@ from .grammar import DEVICE_HOURS, DOLLARS, TRIALS, WALL
 
 
 def counted(count: int, noun: str) -> str:
-    """ "1 round", "3 rounds": `count` of a noun that takes an s."""
+    """`count` of a noun that takes an s: "1 round", "3 rounds"."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
