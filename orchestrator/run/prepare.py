@@ -89,7 +89,7 @@ def describe(
     anything is written."""
     from ..deploy import samples
     from ..deploy.devices import runs_model
-    from ..host import check_memory_room, check_temp_room
+    from ..host import check_temp_room
     from ..library import RunLibrary
     from ..model.loading import load_model
     from .measuring import target_and_fleet
@@ -102,8 +102,6 @@ def describe(
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
     onnx_model = load_model(model, shapes(options.input_shapes))
     check_temp_room(onnx_model.weight_bytes())
-    check_memory_room(onnx_model, 1 if options.check_inputs else samples.SEEDS)
-    check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
     with _named_by(sources.get("tune.target", "options"), "target"):
         resolved, fleet = target_and_fleet(
             settings.tune.target,
@@ -114,9 +112,8 @@ def describe(
             rpc_key=options.rpc_key,
             simulate=options.simulate,
         )
-    if resolved.device_type == "cuda" and resolved.device_present and not fleet.rpc:
-        gpu, memory = fleet.smallest_memory()  # the check runs one sample at a time there
-        check_memory_room(onnx_model, 1, memory=memory, where=f"on GPU {gpu}")
+    _check_memory(onnx_model, options, resolved, fleet)
+    check_samples = samples.for_run(onnx_model, settings, options.check_inputs)
     checker = output_checker(onnx_model, check_samples, settings, runs_model(resolved, fleet))
     library = RunLibrary.open(options.library, resolved, settings, build_only=options.build_only)
     cost = _cost(budget_obj, resolved, fleet, options.price)
@@ -133,6 +130,19 @@ def describe(
         stopping=stopping_rules(settings, budget_obj), fleet=fleet, library=library, cost=cost,
         warm_start=warm, checker=checker, invocation=invocation,
     )  # fmt: skip
+
+
+def _check_memory(model: Any, options: Options, target: Any, fleet: Any) -> None:
+    """InputError where running the model on the output check's samples cannot fit this host's
+    memory, or one sample that of the smallest local GPU it measures on (the check runs the
+    samples there one at a time); before the samples are drawn."""
+    from ..deploy.samples import SEEDS
+    from ..host import check_memory_room
+
+    check_memory_room(model, 1 if options.check_inputs else SEEDS)
+    if target.device_type == "cuda" and target.device_present and not fleet.rpc:
+        gpu, memory = fleet.smallest_memory()
+        check_memory_room(model, 1, memory=memory, where=f"on GPU {gpu}")
 
 
 def resumed_with(given: Given) -> dict[str, Any]:
