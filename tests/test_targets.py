@@ -183,6 +183,13 @@ def test_a_feature_llvm_does_not_know_is_refused_not_ignored(capfd):
     )
     assert capfd.readouterr().err == ""  # nor LLVM's line before it
     assert resolve_target("llvm -mcpu=haswell -mattr=+avx2,+fma,-avx512f").device_present
+    # Taken away as LLVM does not spell it, AVX-512 stayed in the code of a CPU that has it.
+    with pytest.raises(InputError) as info:
+        resolve_target("llvm -mattr=-AVX512F", build_only=True)
+    assert "takes away -AVX512F, which LLVM" in str(info.value)
+    assert str(info.value).endswith("it would be ignored; did you mean -avx512f? Or leave it out")
+    assert capfd.readouterr().err == ""
+    resolve_target("llvm -mattr=-retpoline", build_only=True)  # known, on no CPU by default
 
 
 @pytest.fixture

@@ -274,30 +274,34 @@ def _check_cpu(target: Any, spec: str) -> None:
 
 
 def _check_features(target: Any, spec: str) -> None:
-    """InputError where an llvm target's `mattr` adds a feature LLVM does not know (`+AVX2`,
-    `+avx512fx`): LLVM wrote "not a recognized feature (ignoring feature)" at every build and
-    the run tuned without it."""
+    """InputError where an llvm target's `mattr` adds or takes away a feature LLVM does not
+    know (`+AVX2`, `+avx512fx`, `-AVX512F`): LLVM wrote "not a recognized feature (ignoring
+    feature)" at every build and the run tuned without it, or with what was to be left out."""
     import difflib
 
     import tvm
     from tvm.target import codegen
 
-    added = [str(a)[1:] for a in target.attrs.get("mattr") or [] if str(a).startswith("+")]
-    if not added:
+    mattr = [str(a) for a in target.attrs.get("mattr") or [] if str(a)[:1] in ("+", "-")]
+    if not mattr:
         return
-    with _llvm_quiet():  # LLVM writes its own line for each, to fd 2
-        has = {str(f) for f in codegen.llvm_get_cpu_features(target)}
-    unknown = [f for f in added if f not in has]
+    # A feature is known where the target given it has it: taken away, it is tried added.
+    added = {k: v for k, v in dict(target.export()).items() if k != "host"}
+    added["mattr"] = ["+" + a[1:] for a in mattr]
+    with _llvm_quiet():  # LLVM writes its own line for each unknown one, to fd 2
+        has = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(added))}
+    unknown = [a for a in mattr if a[1:] not in has]
     if not unknown:
         return
     host = {"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu())}
     names = sorted(has | {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(host))})
-    close = difflib.get_close_matches(unknown[0].lower(), names, n=1)
-    fix = f"did you mean +{close[0]}? Or leave it out" if close else "leave it out"
+    close = difflib.get_close_matches(unknown[0][1:].lower(), names, n=1)
+    sign = "adds" if unknown[0][0] == "+" else "takes away"
+    fix = f"did you mean {unknown[0][0]}{close[0]}? Or leave it out" if close else "leave it out"
     llvm, _ = _unknown_to(target)
     raise InputError(
-        f"--target {spec!r} adds {', '.join('+' + f for f in unknown)}, which {llvm}: it "
-        f"would be ignored; {fix}"
+        f"--target {spec!r} {sign} {', '.join(unknown)}, which {llvm}: it would be ignored; "
+        f"{fix}"
     )
 
 
