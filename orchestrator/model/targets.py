@@ -300,8 +300,7 @@ def _check_features(target: Any, spec: str) -> None:
     fix = f"did you mean {unknown[0][0]}{close[0]}? Or leave it out" if close else "leave it out"
     llvm, _ = _unknown_to(target)
     raise InputError(
-        f"--target {spec!r} {sign} {', '.join(unknown)}, which {llvm}: it would be ignored; "
-        f"{fix}"
+        f"--target {spec!r} {sign} {', '.join(unknown)}, which {llvm}: it would be ignored; {fix}"
     )
 
 
