@@ -39,6 +39,26 @@ def test_gpu_architectures_tvm_reads_are_taken(arch):
     assert str(resolved.target.attrs["arch"]) == arch
 
 
+@pytest.mark.parametrize(
+    "arch, fix",
+    [("sm_909", "did you mean sm_90?"), ("sm_91", "did you mean sm_90?"),
+     ("sm_85", "did you mean sm_86?"), ("sm_999", "e.g. sm_90 for an H100 (9.0)")],
+)  # fmt: skip
+def test_a_gpu_architecture_no_nvidia_gpu_has_is_refused(arch, fix, monkeypatch):
+    """`-arch=sm_909` compiled, shipped kernels no GPU could load, unchecked ("nvcc cannot
+    compile for sm_909"), and exited 0. An architecture the nvcc here knows is a newer GPU's."""
+    from tune_orchestrator.model import targets
+
+    with pytest.raises(InputError) as info:
+        resolve_target(f"cuda -arch={arch}", build_only=True)
+    assert f"names GPU architecture {arch}, which no NVIDIA GPU has (sm_20 to sm_121" in str(
+        info.value
+    )
+    assert str(info.value).endswith(fix)
+    monkeypatch.setattr(targets, "_nvcc_archs", lambda: [arch[3:]])
+    assert str(resolve_target(f"cuda -arch={arch}", build_only=True).target.attrs["arch"]) == arch
+
+
 @pytest.fixture
 def on_an_a100(monkeypatch):
     """This host's GPU as an A100 (compute capability 8.0)."""

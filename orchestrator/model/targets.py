@@ -139,15 +139,59 @@ def resolve_target(
     return ResolvedTarget(target, spec, "cuda", has_gpu, _device_name("cuda", has_gpu))
 
 
+# The compute capabilities of NVIDIA's GPUs, Fermi to Blackwell, as sm_ names them.
+_NVIDIA_ARCHS = (
+    "20", "21", "30", "32", "35", "37", "50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "88", "89", "90",
+    "100", "101", "103", "110", "120", "121",
+)  # fmt: skip
+_WRITE_ARCH = "write sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
+
+
 def _check_arch(target: Any, spec: str) -> None:
     """InputError where a CUDA target's architecture is not of the form TVM reads (`sm_90`,
-    `sm_90a`): `-arch=sm_9` reached the first build as TVM's ValueError, an internal error."""
+    `sm_90a`): `-arch=sm_9` reached the first build as TVM's ValueError, an internal error;
+    or is no NVIDIA GPU's (`sm_909`) and no nvcc here knows it: the run shipped kernels no GPU
+    could load, unchecked, with exit 0."""
+    import difflib
+
     arch = str(target.attrs.get("arch", ""))
-    if arch and not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+    number = re.fullmatch(r"sm_(\d{2,3})[af]?", arch)
+    if arch and not number:
         raise InputError(
-            f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; write "
-            "sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
+            f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; "
+            f"{_WRITE_ARCH}"
         )
+    if not number or number.group(1) in _NVIDIA_ARCHS or number.group(1) in _nvcc_archs():
+        return
+    given = number.group(1)
+    major = [a for a in _NVIDIA_ARCHS if a[:-1] == given[:-1]]  # sm_91: sm_90
+    close = [min(major, key=lambda a: abs(int(a) - int(given)))] if major else []
+    typed = difflib.get_close_matches(given, _NVIDIA_ARCHS, n=1)
+    close = close or [a for a in typed if given.startswith(a)]  # sm_909: sm_90
+    raise InputError(
+        f"--target {spec!r} names GPU architecture {arch}, which no NVIDIA GPU has (sm_20 to "
+        f"sm_121, as of CUDA 13); " + (f"did you mean sm_{close[0]}?" if close else _WRITE_ARCH)
+    )
+
+
+def _nvcc_archs() -> list[str]:
+    """The compute capabilities the nvcc here compiles for ("90", ...): a newer GPU's."""
+    import subprocess
+
+    from ..deploy.kernels import find_nvcc
+
+    nvcc = find_nvcc()
+    try:
+        listed = (
+            subprocess.run(
+                [nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60
+            ).stdout
+            if nvcc
+            else ""
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return re.findall(r"compute_(\d+)", listed)
 
 
 # What a thread block of every NVIDIA GPU TVM compiles for (sm_50 on) may hold, as TVM's
