@@ -35,7 +35,7 @@ def fmt_amount(kind: str, value: float | None) -> str:
     if kind == DOLLARS:
         return f"${value:.2f}"
     if kind == TRIALS:
-        return f"{int(round(value))} trials"
+        return counted(int(round(value)), "trial")
     return f"{value / 1e3:.3g} kJ"
 
 

@@ -111,7 +111,8 @@ def _spent(report: Mapping[str, Any]) -> list[str]:
     if s["energy_j"] is not None:
         spent.append(f"{s['energy_j'] / 1e3:.3g} kJ")
     lines = [
-        f"Spent {', '.join(spent)} on {s['trials']} trials in {counted(s['rounds'], 'round')}"
+        f"Spent {', '.join(spent)} on {counted(s['trials'], 'trial')} in "
+        f"{counted(s['rounds'], 'round')}"
         f"{library_rounds(report.get('library'))}."
     ]
     coverage = describe_coverage(s, len(report["tasks"]))

@@ -78,8 +78,8 @@ class Printer:
         self._shipped_as = Path(e["library"]).name
         if e["resumed"]:  # the first thing said: nothing starts over unannounced
             self._say(
-                f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and {e['trials']} trials "
-                "spent before count against the budget (--fresh starts over)"
+                f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and "
+                f"{counted(e['trials'], 'trial')} spent before count against the budget (--fresh starts over)"
             )
         if e["build_only"]:
             self._say(f"compiling {e['model']} for {e['target']} (build only: no tuning)")
@@ -137,7 +137,7 @@ class Printer:
             f"round {e['round']:>3}  {e['task']} [{e['task_index'] + 1}/{e['tasks']}]  "
             f"{e['measured']} measured{failed}  task best {fmt_latency(e['best_s'])}  "
             f"model ~{fmt_latency(e['model_latency_s'])}  "
-            f"{fmt_duration(spend['wall_s'])}, {spend['trials']} trials"
+            f"{fmt_duration(spend['wall_s'])}, {counted(spend['trials'], 'trial')}"
             + ("  (the early stop waits for this task)" if e.get("early_stop_waits") else "")
         )
         if not self.tty:

@@ -238,7 +238,9 @@ def _progress(run: RunDir) -> str:
     rounds = [e for e in journal if e.get("type") == "round"]
     model = next((e["model_latency_s"] for e in reversed(rounds) if e.get("model_latency_s")), None)
     spent = fmt_duration(spend.wall_s)
-    progress = f"{counted(len(rounds), 'round')}, {spend.trials} trials and {spent} spent"
+    progress = (
+        f"{counted(len(rounds), 'round')}, {counted(spend.trials, 'trial')} and {spent} spent"
+    )
     if model:
         progress += f", the model ~{fmt_latency(model)} by its tasks' best"
     return progress
