@@ -194,10 +194,10 @@ def _nvcc_archs() -> list[str]:
     return re.findall(r"compute_(\d+)", listed)
 
 
-# What a thread block of every NVIDIA GPU TVM compiles for (sm_50 on) may hold, as TVM's
-# nvidia/* tags give it. MetaSchedule's CUDA rules cannot schedule without these, and a target
-# written `cuda -arch=sm_90` or {"kind": "cuda", "arch": "sm_90"} names none: every task's
-# search failed ("missing attribute `max_threads_per_block`") and the run tuned nothing.
+# What a thread block of an NVIDIA GPU may hold, as TVM's nvidia/* tags give it (Fermi's,
+# sm_2x, half the registers). MetaSchedule's CUDA rules cannot schedule without these, and a
+# target written `cuda -arch=sm_90` or {"kind": "cuda", "arch": "sm_90"} names none: every
+# task's search failed ("missing attribute `max_threads_per_block`"), nothing was tuned.
 _BLOCK_LIMITS = {
     "max_threads_per_block": 1024,
     "max_shared_memory_per_block": 49152,  # without the opt-in to more
@@ -210,7 +210,10 @@ def _with_block_limits(target: Any) -> Any:
     """A CUDA target with the thread block limits it does not give (_BLOCK_LIMITS)."""
     import tvm
 
-    missing = {k: v for k, v in _BLOCK_LIMITS.items() if k not in target.attrs}
+    limits = dict(_BLOCK_LIMITS)
+    if str(target.attrs.get("arch", "")).startswith("sm_2"):
+        limits["registers_per_block"] = 32768
+    missing = {k: v for k, v in limits.items() if k not in target.attrs}
     if not missing:
         return target
     config = {k: v for k, v in dict(target.export()).items() if k != "host"}
