@@ -57,6 +57,9 @@ def models(tmp_path):
     np.savez(tmp_path / "wrong_shape.npz", x=np.zeros((1, 3, 9, 9), "float32"))
     np.savez(tmp_path / "wrong_dtype.npz", x=x.astype("float64"))
     (tmp_path / "notes.npz").write_text("x = 1\n")
+    (tmp_path / "earlier").mkdir()  # a run directory, given as the model to go on with it
+    config = {"model": {"path": "/models/net.onnx"}, "budget": "5min", "fingerprint": {}}
+    (tmp_path / "earlier" / "config.json").write_text(json.dumps(config))
     (tmp_path / "simulated").mkdir()  # a --simulate run's directory names its database so
     (tmp_path / "simulated" / "SIMULATED_database_tuning_record.json").write_text("[0, {}]\n")
     return tmp_path
@@ -68,6 +71,16 @@ def models(tmp_path):
         (["missing.onnx"], "model file missing.onnx does not exist"),
         (["empty.onnx"], "is empty (0 bytes)"),
         (["cut.onnx"], "cut.onnx"),
+        (
+            ["https://example.com/models/net.onnx"],
+            "model https://example.com/models/net.onnx is a URL; tune-orchestrator reads a "
+            "local file: download it first",
+        ),
+        (
+            ["earlier"],
+            "earlier is a run directory, not a model; to go on with that run, give its model and "
+            "the directory as --out: orchestrate --budget 5min --out earlier /models/net.onnx",
+        ),
         (["notes.onnx"], "is not an ONNX model"),
         (["det.onnx"], "does not support: Det"),
         (["custom.onnx"], "com.example.MyOp"),

@@ -268,6 +268,12 @@ def _read_bytes(path: Path) -> bytes:
                 f"model file {path} is a symbolic link to {os.readlink(path)}, which cannot be "
                 "followed (missing, or a loop of links); point it at the .onnx file"
             )
+        url = re.match(r"([a-z][a-z0-9+.-]+):/+(.*)", str(path), re.IGNORECASE)
+        if url:  # a path collapses the // of https://
+            raise InputError(
+                f"model {url.group(1)}://{url.group(2)} is a URL; tune-orchestrator reads a local "
+                "file: download it first (curl -LO URL) and give its path"
+            )
         raise InputError(f"model file {path} does not exist; check the path")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give the path of an .onnx file")

@@ -100,6 +100,7 @@ def describe(
     budget_obj = checked_budget(settings, sources)
     shared = settings.search.cost_model == "shared"
     warm = _warm_start_source(options.warm_start, shared or settings.tune.filter == "xgb")
+    _not_a_run(model)
     onnx_model = load_model(model, shapes(options.input_shapes))
     check_temp_room(onnx_model.weight_bytes())
     with _named_by(sources.get("tune.target", "options"), "target"):
@@ -130,6 +131,20 @@ def describe(
         stopping=stopping_rules(settings, budget_obj), fleet=fleet, library=library, cost=cost,
         warm_start=warm, checker=checker, invocation=invocation,
     )  # fmt: skip
+
+
+def _not_a_run(model: str | Path) -> None:
+    """InputError where MODEL is a run directory (`orchestrate runs/m`, to go on with a run),
+    with the command that does: the model it tuned, its budget and settings, as --out."""
+    from ..rundir import RunDir
+    from .reporting import resume_command
+
+    path = Path(model)
+    if path.is_dir() and (path / RunDir.CONFIG).is_file():
+        raise InputError(
+            f"{path} is a run directory, not a model; to go on with that run, give its model "
+            f"and the directory as --out: {resume_command(RunDir(path))}"
+        )
 
 
 def _check_memory(model: Any, options: Options, target: Any, fleet: Any) -> None:

@@ -93,7 +93,7 @@ def rerender(path: str | Path) -> dict[str, Path]:
             raise InputError(never_reported(run))
         path = run[RunDir.REPORT]
         again = (
-            f"{_command(run, '--build-only')} writes it again from the run's records (it "
+            f"{resume_command(run, '--build-only')} writes it again from the run's records (it "
             "compiles and checks the model again and tunes nothing)"
         )
         report = run.read_json(RunDir.REPORT, fix=f"it was cut short or edited; {again}")
@@ -135,11 +135,11 @@ def never_reported(run: RunDir) -> str:
     return (
         f"{run.path} has no report yet: its session stopped before writing one (killed, or "
         f"its machine went down) after {_progress(run)}; resume it with the command that "
-        f"started it ({_command(run)}) to finish it and write one"
+        f"started it ({resume_command(run)}) to finish it and write one"
     )
 
 
-def _command(run: RunDir, *options: str) -> str:
+def resume_command(run: RunDir, *options: str) -> str:
     """The command that resumes the run, with `options`: its budget, target, settings and
     model as its config.json has them (MODEL where it cannot tell)."""
     try:
