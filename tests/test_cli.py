@@ -146,6 +146,17 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
     assert not (models / "runs").exists()  # nothing was started
 
 
+def test_a_model_path_with_a_tilde_not_expanded_names_the_path_meant(models, monkeypatch):
+    """`orchestrate "~/models/net.onnx"` (quoted, or from a config) said the file does not
+    exist, as it does not, with no word on why."""
+    monkeypatch.setenv("HOME", str(models))
+    fails_with_one_line(
+        ["~/tiny.onnx"],
+        "model file ~/tiny.onnx does not exist: ~ is expanded by a shell, not inside quotes or "
+        f"the Python API; give {models / 'tiny.onnx'}",
+    )
+
+
 @pytest.mark.parametrize("batch, refused", [(20000, True), (10000, False)])
 def test_a_batch_too_large_for_this_hosts_memory_is_refused(models, monkeypatch, batch, refused):
     """`--input-shape x:100000000x3x8x8` ended with numpy's MemoryError and a traceback as the

@@ -274,6 +274,11 @@ def _read_bytes(path: Path) -> bytes:
                 f"model {url.group(1)}://{url.group(2)} is a URL; tune-orchestrator reads a local "
                 "file: download it first (curl -LO URL) and give its path"
             )
+        if str(path).startswith("~") and path.expanduser().exists():
+            raise InputError(
+                f"model file {path} does not exist: ~ is expanded by a shell, not inside quotes "
+                f"or the Python API; give {path.expanduser()}"
+            )
         raise InputError(f"model file {path} does not exist; check the path")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give the path of an .onnx file")
