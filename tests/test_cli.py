@@ -146,15 +146,20 @@ def test_bad_input_gets_one_line_and_exit_2(models, monkeypatch, args, needle):
     assert not (models / "runs").exists()  # nothing was started
 
 
-def test_a_model_path_with_a_tilde_not_expanded_names_the_path_meant(models, monkeypatch):
-    """`orchestrate "~/models/net.onnx"` (quoted, or from a config) said the file does not
-    exist, as it does not, with no word on why."""
+def test_a_path_with_a_tilde_no_shell_expanded_names_the_path_meant(models, monkeypatch):
+    """`orchestrate "~/models/net.onnx"` (quoted) said the file does not exist, with no word on
+    why; `--out "~/runs/m"` made a folder named ~ in the current directory and ran there."""
+    from tune_orchestrator import tune
+
     monkeypatch.setenv("HOME", str(models))
-    fails_with_one_line(
-        ["~/tiny.onnx"],
-        "model file ~/tiny.onnx does not exist: ~ is expanded by a shell, not inside quotes or "
-        f"the Python API; give {models / 'tiny.onnx'}",
-    )
+    monkeypatch.chdir(models)
+    meant = "~ is a shell's, not expanded inside quotes"
+    fails_with_one_line(["~/tiny.onnx"], f"~/tiny.onnx: {meant}; give {models / 'tiny.onnx'}")
+    out = ["--out", "~/runs/m", "tiny.onnx"]
+    fails_with_one_line(out, f"'--out': ~/runs/m: {meant}; give {models / 'runs' / 'm'}")
+    with pytest.raises(InputError, match=f"out ~/runs/m: {meant} or by the Python API; give"):
+        tune("tiny.onnx", "8trials", target="llvm", out="~/runs/m")
+    assert not (models / "~").exists()
 
 
 @pytest.mark.parametrize("batch, refused", [(20000, True), (10000, False)])

@@ -39,11 +39,18 @@ class BudgetType(click.ParamType):
 
 class PathType(click.Path):
     """click.Path, refusing an empty path (an unset shell variable: `--library "$LIB"`), which
-    it would take as the current directory."""
+    it would take as the current directory, and one starting with a ~ no shell expanded."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value:
             self.fail("an empty path (an unset variable?); give a path", param, ctx)
+        from ..model.loading import unexpanded_tilde
+
+        expanded = unexpanded_tilde(Path(value)) if isinstance(value, str) else None
+        if expanded is not None:
+            self.fail(
+                f"{value}: ~ is a shell's, not expanded inside quotes; give {expanded}", param, ctx
+            )
         return super().convert(value, param, ctx)
 
 

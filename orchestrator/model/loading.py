@@ -247,6 +247,18 @@ def _for_tvm(proto: Any, inputs: Sequence[ModelInput]) -> tuple[Any, dict[str, s
     return tvm_proto, tvm_names
 
 
+def unexpanded_tilde(path: Path) -> Path | None:
+    """Where `path` starts with a ~ no shell expanded (no such folder here: `--out "~/runs/m"`
+    made one named ~ in the current directory), the path meant; else None."""
+    if not path.parts or not path.parts[0].startswith("~") or path.exists():
+        return None
+    try:
+        expanded = path.expanduser()
+    except RuntimeError:  # ~name of no user here
+        return None
+    return expanded if expanded != path else None
+
+
 def as_path(name: str, value: Any) -> Path:
     """`value`, given to the Python API as `name`, as a Path; TypeError, naming the fix, for
     anything else (an onnx.ModelProto, a number); InputError for an empty one, which Path
@@ -254,6 +266,12 @@ def as_path(name: str, value: Any) -> Path:
     if isinstance(value, (str, os.PathLike)):
         if not os.fspath(value):
             raise InputError(f"{name} is an empty path (an unset variable?); give a path")
+        expanded = unexpanded_tilde(Path(value))
+        if expanded is not None:
+            raise InputError(
+                f"{name} {value}: ~ is a shell's, not expanded inside quotes or by the Python "
+                f"API; give {expanded}"
+            )
         return Path(value)
     fix = ""
     if hasattr(value, "graph") and hasattr(value, "SerializeToString"):
@@ -273,11 +291,6 @@ def _read_bytes(path: Path) -> bytes:
             raise InputError(
                 f"model {url.group(1)}://{url.group(2)} is a URL; tune-orchestrator reads a local "
                 "file: download it first (curl -LO URL) and give its path"
-            )
-        if str(path).startswith("~") and path.expanduser().exists():
-            raise InputError(
-                f"model file {path} does not exist: ~ is expanded by a shell, not inside quotes "
-                f"or the Python API; give {path.expanduser()}"
             )
         raise InputError(f"model file {path} does not exist; check the path")
     if path.is_dir():

@@ -136,10 +136,11 @@ def describe(
 def _not_a_run(model: str | Path) -> None:
     """InputError where MODEL is a run directory (`orchestrate runs/m`, to go on with a run),
     with the command that does: the model it tuned, its budget and settings, as --out."""
+    from ..model.loading import as_path
     from ..rundir import RunDir
     from .reporting import resume_command
 
-    path = Path(model)
+    path = as_path("model", model)
     if path.is_dir() and (path / RunDir.CONFIG).is_file():
         raise InputError(
             f"{path} is a run directory, not a model; to go on with that run, give its model "
