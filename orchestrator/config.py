@@ -481,7 +481,10 @@ def _read_toml(path: Path, given_by: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8-sig")  # Windows editors begin with a BOM
     except FileNotFoundError:
-        raise InputError(f"config file {path} does not exist; check {given_by}") from None
+        fix = f"check {given_by}"
+        if str(path).startswith("~") and path.expanduser() != path:  # export X="~/a.toml"
+            fix = f"~ is a shell's, not expanded inside quotes: give {path.expanduser()}"
+        raise InputError(f"config file {path} does not exist; {fix}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read config file {path}: {exc}") from None
     try:

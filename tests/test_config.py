@@ -71,6 +71,9 @@ def test_missing_config_file_is_an_input_error(tmp_path):
     variable = {"ORCHESTRATE_CONFIG": str(tmp_path / "nope.toml")}
     with pytest.raises(InputError, match=r"does not exist; check \$ORCHESTRATE_CONFIG"):
         Settings.load(env=variable)  # a user who gave no --config is not told to check it
+    quoted = {"ORCHESTRATE_CONFIG": "~/nope.toml"}  # export ORCHESTRATE_CONFIG="~/..."
+    with pytest.raises(InputError, match="~ is a shell's, not expanded inside quotes: give /"):
+        Settings.load(env=quoted)
 
 
 def test_floats_accept_integers():
