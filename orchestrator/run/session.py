@@ -577,8 +577,9 @@ class Session:
             earlier = self.run.read_json(RunDir.CONFIG) if resumed else None
         except InputError:  # torn: its sessions' settings cannot be told
             earlier = None
-        moved = rerun.moved(earlier, self.config_record())
-        self.run.write_json(RunDir.CONFIG, self.config_record())
+        record = self.config_record()
+        moved = rerun.moved(earlier, record)
+        self.run.write_json(RunDir.CONFIG, record)
         self.run.append(
             {
                 "type": "session",
