@@ -43,6 +43,7 @@ class MlflowLogger:
                 "server you can reach with --mlflow-uri http://HOST:PORT (or MLFLOW_TRACKING_URI)"
             ) from None
         self._params = {k: str(v)[:500] for k, v in params.items()}
+        self.tracking_uri, self.experiment = tracking_uri, experiment  # as given
         self._run_id: str | None = None
         self._failed = False
 

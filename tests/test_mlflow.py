@@ -87,6 +87,11 @@ def test_a_run_logs_params_round_metrics_and_artifacts_to_mlflow(tmp_path, fast_
     assert answered.data.tags["resumed"] == "true" and answered.data.params["model"] == "tiny"
     assert answered.data.metrics["tuned_latency_ms"] == run.data.metrics["tuned_latency_ms"]
 
+    # Killed before its report, the run is named a command that logs its resume to MLflow.
+    (out / "report.json").unlink()
+    said = CliRunner().invoke(main, ["report", str(out)]).stderr
+    assert f"--mlflow --mlflow-experiment pipeline-tests --out {out} " in said
+
 
 def test_an_unusable_tracking_uri_is_an_input_error(tmp_path, fast_config, monkeypatch):
     model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")

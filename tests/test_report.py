@@ -842,19 +842,23 @@ def test_the_command_that_resumes_a_killed_run_leaves_the_library_alone_as_the_r
 
 def test_the_command_that_resumes_a_killed_run_measures_where_it_did(tmp_path, monkeypatch):
     """It named neither the run's library root (a resume read and filled the default one), nor
-    its GPUs, parallelism, RPC fleet or warm start: it measured elsewhere, otherwise paced."""
+    its GPUs, parallelism, RPC fleet, warm start or MLflow: it measured elsewhere, otherwise
+    paced, and logged nowhere."""
     from tune_orchestrator.library.files import default_root
 
     local = {
         "library": "/data/libraries", "gpus": [0, 2], "parallelism": 3, "rpc": None,
         "rpc_key": None, "warm_start": "/runs/earlier",
+        "mlflow": {"uri": None, "experiment": "tune-orchestrator"},
     }  # fmt: skip
     fleet = {"library": str(default_root()), "gpus": None, "parallelism": None,
-             "rpc": "head:9190", "rpc_key": "h100", "warm_start": None}  # fmt: skip
+             "rpc": "head:9190", "rpc_key": "h100", "warm_start": None,
+             "mlflow": {"uri": "http://mlflow:5000", "experiment": "h100s"}}  # fmt: skip
     runs = [
         ("local", local, "--library /data/libraries --gpus 0,2 --parallelism 3 "
-         "--warm-start /runs/earlier"),
-        ("fleet", fleet, "--rpc head:9190 --rpc-key h100"),  # this process's default root
+         "--warm-start /runs/earlier --mlflow"),
+        ("fleet", fleet, "--rpc head:9190 --rpc-key h100 --mlflow-uri http://mlflow:5000 "
+         "--mlflow-experiment h100s"),  # this process's default root: not named
     ]  # fmt: skip
     for name, given, options in runs:
         with RunDir.open(tmp_path / name, fingerprint={}) as run:

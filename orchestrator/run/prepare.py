@@ -164,8 +164,9 @@ def _check_memory(model: Any, options: Options, target: Any, fleet: Any) -> None
 def resumed_with(given: Given) -> dict[str, Any]:
     """Where the run measures and what it reads, as config.json keeps them for the command
     that resumes it (run/reporting): the library's root (False: --no-library; None: left alone
-    for another reason), the GPUs and parallelism, the RPC fleet and the warm start."""
-    fleet, library = given.fleet, given.library
+    for another reason), the GPUs and parallelism, the RPC fleet, the warm start, and MLflow
+    where the run logs to it (the tracking URI given, None for MLFLOW_TRACKING_URI's)."""
+    fleet, library, logger = given.fleet, given.library, given.invocation.logger
     if library.library is not None:
         root: str | bool | None = str(library.path.parent.absolute())
     else:
@@ -178,6 +179,9 @@ def resumed_with(given: Given) -> dict[str, Any]:
         "rpc": fleet.rpc,
         "rpc_key": fleet.rpc_key,
         "warm_start": None if given.warm_start is None else str(given.warm_start.absolute()),
+        "mlflow": None
+        if logger is None
+        else {"uri": logger.tracking_uri, "experiment": logger.experiment},
     }
 
 

@@ -17,6 +17,7 @@ from tune_orchestrator.budget.units import counted, fmt_duration, fmt_latency
 
 from ..config import Settings, env_name, env_text
 from ..errors import InputError
+from ..options import Options
 from ..rundir import RunDir, RunInUse
 from ..rundir.durability import checkpointed_spend
 from ..rundir.restore import spend_so_far
@@ -178,9 +179,9 @@ def _inputs_given(config: Mapping[str, Any]) -> list[str]:
 
 
 def _measured_with(config: Mapping[str, Any]) -> list[str]:
-    """The library, GPU, parallelism, RPC and warm-start options the run was given, as its
-    config.json has them (prepare.resumed_with): a resume without them would read another
-    library, or none, and measure elsewhere. A default library root named for a process with
+    """The library, GPU, parallelism, RPC, warm-start and MLflow options the run was given, as
+    its config.json has them (prepare.resumed_with): a resume without them would read another
+    library, or none, measure elsewhere, or log nowhere. A default library root named for a process with
     another $XDG_CACHE_HOME is named with --library."""
     from ..library.files import default_root
 
@@ -196,6 +197,17 @@ def _measured_with(config: Mapping[str, Any]) -> list[str]:
     for key in ("parallelism", "rpc", "rpc_key", "warm_start"):
         if isinstance(given.get(key), (int, str)) and not isinstance(given[key], bool):
             options += [f"--{key.replace('_', '-')}", str(given[key])]
+    return options + _logged_to(given.get("mlflow"))
+
+
+def _logged_to(mlflow: Any) -> list[str]:
+    """--mlflow (or --mlflow-uri) and --mlflow-experiment where the run logged to MLflow."""
+    if not isinstance(mlflow, dict):
+        return []
+    uri, experiment = mlflow.get("uri"), mlflow.get("experiment")
+    options = ["--mlflow-uri", uri] if isinstance(uri, str) else ["--mlflow"]
+    if isinstance(experiment, str) and experiment != Options().mlflow_experiment:
+        options += ["--mlflow-experiment", experiment]
     return options
 
 
