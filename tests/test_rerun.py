@@ -71,7 +71,10 @@ def unchanged_again(stopped, tmp_path: Path, monkeypatch, budget: str) -> Simple
     return SimpleNamespace(line=line, stdout=result.stdout)
 
 
-@pytest.mark.parametrize("budget", ["400trials", "800trials"], ids=["same", "larger"])
+# Larger by a tenth: the forecast for the rest grows with the budget. A fixture run that cut
+# its latency by a third in its last fifth was forecast +76% at 400trials, +88% at 600trials,
+# and over STOPS_SOON's 90% at 800trials, which went on tuning, as the rule says it should.
+@pytest.mark.parametrize("budget", ["400trials", "440trials"], ids=["same", "larger"])
 def test_asked_again_it_says_it_would_stop_at_once_and_changes_nothing(
     stopped, tmp_path, monkeypatch, budget
 ):
@@ -163,7 +166,7 @@ def test_its_events_are_the_stop_and_the_runs_result(stopped, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(stopped.out, run)
     report = json.loads((run / "report.json").read_text())
-    result = again(stopped, run, "800trials", "--json")
+    result = again(stopped, run, "440trials", "--json")
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
     for event in events:
