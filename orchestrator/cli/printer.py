@@ -79,7 +79,8 @@ class Printer:
         if e["resumed"]:  # the first thing said: nothing starts over unannounced
             self._say(
                 f"resuming {e['run_dir']}: {fmt_duration(e['spent_s'])} and "
-                f"{counted(e['trials'], 'trial')} spent before count against the budget (--fresh starts over)"
+                f"{counted(e['trials'], 'trial')} spent before count against the budget "
+                "(--fresh starts over)"
             )
         if e["build_only"]:
             self._say(f"compiling {e['model']} for {e['target']} (build only: no tuning)")

@@ -141,8 +141,8 @@ def resolve_target(
 
 # The compute capabilities of NVIDIA's GPUs, Fermi to Blackwell, as sm_ names them.
 _NVIDIA_ARCHS = (
-    "20", "21", "30", "32", "35", "37", "50", "52", "53", "60", "61", "62", "70", "72", "75", "80", "86", "87", "88", "89", "90",
-    "100", "101", "103", "110", "120", "121",
+    "20", "21", "30", "32", "35", "37", "50", "52", "53", "60", "61", "62", "70", "72",
+    "75", "80", "86", "87", "88", "89", "90", "100", "101", "103", "110", "120", "121",
 )  # fmt: skip
 _WRITE_ARCH = "write sm_ and the compute capability without its dot, e.g. sm_90 for an H100 (9.0)"
 

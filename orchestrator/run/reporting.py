@@ -181,8 +181,8 @@ def _inputs_given(config: Mapping[str, Any]) -> list[str]:
 def _measured_with(config: Mapping[str, Any]) -> list[str]:
     """The library, GPU, parallelism, RPC, warm-start and MLflow options the run was given, as
     its config.json has them (prepare.resumed_with): a resume without them would read another
-    library, or none, measure elsewhere, or log nowhere. A default library root named for a process with
-    another $XDG_CACHE_HOME is named with --library."""
+    library, or none, measure elsewhere, or log nowhere. A default library root, asked for by a
+    process with another $XDG_CACHE_HOME, is named with --library."""
     from ..library.files import default_root
 
     given = config.get("resumed_with")
