@@ -235,7 +235,8 @@ def check_memory_room(
     numpy's MemoryError and a traceback, or with the kernel's OOM killer and no word
     (`orchestrate estimate`, running one sample: TVM's internal error)."""
     memory = host_memory() if memory is None else memory
-    held = samples * model.input_bytes() + model.weight_bytes()
+    inputs, weights = model.input_bytes(), model.weight_bytes()
+    held = samples * inputs + weights
     if held <= memory // 8:  # no shape inference for the models that fit many times over
         return
     largest = model.largest_value_bytes()
@@ -249,9 +250,8 @@ def check_memory_room(
     )
     raise InputError(
         f"running the model needs more than the {_size(memory)} of memory {where}: its inputs take "
-        f"{_size(model.input_bytes())} a sample ({shapes}), {counted(samples, 'sample')} held at "
-        f"once, its largest tensor as it runs takes {_size(largest)} and its weights "
-        f"{_size(model.weight_bytes())}; {fix}"
+        f"{_size(inputs)} a sample ({shapes}), {counted(samples, 'sample')} held at once, its "
+        f"largest tensor as it runs takes {_size(largest)} and its weights {_size(weights)}; {fix}"
     )
 
 
