@@ -47,7 +47,7 @@ def test_gpu_architectures_tvm_reads_are_taken(arch):
 def test_a_gpu_architecture_no_nvidia_gpu_has_is_refused(arch, fix, monkeypatch):
     """`-arch=sm_909` compiled, shipped kernels no GPU could load, unchecked ("nvcc cannot
     compile for sm_909"), and exited 0. An architecture the nvcc here knows is a newer GPU's."""
-    from tune_orchestrator.model import targets
+    from tune_orchestrator.deploy import kernels
 
     with pytest.raises(InputError) as info:
         resolve_target(f"cuda -arch={arch}", build_only=True)
@@ -55,7 +55,7 @@ def test_a_gpu_architecture_no_nvidia_gpu_has_is_refused(arch, fix, monkeypatch)
         info.value
     )
     assert str(info.value).endswith(fix)
-    monkeypatch.setattr(targets, "_nvcc_archs", lambda: [arch[3:]])
+    monkeypatch.setattr(kernels, "nvcc_archs", lambda: [arch[3:]])
     assert str(resolve_target(f"cuda -arch={arch}", build_only=True).target.attrs["arch"]) == arch
 
 

@@ -79,6 +79,20 @@ def find_nvcc() -> str | None:
     return None
 
 
+def nvcc_archs() -> list[str]:
+    """The compute capabilities the nvcc here compiles for ("90", ...; none without one)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return []
+    try:
+        listed = subprocess.run(
+            [nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return re.findall(r"compute_(\d+)", listed)
+
+
 def nvcc_version(nvcc: str) -> str:
     try:
         text = subprocess.run(

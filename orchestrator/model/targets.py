@@ -154,6 +154,8 @@ def _check_arch(target: Any, spec: str) -> None:
     could load, unchecked, with exit 0."""
     import difflib
 
+    from ..deploy.kernels import nvcc_archs
+
     arch = str(target.attrs.get("arch", ""))
     number = re.fullmatch(r"sm_(\d{2,3})[af]?", arch)
     if arch and not number:
@@ -161,7 +163,7 @@ def _check_arch(target: Any, spec: str) -> None:
             f"--target {spec!r} names GPU architecture {arch!r}, which TVM cannot read; "
             f"{_WRITE_ARCH}"
         )
-    if not number or number.group(1) in _NVIDIA_ARCHS or number.group(1) in _nvcc_archs():
+    if not number or number.group(1) in _NVIDIA_ARCHS or number.group(1) in nvcc_archs():
         return
     given = number.group(1)
     major = [a for a in _NVIDIA_ARCHS if a[:-1] == given[:-1]]  # sm_91: sm_90
@@ -172,26 +174,6 @@ def _check_arch(target: Any, spec: str) -> None:
         f"--target {spec!r} names GPU architecture {arch}, which no NVIDIA GPU has (sm_20 to "
         f"sm_121, as of CUDA 13); " + (f"did you mean sm_{close[0]}?" if close else _WRITE_ARCH)
     )
-
-
-def _nvcc_archs() -> list[str]:
-    """The compute capabilities the nvcc here compiles for ("90", ...): a newer GPU's."""
-    import subprocess
-
-    from ..deploy.kernels import find_nvcc
-
-    nvcc = find_nvcc()
-    try:
-        listed = (
-            subprocess.run(
-                [nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60
-            ).stdout
-            if nvcc
-            else ""
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return re.findall(r"compute_(\d+)", listed)
 
 
 # What a thread block of an NVIDIA GPU may hold, as TVM's nvidia/* tags give it (Fermi's,
@@ -208,16 +190,21 @@ _BLOCK_LIMITS = {
 
 def _with_block_limits(target: Any) -> Any:
     """A CUDA target with the thread block limits it does not give (_BLOCK_LIMITS)."""
-    import tvm
 
     limits = dict(_BLOCK_LIMITS)
     if str(target.attrs.get("arch", "")).startswith("sm_2"):
         limits["registers_per_block"] = 32768
     missing = {k: v for k, v in limits.items() if k not in target.attrs}
-    if not missing:
-        return target
-    config = {k: v for k, v in dict(target.export()).items() if k != "host"}
-    return tvm.target.Target({**config, **missing}, host=target.host)
+    return _with_attrs(target, **missing) if missing else target
+
+
+def _with_attrs(target: Any, **changes: Any) -> Any:
+    """`target` (its host too) with the attributes `changes` names set, or removed for None."""
+    import tvm
+
+    config = json.loads(str(target))
+    config.update(changes)
+    return tvm.target.Target({k: v for k, v in config.items() if v is not None})
 
 
 def _runs_on(arch: str, here: str) -> bool:
@@ -276,7 +263,6 @@ def _native(target: Any, spec: str, *, fleet: bool) -> Any:
     """`-mcpu=native`, as clang and gcc read it: this host's CPU (LLVM's Target does not know
     the word, and compiled for a generic CPU); on an RPC fleet, whose CPUs this host cannot
     tell, refused."""
-    import tvm
 
     if str(target.attrs.get("mcpu") or "") != "native":
         return target
@@ -285,9 +271,7 @@ def _native(target: Any, spec: str, *, fleet: bool) -> Any:
             f"--target {spec!r}: -mcpu=native names this host's CPU, not the RPC servers'; "
             "name theirs (such as -mcpu=znver4), or leave -mcpu out"
         )
-    config = json.loads(str(target))
-    config.pop("mcpu")
-    return tvm.target.Target({**config, **_host_cpu()})
+    return _with_attrs(target, mcpu=_host_cpu().get("mcpu"))
 
 
 def _check_cpu(target: Any, spec: str) -> None:
@@ -333,10 +317,9 @@ def _check_features(target: Any, spec: str) -> None:
     if not mattr:
         return
     # A feature is known where the target given it has it: taken away, it is tried added.
-    added = {k: v for k, v in dict(target.export()).items() if k != "host"}
-    added["mattr"] = ["+" + a[1:] for a in mattr]
     with _llvm_quiet():  # LLVM writes its own line for each unknown one, to fd 2
-        has = {str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(added))}
+        added = _with_attrs(target, mattr=["+" + a[1:] for a in mattr])
+        has = {str(f) for f in codegen.llvm_get_cpu_features(added)}
     unknown = [a for a in mattr if a[1:] not in has]
     if not unknown:
         return
@@ -570,9 +553,7 @@ def _for_this_cpu(target: Any, spec: str, *, fleet: bool) -> Any:
             f"--target {spec!r} does not say how many cores the RPC servers' CPUs have, which "
             'the search needs; add "num-cores": N to the JSON target'
         )
-    config = json.loads(str(target))
-    config["num-cores"] = host_cores()
-    return tvm.target.Target(config)
+    return _with_attrs(target, **{"num-cores": host_cores()})
 
 
 def _llvm_for_host() -> Any:
