@@ -465,6 +465,58 @@ def function_op(path: Path, op: str) -> Path:
     return _save(_model(nodes, [x], [y], inits, opsets=(("", opset),)), path)
 
 
+def local_functions(path: Path) -> Path:
+    """x[1,3,8,8] -> the model's own function local.Block(alpha=0.2) (Conv, then the function
+    local.Act: LeakyRelu by the caller's alpha, at opset 16 in an opset-17 model) twice ->
+    GlobalAveragePool, as torch.onnx.export(export_modules_as_functions=...) writes modules."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((3, 3, 3, 3)) * 0.4).astype("float32"), w)
+        for w in ("w1", "w2")
+    ]
+    leaky = helper.make_node("LeakyRelu", ["a"], ["o"])
+    leaky.attribute.add().CopyFrom(helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT))
+    act = helper.make_function(
+        "local", "Act", ["a"], ["o"], [leaky], [helper.make_opsetid("", 16)], ["alpha"]
+    )
+    call_act = helper.make_node("Act", ["c"], ["o"], domain="local")
+    call_act.attribute.add().CopyFrom(helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT))
+    block = helper.make_function(
+        "local",
+        "Block",
+        ["a", "w"],
+        ["o"],
+        [helper.make_node("Conv", ["a", "w"], ["c"], pads=[1, 1, 1, 1]), call_act],
+        [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        ["alpha"],
+    )
+    nodes = [
+        helper.make_node("Block", ["x", "w1"], ["b1"], domain="local", alpha=0.2),
+        helper.make_node("Block", ["b1", "w2"], ["b2"], domain="local", alpha=0.2),
+        helper.make_node("GlobalAveragePool", ["b2"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 1, 1])
+    model = _model(nodes, [x], [y], inits, opsets=(("", 17), ("local", 1)))
+    model.functions.extend([act, block])
+    return _save(model, path)
+
+
+def out_of_order(path: Path, *, cycle: bool = False, shapeless: str = "") -> Path:
+    """tiny_cnn's graph with its nodes reversed (onnx's checker refuses it, onnxruntime runs
+    it); `cycle` makes its first convolution read the model's output; `shapeless` ("input",
+    "output") declares that one without a shape."""
+    model = onnx.load(tiny_cnn(path))
+    nodes = list(model.graph.node)[::-1]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    if cycle:
+        model.graph.node[-1].input[0] = "y"
+    for value in {"input": model.graph.input, "output": model.graph.output}.get(shapeless, []):
+        value.type.tensor_type.ClearField("shape")
+    return _save(model, path, check=False)
+
+
 def constant_forms(path: Path) -> Path:
     """x[2,3] * Constant(value_floats [3]) + Constant(value_float) -> Reshape by
     Constant(value_ints)."""

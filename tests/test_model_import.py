@@ -444,6 +444,54 @@ def test_a_body_holding_operators_tvm_lacks_is_refused_with_their_names(tmp_path
         load_model(path)
 
 
+def test_local_functions_are_inlined_and_compute_what_onnxruntime_does(tmp_path, llvm):
+    # A module exported as a function was refused as an operator of a custom domain (exit 2).
+    path = onnx_models.local_functions(tmp_path / "blocks.onnx")
+    model = load_model(path)
+    assert not model.proto.functions
+    assert {n.op_type for n in model.tvm_proto.graph.node} == {
+        "Conv",
+        "LeakyRelu",
+        "GlobalAveragePool",
+    }
+    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype("float32")
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
+    # The output check runs the file as written, not as inlined here.
+    as_written = dataclasses.replace(model, proto=onnx.ModelProto())
+    np.testing.assert_allclose(run_onnxruntime(as_written, [x])[0], want, rtol=1e-6)
+
+
+def test_nodes_out_of_order_are_sorted_and_compute_what_onnxruntime_does(tmp_path, llvm):
+    # onnx's checker refused the graph onnxruntime runs: "not a valid ONNX model" (exit 2).
+    path = onnx_models.out_of_order(tmp_path / "reversed.onnx")
+    model = load_model(path)
+    assert [n.op_type for n in model.proto.graph.node] == [
+        "Conv",
+        "Relu",
+        "GlobalAveragePool",
+        "Flatten",
+        "Gemm",
+    ]
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
+    ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cycle_is_refused_naming_its_nodes(tmp_path):
+    with pytest.raises(InputError, match=r"in a cycle; none of Gemm \('y'\), Flatten"):
+        load_model(onnx_models.out_of_order(tmp_path / "cycle.onnx", cycle=True))
+
+
+def test_an_input_or_output_without_a_shape_takes_one(tmp_path):
+    path = onnx_models.out_of_order(tmp_path / "no_input_shape.onnx", shapeless="input")
+    with pytest.raises(InputError, match=r"input 'x' has no shape.*--input-shape x:"):
+        load_model(path)
+    assert load_model(path, {"x": (2, 3, 8, 8)}).inputs[0].shape == (2, 3, 8, 8)
+    model = load_model(onnx_models.out_of_order(tmp_path / "no_out.onnx", shapeless="output"))
+    assert [d.dim_value for d in model.proto.graph.output[0].type.tensor_type.shape.dim] == [1, 2]
+
+
 def test_constants_in_every_attribute_form_import(tmp_path, llvm):
     # TVM reads a Constant's `value` only: value_float(s) and value_int(s) were refused.
     import tvm

@@ -66,7 +66,8 @@ def run_vm(vm: Any, dev: Any, inputs: Sequence[np.ndarray], outputs: int = 1) ->
 def onnxruntime_session(model: OnnxModel) -> Any:
     """An onnxruntime CPU session of the model: of its float32 copy where it computes in
     bfloat16 (upcast.py), from its file where its weights sit beside it (past protobuf's 2 GB
-    a model cannot be held as one message), else from memory.
+    a model cannot be held as one message) or it defines local functions (which onnxruntime
+    runs itself, not as inlined for TVM), else from memory.
 
     It runs the graph as written: onnxruntime's graph optimizations rewrite it into something
     else, notably a quantized model's DequantizeLinear -> Conv -> QuantizeLinear into integer
@@ -88,7 +89,7 @@ def onnxruntime_session(model: OnnxModel) -> Any:
         # Twice the bfloat16 weights, past protobuf's 2 GB: read from files written for it.
         with tempfile.TemporaryDirectory(prefix="orchestrate-float32-") as folder:
             return session(upcast.save_with_weights_beside(copy, Path(folder)))
-    if model.external_weights:
+    if model.external_weights or model.inlined_functions:
         return session(str(model.path.resolve()))
     return session(model.proto.SerializeToString())
 

@@ -23,6 +23,7 @@ from . import (
     integer,
     loops,
     names,
+    normal_form,
     padding,
     recurrent,
     resize,
@@ -83,6 +84,9 @@ class OnnxModel:
     # layers carry the step (its outputs are then checked within [check] rtol_quantized).
     quantized: bool = False
     given_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # Its file defines local functions, inlined into `proto` (normal_form.py): onnxruntime,
+    # which runs them itself, checks the outputs on the file as written.
+    inlined_functions: bool = False
 
     def tvm_name(self, name: str) -> str:
         return self.tvm_names.get(name, name)
@@ -188,10 +192,15 @@ def load_model(
         ) from None
     if proto.ir_version <= 0 or not proto.graph.node:
         raise InputError(f"{path} is not an ONNX model (no graph in it); check the file")
+    normal_form.checkable(path, proto, input_shapes or {})
     try:
         onnx.checker.check_model(proto if proto.ByteSize() < 2**31 - 1 else str(path.resolve()))
     except Exception as exc:
-        raise InputError(f"{path} is not a valid ONNX model: {short_error(exc)}") from None
+        # One line of the checker's message, which may name a node across several.
+        why = short_error(" ".join(str(exc).split()))
+        raise InputError(f"{path} is not a valid ONNX model: {why}") from None
+    inlined = normal_form.inlined(path, proto)
+    inlined_functions, proto = inlined is not proto, inlined
     _check_operators(path, proto)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = _for_tvm(proto, inputs)
@@ -217,6 +226,7 @@ def load_model(
         bfloat16=_computes_in(proto.graph, (onnx.TensorProto.BFLOAT16,)),
         quantized=any(node.op_type in _QUANTIZING for node in names.all_nodes(proto.graph)),
         given_shapes={name: tuple(shape) for name, shape in (input_shapes or {}).items()},
+        inlined_functions=inlined_functions,
     )
 
 

@@ -88,11 +88,12 @@ def all_nodes(graph: Any) -> Iterator[Any]:
     """Every node of `graph`, including those of the subgraphs of If, Loop and Scan."""
     for node in graph.node:
         yield node
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             yield from all_nodes(sub)
 
 
-def _subgraphs(node: Any) -> Iterator[Any]:
+def subgraphs(node: Any) -> Iterator[Any]:
+    """The graphs `node` holds: an If's branches, a Loop's or Scan's body."""
     for attr in node.attribute:
         if attr.HasField("g"):
             yield attr.g
@@ -108,7 +109,7 @@ def _tensor_names(graph: Any) -> Iterator[str]:
         yield sparse.indices.name
     for node in graph.node:
         yield from node.input
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             yield from _tensor_names(sub)
         yield from node.output
     yield from (v.name for v in graph.output)
@@ -132,5 +133,5 @@ def _rename(graph: Any, tensors: Mapping[str, str], nodes: Mapping[str, str]) ->
         node.name = nodes.get(node.name, node.name)
         node.input[:] = [new(n) for n in node.input]
         node.output[:] = [new(n) for n in node.output]
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             _rename(sub, tensors, nodes)
