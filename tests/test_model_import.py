@@ -449,11 +449,8 @@ def test_local_functions_are_inlined_and_compute_what_onnxruntime_does(tmp_path,
     path = onnx_models.local_functions(tmp_path / "blocks.onnx")
     model = load_model(path)
     assert not model.proto.functions
-    assert {n.op_type for n in model.tvm_proto.graph.node} == {
-        "Conv",
-        "LeakyRelu",
-        "GlobalAveragePool",
-    }
+    ops = {n.op_type for n in model.tvm_proto.graph.node}
+    assert ops == {"Conv", "LeakyRelu", "GlobalAveragePool"}
     x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype("float32")
     ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
     np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
@@ -466,13 +463,8 @@ def test_nodes_out_of_order_are_sorted_and_compute_what_onnxruntime_does(tmp_pat
     # onnx's checker refused the graph onnxruntime runs: "not a valid ONNX model" (exit 2).
     path = onnx_models.out_of_order(tmp_path / "reversed.onnx")
     model = load_model(path)
-    assert [n.op_type for n in model.proto.graph.node] == [
-        "Conv",
-        "Relu",
-        "GlobalAveragePool",
-        "Flatten",
-        "Gemm",
-    ]
+    ops = [n.op_type for n in model.proto.graph.node]
+    assert ops == "Conv Relu GlobalAveragePool Flatten Gemm".split()
     x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
     ours, want = _compiled_and_onnxruntime(path, model, llvm.target, {"x": x})
     np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-6)
