@@ -150,6 +150,20 @@ def nan_everywhere(path: Path) -> Path:
     return _save(_model(nodes, [x], [y], [one]), path)
 
 
+def saturated(path: Path) -> Path:
+    """x[2,4] -> y = Relu(-|x| - 1): zero on every input, as a layer that saturates gives."""
+    one = numpy_helper.from_array(np.ones((1,), dtype="float32"), "one")
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Neg", ["a"], ["n"]),
+        helper.make_node("Sub", ["n", "one"], ["m"]),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    return _save(_model(nodes, [x], [y], [one]), path)
+
+
 def identity(path: Path) -> Path:
     """x[1,4] -> Identity: a valid model with no operator to tune."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])

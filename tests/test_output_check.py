@@ -220,6 +220,29 @@ def test_a_model_nan_everywhere_is_refused_before_any_work(tmp_path, fast_config
     assert "UNCHECKED" in (out / "report.md").read_text()
 
 
+def test_outputs_the_same_on_every_sample_warn_and_their_match_says_so(tmp_path, fast_config):
+    """Relu(-|x| - 1) is zero whatever x: a build that ignored its inputs would match too (an
+    untrained model's zeroed head passed "max relative error 0.0e+00", unremarked)."""
+    model = onnx_models.saturated(tmp_path / "zero.onnx")
+    out = tmp_path / "run"
+    args = ["--build-only", "--target", "llvm", "--config", str(fast_config), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--json", str(model)])
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    said = "gives every output zero everywhere on all 3 samples, so a build that ignored"
+    assert any(said in e.get("message", "") for e in events if e["event"] == "warning")
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["check_status"] == MATCHED and report["summary"]["shipped_checked"]
+    assert said in report["tuned"]["check"]["reason"]
+
+
+def test_outputs_that_change_with_the_inputs_carry_no_caveat(tmp_path):
+    model = load_model(onnx_models.tiny_cnn(tmp_path / "tiny.onnx"))
+    given = samples.random_samples(model, seed=0, int_range=(0, 9))
+    assert Checker(model, samples=given, rtol=1e-3).reference_caveat() is None
+    assert Checker(model, samples=given, rtol=10.0).reference_caveat() is not None
+
+
 def test_a_model_onnxruntime_has_no_kernel_for_is_refused_with_the_fix(tmp_path, fast_config):
     """Opset 4: onnxruntime runs opset 7 and later (no Relu-1). The run tuned for its whole
     budget, then could not check its model (exit 5)."""

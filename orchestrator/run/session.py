@@ -309,7 +309,8 @@ class Session:
         self.prior = path.name
 
     def _warn_on_start(self, repairs: Sequence[str]) -> None:
-        """What the run directory's repairs mended, and that timings are simulated."""
+        """What the run directory's repairs mended, that timings are simulated, and that the
+        output check's samples give the same outputs."""
         for repair in repairs:
             self._warn(f"the run directory was mended after a crash: {repair}")
         if self.target.simulated:
@@ -324,6 +325,10 @@ class Session:
         idle = idle_cores() if timed_here and not self.build_only else None
         if idle:
             self._warn(idle)
+        checked = devices.runs_model(self.target, self.fleet)  # else no build is checked
+        caveat = self.given.checker.reference_caveat() if checked else None
+        if caveat is not None:
+            self._warn(f"the output check will prove little: {caveat}")
 
     def _warn_other_cpu(self, target: Any) -> None:
         """Where an llvm target names another CPU or more cores than this host's, on which its
