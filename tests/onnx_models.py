@@ -138,26 +138,21 @@ def wide_conv(path: Path, *, channels: int = 64, size: int = 32) -> Path:
 
 def nan_everywhere(path: Path) -> Path:
     """x[2,4] -> y = Log(-|x| - 1): NaN on every input, in onnxruntime as in TVM."""
-    one = numpy_helper.from_array(np.ones((1,), dtype="float32"), "one")
-    nodes = [
-        helper.make_node("Abs", ["x"], ["a"]),
-        helper.make_node("Neg", ["a"], ["n"]),
-        helper.make_node("Sub", ["n", "one"], ["m"]),
-        helper.make_node("Log", ["m"], ["y"]),
-    ]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
-    return _save(_model(nodes, [x], [y], [one]), path)
+    return _of_below_minus_one(path, "Log")
 
 
 def saturated(path: Path) -> Path:
     """x[2,4] -> y = Relu(-|x| - 1): zero on every input, as a layer that saturates gives."""
+    return _of_below_minus_one(path, "Relu")
+
+
+def _of_below_minus_one(path: Path, op: str) -> Path:
     one = numpy_helper.from_array(np.ones((1,), dtype="float32"), "one")
     nodes = [
         helper.make_node("Abs", ["x"], ["a"]),
         helper.make_node("Neg", ["a"], ["n"]),
         helper.make_node("Sub", ["n", "one"], ["m"]),
-        helper.make_node("Relu", ["m"], ["y"]),
+        helper.make_node(op, ["m"], ["y"]),
     ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
