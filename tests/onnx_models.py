@@ -511,6 +511,34 @@ def local_functions(path: Path) -> Path:
     return _save(model, path)
 
 
+def training_mode(path: Path, op: str, *, training: bool = True) -> Path:
+    """x[2,4,3,3] -> BatchNormalization (training_mode as `training`), or Dropout(0.5) told
+    `training` by a Constant, as torch.onnx.export(training=TrainingMode.TRAINING) writes them."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.random(4) + 0.5).astype("float32"), name)
+        for name in ("s", "b", "m", "v")
+    ]
+    if op == "BatchNormalization":
+        nodes = [
+            helper.make_node(
+                op, ["x", "s", "b", "m", "v"], ["y", "rm", "rv"][: 1 + 2 * training],
+                training_mode=int(training),
+            )
+        ]  # fmt: skip
+    else:
+        flag = helper.make_tensor("flag", TensorProto.BOOL, [], [training])
+        ratio = helper.make_tensor("ratio", TensorProto.FLOAT, [], [0.5])
+        nodes = [
+            helper.make_node("Constant", [], ["r"], value=ratio),
+            helper.make_node("Constant", [], ["t"], value=flag),
+            helper.make_node(op, ["x", "r", "t"], ["y"]),
+        ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 3])
+    return _save(_model(nodes, [x], [y], inits), path)
+
+
 def out_of_order(path: Path, *, cycle: bool = False, shapeless: str = "") -> Path:
     """tiny_cnn's graph with its nodes reversed (onnx's checker refuses it, onnxruntime runs
     it); `cycle` makes its first convolution read the model's output; `shapeless` ("input",

@@ -484,6 +484,15 @@ def test_an_input_or_output_without_a_shape_takes_one(tmp_path):
     assert [d.dim_value for d in model.proto.graph.output[0].type.tensor_type.shape.dim] == [1, 2]
 
 
+@pytest.mark.parametrize("op", ["BatchNormalization", "Dropout"])
+def test_a_model_exported_for_training_is_refused_with_the_fix(tmp_path, op):
+    # onnxruntime drops at random, or normalizes by the batch: a run tuned its whole budget
+    # and shipped nothing (exit 4).
+    with pytest.raises(InputError, match=rf"computes as in training: {op} \(node 'y'\)"):
+        load_model(onnx_models.training_mode(tmp_path / "train.onnx", op))
+    assert load_model(onnx_models.training_mode(tmp_path / "eval.onnx", op, training=False))
+
+
 def test_constants_in_every_attribute_form_import(tmp_path, llvm):
     # TVM reads a Constant's `value` only: value_float(s) and value_int(s) were refused.
     import tvm

@@ -202,6 +202,7 @@ def load_model(
     inlined = normal_form.inlined(path, proto)
     inlined_functions, proto = inlined is not proto, inlined
     _check_operators(path, proto)
+    _check_inference_mode(path, proto.graph)
     inputs = _resolve_inputs(proto.graph, dict(input_shapes or {}))
     tvm_proto, tvm_names = _for_tvm(proto, inputs)
     left = reverse.left(tvm_proto)
@@ -402,6 +403,38 @@ def _check_operators(path: Path, proto: Any) -> None:
         raise InputError(
             f"{path} uses operator(s) TVM's ONNX importer does not support: {listed}; "
             "replace them in the exporter or simplify the model"
+        )
+
+
+def _check_inference_mode(path: Path, graph: Any) -> None:
+    """InputError where the model computes as in training (torch.onnx.export with
+    training=TrainingMode.TRAINING): a Dropout told to drop, at random, or a
+    BatchNormalization normalizing by the batch's own statistics (TVM's importer uses the
+    running ones). No build matches onnxruntime on such a model, which a run then tuned for
+    its whole budget to ship nothing (exit 4)."""
+    from onnx import numpy_helper
+
+    told = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            told[node.output[0]] = node.attribute[0].t
+    training = []
+    for node in names.all_nodes(graph):
+        if node.op_type == "BatchNormalization":
+            mode = any(a.name == "training_mode" and a.i for a in node.attribute)
+        elif node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in told:
+            mode = bool(numpy_helper.to_array(told[node.input[2]]).all())
+        else:
+            continue
+        if mode:
+            training.append(f"{node.op_type} (node {node.name or node.output[0]!r})")
+    if training:
+        more = f" and {len(training) - 2} more" if len(training) > 2 else ""
+        raise InputError(
+            f"{path} computes as in training: {', '.join(training[:2])}{more} (a Dropout "
+            "drops at random, a BatchNormalization normalizes by the batch's statistics where "
+            "TVM uses the running ones), so no build matches onnxruntime; export it for "
+            "inference (model.eval(), torch.onnx.export's default training=TrainingMode.EVAL)"
         )
 
 
