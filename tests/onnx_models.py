@@ -180,6 +180,26 @@ def embedding(path: Path) -> Path:
     return _save(_model(nodes, [ids], [y], [table]), path)
 
 
+def token_types(path: Path) -> Path:
+    """ids int64[1,6] -> Gather(words[50,8]), types int32[1,6] -> Cast -> Gather(kinds[2,8]),
+    their sum: a text model's embeddings, whose token types index 2 rows."""
+    rng = np.random.default_rng(0)
+    words, kinds = (
+        numpy_helper.from_array(rng.standard_normal((rows, 8)).astype(np.float32), name)
+        for name, rows in (("words", 50), ("kinds", 2))
+    )
+    nodes = [
+        helper.make_node("Gather", ["words", "ids"], ["w"]),
+        helper.make_node("Cast", ["types"], ["t"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["kinds", "t"], ["k"], axis=0),
+        helper.make_node("Add", ["w", "k"], ["y"]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])
+    types = helper.make_tensor_value_info("types", TensorProto.INT32, [1, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])
+    return _save(_model(nodes, [ids, types], [y], [words, kinds]), path)
+
+
 def ids_and_flags(path: Path) -> Path:
     """ids int64[2,8], flags bool[2,8] -> y = where(flags, ids, -ids) as float32."""
     nodes = [

@@ -113,6 +113,17 @@ def test_three_random_samples_with_integers_in_the_range_and_booleans_both_ways(
     assert drawn.source == "3 random samples (seeds 0-2, integers 3..5)"
 
 
+def test_integers_that_index_a_table_stay_within_its_rows(tmp_path):
+    # A BERT's token_type_ids index 2 rows: integers 0..9 made onnxruntime refuse every
+    # sample, and the run refused the model (exit 2) until [check] int_max was set.
+    model = load_model(onnx_models.token_types(tmp_path / "text.onnx"))
+    drawn = samples.random_samples(model, seed=0, int_range=(0, 9))
+    ids, types = (np.stack([sample[i] for sample in drawn.arrays]) for i in range(2))
+    assert ids.max() > 1 and set(np.unique(types)) == {0, 1}
+    assert drawn.source.endswith("integers 0..9, types 0..1 to index its table's 2 rows)")
+    assert Checker(model, samples=drawn, rtol=1e-3).reference_problem() is None
+
+
 def test_an_integer_range_that_does_not_fit_an_input_is_refused(tmp_path):
     model = load_model(onnx_models.ids_and_flags(tmp_path / "ids.onnx"))
     too_wide = (0, 2**63)

@@ -49,7 +49,9 @@ def integer_inputs(model: OnnxModel) -> list[Any]:
 
 def random_samples(model: OnnxModel, *, seed: int, int_range: tuple[int, int]) -> Samples:
     """SEEDS samples: floats standard normal, booleans fair coins, integers uniform over
-    `int_range` (both ends included; InputError where it does not fit an input's type)."""
+    `int_range` (both ends included; InputError where it does not fit an input's type), or
+    over the rows of the table an input indexes where it has fewer (a text model's
+    token_type_ids index 2 rows)."""
     low, high = int_range
     integers = integer_inputs(model)
     for item in integers:
@@ -59,17 +61,57 @@ def random_samples(model: OnnxModel, *, seed: int, int_range: tuple[int, int]) -
                 f"[check] int_min..int_max ({low}..{high}) does not fit input {item.name!r} "
                 f"({item.dtype}: {bounds.min}..{bounds.max}); set them within it"
             )
+    ranges = {item.name: (low, high) for item in integers}
+    rows = table_rows(model.proto.graph, list(ranges)) if integers else {}
+    for name, count in rows.items():
+        if max(low, -count) <= min(high, count - 1):
+            ranges[name] = (max(low, -count), min(high, count - 1))
     arrays = tuple(
-        _random_sample(model, np.random.default_rng(seed + k), low, high) for k in range(SEEDS)
+        _random_sample(model, np.random.default_rng(seed + k), ranges) for k in range(SEEDS)
     )
     told = f"seeds {seed}-{seed + SEEDS - 1}"
     if integers:
         told += f", integers {low}..{high}"
+    told += "".join(
+        f", {name} {a}..{b} to index its table's {rows[name]} rows"
+        for name, (a, b) in ranges.items()
+        if (a, b) != (low, high)
+    )
     return Samples(arrays=arrays, source=f"{SEEDS} random samples ({told})")
 
 
+# Operators that pass an integer input's values on unchanged, to a Gather that reads them.
+_PASSING = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"})
+
+
+def table_rows(graph: Any, names: list[str]) -> dict[str, int]:
+    """{input name: the rows of the smallest weight table a Gather reads it as indices into
+    (along its axis)}, for those of `names` that index one, directly or through operators
+    that keep its values."""
+    tables = {t.name: list(t.dims) for t in graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for value in node.input:
+            readers.setdefault(value, []).append(node)
+    rows: dict[str, int] = {}
+    for name in names:
+        reached, values = [], [name]
+        while values:
+            value = values.pop()
+            for node in readers.get(value, []):
+                if node.op_type in _PASSING and node.input[0] == value:
+                    values.extend(node.output[:1])
+                elif node.op_type == "Gather" and node.input[1] == value:
+                    dims = tables.get(node.input[0])
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    reached += [dims[axis]] if dims else []
+        if reached:
+            rows[name] = min(reached)
+    return rows
+
+
 def _random_sample(
-    model: OnnxModel, rng: np.random.Generator, low: int, high: int
+    model: OnnxModel, rng: np.random.Generator, ranges: dict[str, tuple[int, int]]
 ) -> tuple[np.ndarray, ...]:
     arrays = []
     for item in model.inputs:
@@ -78,6 +120,7 @@ def _random_sample(
         elif item.dtype == "bool":
             arrays.append(rng.integers(0, 2, size=item.shape).astype(bool))
         else:
+            low, high = ranges[item.name]
             arrays.append(rng.integers(low, high, size=item.shape, dtype=item.dtype, endpoint=True))
     return tuple(arrays)
 
