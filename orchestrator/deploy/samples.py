@@ -95,16 +95,17 @@ def table_rows(graph: Any, names: list[str]) -> dict[str, int]:
             readers.setdefault(value, []).append(node)
     rows: dict[str, int] = {}
     for name in names:
-        reached, values = [], [name]
+        reached, values, seen = [], [name], {name}
         while values:
             value = values.pop()
             for node in readers.get(value, []):
                 if node.op_type in _PASSING and node.input[0] == value:
-                    values.extend(node.output[:1])
+                    values += [out for out in node.output[:1] if out not in seen]
+                    seen.update(node.output[:1])
                 elif node.op_type == "Gather" and node.input[1] == value:
-                    dims = tables.get(node.input[0])
+                    dims = tables.get(node.input[0]) or []
                     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                    reached += [dims[axis]] if dims else []
+                    reached += [dims[axis]] if -len(dims) <= axis < len(dims) else []
         if reached:
             rows[name] = min(reached)
     return rows

@@ -423,7 +423,9 @@ def _check_inference_mode(path: Path, graph: Any) -> None:
         if node.op_type == "BatchNormalization":
             mode = any(a.name == "training_mode" and a.i for a in node.attribute)
         elif node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in told:
-            mode = bool(numpy_helper.to_array(told[node.input[2]]).all())
+            ratio = told.get(node.input[1]) if node.input[1] else None  # 0.5 if not given
+            drops = ratio is None or bool(numpy_helper.to_array(ratio).any())
+            mode = drops and bool(numpy_helper.to_array(told[node.input[2]]).all())
         else:
             continue
         if mode:
