@@ -412,20 +412,17 @@ def _check_inference_mode(path: Path, graph: Any) -> None:
     BatchNormalization normalizing by the batch's own statistics (TVM's importer uses the
     running ones). No build matches onnxruntime on such a model, which a run then tuned for
     its whole budget to ship nothing (exit 4)."""
-    from onnx import numpy_helper
-
-    told = {t.name: t for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            told[node.output[0]] = node.attribute[0].t
+    told = constants.held(
+        graph, {name for n in graph.node if n.op_type == "Dropout" for name in n.input[1:3]}
+    )
     training = []
     for node in names.all_nodes(graph):
         if node.op_type == "BatchNormalization":
             mode = any(a.name == "training_mode" and a.i for a in node.attribute)
         elif node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] in told:
-            ratio = told.get(node.input[1]) if node.input[1] else None  # 0.5 if not given
-            drops = ratio is None or bool(numpy_helper.to_array(ratio).any())
-            mode = drops and bool(numpy_helper.to_array(told[node.input[2]]).all())
+            ratio = told.get(node.input[1])  # None: 0.5, not given or not a constant
+            drops = ratio is None or bool(ratio.any())
+            mode = drops and bool(told[node.input[2]].all())
         else:
             continue
         if mode:
@@ -457,14 +454,11 @@ def _resolve_inputs(graph: Any, given: dict[str, Sequence[int]]) -> tuple[ModelI
     for value in declared:
         tensor_type = value.type.tensor_type
         dtype = _dtype_name(value.name, tensor_type.elem_type)
-        dims = None
-        if tensor_type.HasField("shape"):
-            dims = [
-                d.dim_value
-                if d.HasField("dim_value") and d.dim_value > 0
-                else sizes.get(d.dim_param)
-                for d in tensor_type.shape.dim
-            ]
+        # Every input has a shape by now, the model's or --input-shape's (normal_form).
+        dims = [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else sizes.get(d.dim_param)
+            for d in tensor_type.shape.dim
+        ]
         shape = _shape_for(value.name, dims, given.get(value.name), tensor_type)
         inputs.append(ModelInput(value.name, shape, dtype))
     return tuple(inputs)
@@ -495,13 +489,11 @@ def _named_sizes(declared: Sequence[Any], given: Mapping[str, Sequence[int]]) ->
 
 
 def _shape_for(
-    name: str, dims: list[int | None] | None, given: Sequence[int] | None, tensor_type: Any
+    name: str, dims: list[int | None], given: Sequence[int] | None, tensor_type: Any
 ) -> tuple[int, ...]:
     """The input's shape: the model's, with dynamic dimensions filled from --input-shape."""
     if given is not None:
         given = tuple(int(d) for d in given)
-        if dims is None:
-            return given
         if len(dims) != len(given):
             raise InputError(
                 f"--input-shape for {name!r} has {len(given)} dimensions but the model's input "
@@ -513,10 +505,6 @@ def _shape_for(
                 f"fixed shape {_show_dims(tensor_type)}; only dynamic dimensions can be set"
             )
         return given
-    if dims is None:
-        raise InputError(
-            f"input {name!r} has no shape in the model; give it with --input-shape {name}:1x3x224x224"
-        )
     if any(d is None for d in dims):
         example = "x".join(str(d) if d is not None else "1" for d in dims)
         raise InputError(
