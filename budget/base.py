@@ -16,7 +16,9 @@ TASKS_DONE = "tasks-done"  # every task retired (plateau, search space exhausted
 INTERRUPTED = "interrupted"  # SIGINT / SIGTERM, or a caller's request
 BUILD_ONLY = "build-only"  # --build-only: nothing was tuned by design
 NOTHING_TO_TUNE = "nothing-to-tune"  # the model has no operator to tune
-NOTHING_RAN = "nothing-ran"  # no candidate built and ran: every one failed, or every search
+NOTHING_RAN = "nothing-ran"  # no candidate built and ran: every one failed, or every search did
+# the untuned build's outputs differ from onnxruntime's: no tuned one would match (exit code 4)
+UNTUNED_DIFFERS = "untuned-differs"
 STOP_CODES = (
     BUDGET,
     TRIALS,
@@ -26,6 +28,7 @@ STOP_CODES = (
     BUILD_ONLY,
     NOTHING_TO_TUNE,
     NOTHING_RAN,
+    UNTUNED_DIFFERS,
 )
 
 

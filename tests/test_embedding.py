@@ -228,22 +228,32 @@ def test_a_wall_budget_ends_on_time_and_reports_its_longest_step(tmp_path, fast_
 
 
 @pytest.mark.slow
-def test_exit_4_when_the_outputs_differ_from_onnxruntime(tmp_path, fast_config):
+def test_exit_4_before_tuning_when_the_untuned_outputs_differ_and_a_resume_rechecks(
+    tmp_path, fast_config
+):
+    """Once a run whose untuned build already differed tuned its whole budget, then ended
+    exit 4 with nothing to ship: schedules cannot change what the model computes."""
     strict = tmp_path / "strict.toml"  # a tolerance no float32 computation can meet
     strict.write_text(fast_config.read_text().replace("[check]\n", "[check]\nrtol = 1e-15\n"))
-    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
-    result = CliRunner().invoke(
-        main,
-        tune_args(model, tmp_path / "run", strict),
-    )
+    model, run = onnx_models.tiny_cnn(tmp_path / "tiny.onnx"), tmp_path / "run"
+    result = CliRunner().invoke(main, tune_args(model, run, strict, "--json"))
     assert result.exit_code == 4, result.output
-    assert "the tuned model failed its output check and was not shipped: its outputs differ" in (
-        result.stderr
-    )
-    # The untuned build cannot meet that tolerance either: nothing ships.
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    stopped = next(e for e in events if e["event"] == "stopped")
+    assert stopped["stop"] == "untuned-differs" and stopped["spend"]["trials"] == 0
+    assert result.stderr.startswith("the untuned build's outputs differ from onnxruntime's (max ")
+    assert "loosen the [check] tolerance it names" in result.stderr
     assert "no model.so was written: no build passed its output check" in result.stderr
-    assert not (tmp_path / "run" / "model.so").exists()
-    assert (tmp_path / "run" / "model.tuned-MISMATCH.so").is_file()
+    assert not (run / "model.so").exists()
+    assert (run / "model.tuned-MISMATCH.so").is_file()
+    # The same settings again: checked again, refused again, nothing tuned.
+    again = CliRunner().invoke(main, tune_args(model, run, strict, "--json"))
+    assert again.exit_code == 4 and "untuned-differs" in again.stdout
+    # The tolerance mended, the same run directory: the earlier untuned build passes, tuned.
+    mended = CliRunner().invoke(main, tune_args(model, run, fast_config))
+    assert mended.exit_code == 0, mended.output
+    report = json.loads((run / "report.json").read_text())
+    assert report["summary"]["trials"] > 0 and (run / "model.so").is_file()
 
 
 @pytest.mark.slow

@@ -478,6 +478,21 @@ def test_estimate_refuses_a_budget_the_run_would_refuse_as_bad_input(tmp_path, f
     )
 
 
+def test_estimate_says_a_run_would_stop_before_tuning_where_the_untuned_build_differs(
+    tmp_path, fast_config
+):
+    """It forecast rounds and a speedup for a run that stops before its first round."""
+    strict = tmp_path / "strict.toml"  # a tolerance no float32 computation can meet
+    strict.write_text(fast_config.read_text().replace("[check]\n", "[check]\nrtol = 1e-15\n"))
+    model = onnx_models.tiny_cnn(tmp_path / "tiny.onnx")
+    for config, stops in ((strict, True), (fast_config, False)):
+        args = ["estimate", str(model), "--target", "llvm", "--config", str(config)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        says = "a run stops here, before tuning, and exits 4: tuning changes how"
+        assert (says in result.stdout) is stops
+
+
 @pytest.mark.parametrize("price", ["-1", "nan"])
 def test_estimate_refuses_a_price_the_run_would_refuse(tmp_path, price):
     """It was an internal error: the price list's ValueError, with a traceback."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tune_orchestrator.budget import BudgetError, parse_budget
+from tune_orchestrator.budget.base import UNTUNED_DIFFERS
 
 from .. import exits
 from ..config import MAX_SEED
@@ -564,6 +565,8 @@ def nothing_ran_message(result: Result) -> str:
 
 def check_failed_message(result: Result) -> str:
     """Exit code 4 or 5 in words: why the tuned build did not ship, and what model.so is."""
+    if result.stop == UNTUNED_DIFFERS and result.shipped == "none":  # the reason has the fixes
+        return f"{result.stop_reason}; {NO_MODEL}; see {result.paths['report_md']}"
     shipped = (
         "model.so is the untuned build, whose outputs match"
         if result.shipped == "untuned"

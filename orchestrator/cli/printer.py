@@ -325,6 +325,13 @@ def print_estimate(estimate: dict[str, Any]) -> None:
             f"untuned model: {fmt_latency(untuned['latency']['median_s'])} per inference, "
             f"{describe_check(untuned['check'])}"
         )
+        if untuned["check"]["status"] == "differs":
+            from ..deploy.check import UNTUNED_DIFFERS_FIX, UNTUNED_DIFFERS_WHY
+
+            click.echo(
+                f"a run stops here, before tuning, and exits 4: {UNTUNED_DIFFERS_WHY}; "
+                f"{UNTUNED_DIFFERS_FIX}"
+            )
     else:
         click.echo("untuned model: not measured (no device here to run it)")
     if not tasks:

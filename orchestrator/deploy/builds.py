@@ -172,6 +172,15 @@ class ModelBuilds:
             self.device.close()
         return None
 
+    def check_again(self, result: dict[str, Any], label: str, ledger: Ledger) -> bool:
+        """Check an earlier session's build `label` with this session's samples and rtol,
+        into `result`; False where it cannot be now (no device here, or its library gone)."""
+        if self.device is None or self.device.remote or not self.library(label).is_file():
+            return False
+        self._checked.discard(label)
+        self._check(result, label, ledger)
+        return True
+
     def _check(self, result: dict[str, Any], label: str, ledger: Ledger) -> None:
         """Compare the outputs with onnxruntime's on this session's samples, unless done in
         this session already (a check restored from an earlier one is done again)."""

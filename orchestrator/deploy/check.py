@@ -35,6 +35,15 @@ _REFUSALS = {"NOT_IMPLEMENTED": "has no CPU kernel for an operator of", "INVALID
 NUDGES = 5
 NUDGE = 2.0**-12  # relative: values near the top of an 8-bit range move by 1/32 of a step
 OFF = "the comparison with onnxruntime is turned off ([check] outputs = false, --no-check)"
+# Why a run stops before tuning where the untuned build differs (`stop` untuned-differs), and
+# what to do: schedules change how the operators run, not what they compute.
+UNTUNED_DIFFERS_WHY = (
+    "tuning changes how the operators run, not what they compute, so no tuned build would match"
+)
+UNTUNED_DIFFERS_FIX = (
+    "where that is rounding, loosen the [check] tolerance it names; --check-inputs gives the "
+    "check real samples; --no-check tunes and ships unchecked"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

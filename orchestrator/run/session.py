@@ -10,7 +10,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tune_orchestrator.budget import Decision, Ledger
-from tune_orchestrator.budget.base import BUDGET, BUILD_ONLY, INTERRUPTED, NOTHING_TO_TUNE, TRIALS
+from tune_orchestrator.budget.base import (
+    BUDGET,
+    BUILD_ONLY,
+    INTERRUPTED,
+    NOTHING_TO_TUNE,
+    TRIALS,
+    UNTUNED_DIFFERS,
+)
 from tune_orchestrator.budget.ledger import RoundCost
 from tune_orchestrator.budget.limits import clock_seconds, seconds_short
 from tune_orchestrator.budget.report import (
@@ -28,7 +35,8 @@ from tune_orchestrator.predictor import warm_start
 
 from ..api import ANSWER
 from ..deploy import devices
-from ..deploy.builds import ModelBuilds, Shipment
+from ..deploy.builds import UNTUNED, ModelBuilds, Shipment
+from ..deploy.check import DIFFERS, UNTUNED_DIFFERS_FIX, UNTUNED_DIFFERS_WHY
 from ..errors import BudgetTooSmall, InputError
 from ..forecast import overheads
 from ..host import host_cores, idle_cores, tvm_threads
@@ -417,11 +425,12 @@ class Session:
                 self._reserve(ledger, untuned)
             # 3. Tune, the search blind to the default schedules.
             view = SearchView(database, list(restored.default_records.values()))
-            stopped = (
-                self._tune(restored, view, cost_model, builder, engine, ledger)
-                if self.tasks
-                else Decision(True, "the model has no operators to tune", NOTHING_TO_TUNE)
-            )
+            if not self.tasks:
+                stopped = Decision(True, "the model has no operators to tune", NOTHING_TO_TUNE)
+            else:
+                stopped = self._untuned_differs(untuned, restored, ledger) or self._tune(
+                    restored, view, cost_model, builder, engine, ledger
+                )
             self.measurement = self._measurement_stats(engine, builder, ledger)
         self.run.append(
             {
@@ -640,6 +649,27 @@ class Session:
             "untuned_tasks",
             tasks=[{"task": s.task.name, "latency_s": s.baseline_s} for s in todo],
         )
+
+    def _untuned_differs(
+        self, untuned: dict[str, Any], restored: Restored, ledger: Ledger
+    ) -> Decision | None:
+        """Stop before tuning where the untuned build's outputs differ from onnxruntime's on
+        this session's samples and rtol (an earlier session's build is checked again: they
+        may have changed since): tuning changes how the operators run, not what they compute,
+        so no tuned build would match and the budget would buy a model that cannot ship."""
+        if (untuned.get("check") or {}).get("status") != DIFFERS:
+            return None
+        if restored.untuned is not None and not self.builds.check_again(untuned, UNTUNED, ledger):
+            return None  # not checkable here now: the tuned build's check will tell
+        check = untuned["check"]
+        if check["status"] != DIFFERS:
+            return None
+        reason = (
+            f"the untuned build's outputs differ from onnxruntime's ({check['reason']}) and "
+            f"{UNTUNED_DIFFERS_WHY}: nothing was tuned; {UNTUNED_DIFFERS_FIX}; then run the "
+            "same command"
+        )
+        return Decision(True, reason, UNTUNED_DIFFERS)
 
     def _untuned_model(self, ledger: Ledger) -> dict[str, Any]:
         """Compile without any record, check and time: the baseline of progress estimates.
