@@ -272,8 +272,8 @@ def check_temp_room(weight_bytes: int) -> None:
     if short is not None:
         folder, free, need = short
         raise InputError(
-            f"the temporary folder {folder} has {_mib(free)} free and the run writes up to "
-            f"~{_mib(need)} there (TVM builds every candidate and the model in it); free some "
+            f"the temporary folder {folder} has {_size(free)} free and the run writes up to "
+            f"~{_size(need)} there (TVM builds every candidate and the model in it); free some "
             "space there, or set TMPDIR to a folder on a disk with room"
         )
 
@@ -288,7 +288,7 @@ def ensure_temp_room(weight_bytes: int) -> None:
         folder, free, need = short
         raise OSError(
             errno.ENOSPC,
-            f"{_mib(free)} free where compiling the model writes ~{_mib(need)}",
+            f"{_size(free)} free where compiling the model writes ~{_size(need)}",
             folder,
         )
 
@@ -303,7 +303,3 @@ def _temp_shortfall(weight_bytes: int) -> tuple[str, int, int] | None:
         return None  # Python found it usable; what it holds is not ours to judge
     need = TEMP_BYTES + TEMP_PER_WEIGHT_BYTE * weight_bytes
     return (folder, free, need) if free < need else None
-
-
-def _mib(count: int) -> str:
-    return f"{count / (1 << 20):.0f} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"
