@@ -46,6 +46,19 @@ def test_dynamic_dimensions_need_a_shape_and_take_one(tmp_path):
     assert model.inputs[0].shape == (2, 3, 8, 8)
 
 
+def test_the_shape_suggested_leaves_the_sizes_past_the_batch_to_the_user(tmp_path):
+    """A dynamic YOLO export was told to give images:1x3x1x1: a 1x1 image, another model."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, "height", "seq len"])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [value], [])
+    graph.output.extend([helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph), tmp_path / "dyn.onnx")
+    with pytest.raises(InputError, match=r"x:1x3xHEIGHTxSEQ_LEN, the sizes it will run at$"):
+        load_model(tmp_path / "dyn.onnx")
+
+
 def test_one_shape_sets_a_named_dimension_for_every_input_that_shares_it(tmp_path):
     """--input-shape a:2x4 then asked for b's shape, suggesting b:1x4, though both are Nx4."""
     path = onnx_models.shared_batch(tmp_path / "shared.onnx")

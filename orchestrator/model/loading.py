@@ -506,12 +506,29 @@ def _shape_for(
             )
         return given
     if any(d is None for d in dims):
-        example = "x".join(str(d) if d is not None else "1" for d in dims)
+        example = _example_shape(dims, tensor_type)
+        pick = "" if example.replace("x", "").isdigit() else ", the sizes it will run at"
         raise InputError(
             f"input {name!r} has dynamic dimensions ({_show_dims(tensor_type)}); give them with "
-            f"--input-shape {name}:{example}"
+            f"--input-shape {name}:{example}{pick}"
         )
     return tuple(d for d in dims if d is not None)
+
+
+def _example_shape(dims: Sequence[int | None], tensor_type: Any) -> str:
+    """A shape to give for an input with dynamic dimensions: a batch (the first dimension, or
+    one named so) of 1; any other dynamic one by its name in capitals (HEIGHT, SEQUENCE), for
+    the user to choose: a 1 there (a 1x1 image, a one-token sequence) tunes another model."""
+    parts = []
+    for at, (size, dim) in enumerate(zip(dims, tensor_type.shape.dim, strict=True)):
+        named = re.sub(r"\W+", "_", dim.dim_param).strip("_").upper()
+        if size is not None:
+            parts.append(str(size))
+        elif at == 0 or "BATCH" in named:
+            parts.append("1")
+        else:
+            parts.append(named or f"DIM{at}")
+    return "x".join(parts)
 
 
 def _show_dims(tensor_type: Any) -> str:
