@@ -419,6 +419,9 @@ class Session:
             # 2. Untuned latency of each task (its default schedule recorded), and of the model.
             self._measure_baselines(restored, builder, engine, ledger, defaults)
             untuned = restored.untuned or self._untuned_model(ledger)
+            # An earlier session's check, taken now with this session's samples and rtol (at
+            # the start rather than the end, where it would be taken again anyway).
+            checked = restored.untuned is None or self.builds.check_again(untuned, UNTUNED, ledger)
             if not ledger.history:
                 self._point(ledger, model_latency_s(restored.states))
             if "compile_s" in untuned:  # measured: a better forecast than the guess
@@ -428,9 +431,8 @@ class Session:
             if not self.tasks:
                 stopped = Decision(True, "the model has no operators to tune", NOTHING_TO_TUNE)
             else:
-                stopped = self._untuned_differs(untuned, restored, ledger) or self._tune(
-                    restored, view, cost_model, builder, engine, ledger
-                )
+                differs = _untuned_differs(untuned) if checked else None
+                stopped = differs or self._tune(restored, view, cost_model, builder, engine, ledger)
             self.measurement = self._measurement_stats(engine, builder, ledger)
         self.run.append(
             {
@@ -649,27 +651,6 @@ class Session:
             "untuned_tasks",
             tasks=[{"task": s.task.name, "latency_s": s.baseline_s} for s in todo],
         )
-
-    def _untuned_differs(
-        self, untuned: dict[str, Any], restored: Restored, ledger: Ledger
-    ) -> Decision | None:
-        """Stop before tuning where the untuned build's outputs differ from onnxruntime's on
-        this session's samples and rtol (an earlier session's build is checked again: they
-        may have changed since): tuning changes how the operators run, not what they compute,
-        so no tuned build would match and the budget would buy a model that cannot ship."""
-        if (untuned.get("check") or {}).get("status") != DIFFERS:
-            return None
-        if restored.untuned is not None and not self.builds.check_again(untuned, UNTUNED, ledger):
-            return None  # not checkable here now: the tuned build's check will tell
-        check = untuned["check"]
-        if check["status"] != DIFFERS:
-            return None
-        reason = (
-            f"the untuned build's outputs differ from onnxruntime's ({check['reason']}) and "
-            f"{UNTUNED_DIFFERS_WHY}: nothing was tuned; {UNTUNED_DIFFERS_FIX}; then run the "
-            "same command"
-        )
-        return Decision(True, reason, UNTUNED_DIFFERS)
 
     def _untuned_model(self, ledger: Ledger) -> dict[str, Any]:
         """Compile without any record, check and time: the baseline of progress estimates.
@@ -1015,3 +996,18 @@ def _finished(journal: list[dict[str, Any]], run: RunDir) -> bool:
     end are this session's own, about files it read as it began (an unreadable filter.json)."""
     last = next((e for e in reversed(journal) if e.get("type") != "warning"), {})
     return last.get("type") == "session_end" and run[run.LIBRARY].is_file()
+
+
+def _untuned_differs(untuned: dict[str, Any]) -> Decision | None:
+    """Stop before tuning where the untuned build's outputs differ from onnxruntime's:
+    tuning changes how the operators run, not what they compute, so no tuned build would
+    match and the budget would buy a model that cannot ship."""
+    check = untuned.get("check") or {}
+    if check.get("status") != DIFFERS:
+        return None
+    reason = (
+        f"the untuned build's outputs differ from onnxruntime's ({check['reason']}) and "
+        f"{UNTUNED_DIFFERS_WHY}: nothing was tuned; {UNTUNED_DIFFERS_FIX}; then run the same "
+        "command"
+    )
+    return Decision(True, reason, UNTUNED_DIFFERS)
