@@ -39,7 +39,7 @@ def test_dynamic_dimensions_need_a_shape_and_take_one(tmp_path):
     path = onnx_models.tiny_cnn(tmp_path / "dyn.onnx", batch="batch")
     with pytest.raises(
         InputError,
-        match=r"dynamic dimensions \(batchx3x8x8\); give them with --input-shape x:1x3x8x8",
+        match=r"dynamic dimensions \(batch x 3 x 8 x 8\); give them with --input-shape x:1x3x8x8$",
     ):
         load_model(path)
     model = load_model(path, {"x": (2, 3, 8, 8)})
@@ -59,6 +59,57 @@ def test_the_shape_suggested_leaves_the_sizes_past_the_batch_to_the_user(tmp_pat
         load_model(tmp_path / "dyn.onnx")
 
 
+def _decoder_step(path, inputs):
+    """A model of `inputs` (name -> declared shape), each passed through, as an LLM export's
+    decoder step declares them."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
+    nodes = [helper.make_node("Identity", [n], [f"{n}_out"]) for n in inputs]
+    outputs = [helper.make_tensor_value_info(f"{n}_out", TensorProto.FLOAT, s) for n, s in (
+        inputs.items()
+    )]  # fmt: skip
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", values, outputs)), path)
+    return path
+
+
+STEP = {  # optimum's names: the mask spans the cache and the new tokens
+    "input_ids": ["batch_size", "sequence_length"],
+    "attention_mask": ["batch_size", "past_sequence_length + sequence_length"],
+    "key": ["batch_size", 2, "past_sequence_length", 8],
+    "value": ["batch_size", 2, "past_sequence_length", 8],
+}
+
+
+def test_a_dimension_named_by_arithmetic_follows_from_the_others(tmp_path):
+    path = _decoder_step(tmp_path / "step.onnx", STEP)
+    model = load_model(path, {"input_ids": (1, 1), "key": (1, 2, 32, 8)})
+    assert [i.shape for i in model.inputs] == [(1, 1), (1, 33), (1, 2, 32, 8), (1, 2, 32, 8)]
+    with pytest.raises(
+        InputError,
+        match=r"dimension 'past_sequence_length \+ sequence_length' of 'attention_mask' the size "
+        r"40, but by the sizes given \(past_sequence_length 32, sequence_length 1\) it is 33$",
+    ):
+        load_model(path, {"input_ids": (1, 1), "key": (1, 2, 32, 8), "attention_mask": (1, 40)})
+
+
+def test_every_input_left_is_asked_for_at_once_with_the_fewest_options(tmp_path):
+    """A decoder step was refused one input at a time: three runs to learn four shapes."""
+    path = _decoder_step(tmp_path / "step.onnx", STEP)
+    with pytest.raises(InputError) as refused:
+        load_model(path)
+    assert str(refused.value) == (
+        "inputs 'input_ids' (batch_size x sequence_length), 'attention_mask' (batch_size x "
+        "past_sequence_length + sequence_length), 'key' (batch_size x 2 x past_sequence_length x "
+        "8) and 1 more have dynamic dimensions; give them with --input-shape "
+        "input_ids:1xSEQUENCE_LENGTH --input-shape key:1x2xPAST_SEQUENCE_LENGTHx8, the sizes it "
+        "will run at (inputs that share a dimension's name share its size)"
+    )
+    with pytest.raises(InputError, match=r"give them with --input-shape key:1x2xPAST_SEQUENCE_LE"):
+        load_model(path, {"input_ids": (1, 1)})  # the batch is known, the cache is not
+
+
 def test_one_shape_sets_a_named_dimension_for_every_input_that_shares_it(tmp_path):
     """--input-shape a:2x4 then asked for b's shape, suggesting b:1x4, though both are Nx4."""
     path = onnx_models.shared_batch(tmp_path / "shared.onnx")
@@ -74,7 +125,7 @@ def test_one_shape_sets_a_named_dimension_for_every_input_that_shares_it(tmp_pat
     [
         ({"y": (1, 3, 8, 8)}, "names y, which the model does not have; its inputs are: x"),
         ({"x": (1, 3, 8)}, "has 3 dimensions but the model's input has 4"),
-        ({"x": (1, 4, 8, 8)}, "contradicts the model's fixed shape batchx3x8x8"),
+        ({"x": (1, 4, 8, 8)}, "contradicts the model's fixed shape batch x 3 x 8 x 8"),
     ],
 )
 def test_wrong_input_shapes_are_named(tmp_path, shapes, message):

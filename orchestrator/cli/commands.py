@@ -291,7 +291,8 @@ INPUT_SHAPE = click.option(
     metavar="NAME:DIMS",
     help=(
         "Shape of an input with dynamic dimensions, e.g. input:1x3x224x224 (repeatable); a "
-        "named dimension (N) takes the same size in every input that shares it."
+        "named dimension (N) takes the same size in every input that shares it, and one named "
+        "by arithmetic on others (past_sequence_length + sequence_length) follows from them."
     ),
 )
 CONFIG = click.option(

@@ -20,6 +20,7 @@ from . import (
     constants,
     folding,
     functions,
+    input_shapes,
     integer,
     loops,
     names,
@@ -438,108 +439,16 @@ def _check_inference_mode(path: Path, graph: Any) -> None:
 
 
 def _resolve_inputs(graph: Any, given: dict[str, Sequence[int]]) -> tuple[ModelInput, ...]:
-
+    """The model's inputs with their shapes (input_shapes.py) and dtypes."""
     initializers = {t.name for t in graph.initializer}
     # Older exporters list weights as graph inputs too; those are not inputs of the model.
     declared = [i for i in graph.input if i.name not in initializers]
-    names = [i.name for i in declared]
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise InputError(
-            f"--input-shape names {', '.join(unknown)}, which the model does not have; "
-            f"its inputs are: {', '.join(names) or 'none'}"
-        )
-    sizes = _named_sizes(declared, given)
-    inputs = []
-    for value in declared:
-        tensor_type = value.type.tensor_type
-        dtype = _dtype_name(value.name, tensor_type.elem_type)
-        # Every input has a shape by now, the model's or --input-shape's (normal_form).
-        dims = [
-            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else sizes.get(d.dim_param)
-            for d in tensor_type.shape.dim
-        ]
-        shape = _shape_for(value.name, dims, given.get(value.name), tensor_type)
-        inputs.append(ModelInput(value.name, shape, dtype))
-    return tuple(inputs)
-
-
-def _named_sizes(declared: Sequence[Any], given: Mapping[str, Sequence[int]]) -> dict[str, int]:
-    """The size --input-shape gives each named dynamic dimension (ONNX's dim_param, e.g. "N"):
-    inputs that share a dimension's name share its size, so one input's shape sets it for
-    all. InputError where two given shapes disagree on one."""
-    sizes: dict[str, int] = {}
-    told: dict[str, str] = {}
-    for value in declared:
-        shape = given.get(value.name)
-        dims = value.type.tensor_type.shape.dim
-        if shape is None or len(shape) != len(dims):
-            continue  # _shape_for says what is wrong with it
-        for dim, size in zip(dims, shape, strict=True):
-            if not dim.dim_param or (dim.HasField("dim_value") and dim.dim_value > 0):
-                continue
-            if sizes.setdefault(dim.dim_param, int(size)) != int(size):
-                raise InputError(
-                    f"--input-shape gives dimension {dim.dim_param!r} two sizes: "
-                    f"{sizes[dim.dim_param]} for {told[dim.dim_param]!r}, {size} for "
-                    f"{value.name!r}; inputs that share a dimension's name share its size"
-                )
-            told.setdefault(dim.dim_param, value.name)
-    return sizes
-
-
-def _shape_for(
-    name: str, dims: list[int | None], given: Sequence[int] | None, tensor_type: Any
-) -> tuple[int, ...]:
-    """The input's shape: the model's, with dynamic dimensions filled from --input-shape."""
-    if given is not None:
-        given = tuple(int(d) for d in given)
-        if len(dims) != len(given):
-            raise InputError(
-                f"--input-shape for {name!r} has {len(given)} dimensions but the model's input "
-                f"has {len(dims)} ({_show_dims(tensor_type)})"
-            )
-        if any(m is not None and m != g for m, g in zip(dims, given, strict=True)):
-            raise InputError(
-                f"--input-shape {name}:{'x'.join(map(str, given))} contradicts the model's "
-                f"fixed shape {_show_dims(tensor_type)}; only dynamic dimensions can be set"
-            )
-        return given
-    if any(d is None for d in dims):
-        example = _example_shape(dims, tensor_type)
-        pick = "" if example.replace("x", "").isdigit() else ", the sizes it will run at"
-        raise InputError(
-            f"input {name!r} has dynamic dimensions ({_show_dims(tensor_type)}); give them with "
-            f"--input-shape {name}:{example}{pick}"
-        )
-    return tuple(d for d in dims if d is not None)
-
-
-def _example_shape(dims: Sequence[int | None], tensor_type: Any) -> str:
-    """A shape to give for an input with dynamic dimensions: a batch (the first dimension, or
-    one named so) of 1; any other dynamic one by its name in capitals (HEIGHT, SEQUENCE), for
-    the user to choose: a 1 there (a 1x1 image, a one-token sequence) tunes another model."""
-    parts = []
-    for at, (size, dim) in enumerate(zip(dims, tensor_type.shape.dim, strict=True)):
-        named = re.sub(r"\W+", "_", dim.dim_param).strip("_").upper()
-        if size is not None:
-            parts.append(str(size))
-        elif at == 0 or "BATCH" in named:
-            parts.append("1")
-        else:
-            parts.append(named or f"DIM{at}")
-    return "x".join(parts)
-
-
-def _show_dims(tensor_type: Any) -> str:
-    parts = []
-    for d in tensor_type.shape.dim:
-        parts.append(
-            str(d.dim_value)
-            if d.HasField("dim_value") and d.dim_value > 0
-            else (d.dim_param or "?")
-        )
-    return "x".join(parts) or "scalar"
+    dtypes = [_dtype_name(v.name, v.type.tensor_type.elem_type) for v in declared]
+    # Every input has a shape by now, the model's or --input-shape's (normal_form).
+    shapes = input_shapes.resolve(declared, given)
+    return tuple(
+        ModelInput(v.name, shapes[v.name], t) for v, t in zip(declared, dtypes, strict=True)
+    )
 
 
 def _dtype_name(name: str, elem_type: int) -> str:
