@@ -67,9 +67,7 @@ def _decoder_step(path, inputs):
 
     values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
     nodes = [helper.make_node("Identity", [n], [f"{n}_out"]) for n in inputs]
-    outputs = [helper.make_tensor_value_info(f"{n}_out", TensorProto.FLOAT, s) for n, s in (
-        inputs.items()
-    )]  # fmt: skip
+    outputs = [helper.make_tensor_value_info(f"{n}_out", TensorProto.FLOAT, None) for n in inputs]
     onnx.save(helper.make_model(helper.make_graph(nodes, "g", values, outputs)), path)
     return path
 

@@ -151,9 +151,7 @@ def _checked(value: Any, dims: Sequence[int | None], given: Sequence[int]) -> tu
             f"--input-shape for {name!r} has {len(shape)} dimensions but the model's input "
             f"has {len(dims)} ({show(tensor_type)})"
         )
-    fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in (
-        tensor_type.shape.dim
-    )]  # fmt: skip
+    fixed = [_size(dim, {}) for dim in tensor_type.shape.dim]
     if any(f is not None and f != g for f, g in zip(fixed, shape, strict=True)):
         raise InputError(
             f"--input-shape {name}:{'x'.join(map(str, shape))} contradicts the model's "
@@ -171,7 +169,7 @@ def _ask(missing: Sequence[tuple[Any, list[int | None]]], sizes: Mapping[str, in
         "" if all(e.replace("x", "").isdigit() for _, e in picks) else ", the sizes it will run at"
     )
     if len(missing) == 1:
-        (value, _), = missing  # fmt: skip
+        value = missing[0][0]
         return (
             f"input {value.name!r} has dynamic dimensions ({show(value.type.tensor_type)}); "
             f"give them with {options}{choose}"
