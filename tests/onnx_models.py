@@ -417,11 +417,13 @@ def recurrent(
     initial: bool = False,
     reset_after: int = 0,
     steps: int = 5,
+    computed: bool = False,
     **attrs,
 ) -> Path:
     """x[S=steps, B=2, I=3] (layout 1: [B, S, I]) -> one LSTM or GRU of hidden size 4 -> its
     outputs Y, Y_h (and Y_c), with random weights (seed 0); `initial`: initial states as
-    model inputs."""
+    model inputs; `computed`: W held in torch's gate order and put in ONNX's by Slices and a
+    Concat, as torch's dynamo exporter writes it."""
     rng = np.random.default_rng(0)
     dirs, gates, hidden = 2 if direction == "bidirectional" else 1, 4 if op == "LSTM" else 3, 4
     inits = [
@@ -438,8 +440,11 @@ def recurrent(
     outputs = ["y", "y_h", "y_c"][: 3 if op == "LSTM" else 2]
     if op == "GRU":
         attrs["linear_before_reset"] = reset_after
-    node = helper.make_node(
-        op, inputs, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs
+    nodes = _gates_reordered(inits, gates, hidden) if computed else []
+    nodes.append(
+        helper.make_node(
+            op, inputs, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs
+        )
     )
     shape = [batch, steps, 3] if layout else [steps, batch, 3]
     x = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
@@ -450,7 +455,24 @@ def recurrent(
         helper.make_tensor_value_info(o, TensorProto.FLOAT, s)
         for o, s in zip(outputs, shapes, strict=False)
     ]
-    return _save(_model([node], x, y, inits, opsets=(("", 14),)), path)
+    return _save(_model(nodes, x, y, inits, opsets=(("", 14),)), path)
+
+
+def _gates_reordered(inits: list, gates: int, hidden: int) -> list:
+    """Replace the initializer w (gates in ONNX's order) with w_torch, its gates in torch's
+    order (i, f, c, o), and return the nodes that compute w from it again."""
+    w = numpy_helper.to_array(inits[0])
+    blocks = [w[:, g * hidden : (g + 1) * hidden] for g in range(gates)]  # i, o, f, c
+    inits[0] = numpy_helper.from_array(np.concatenate([blocks[i] for i in (0, 2, 3, 1)], 1), "wt")
+    nodes, parts = [], []
+    for at in range(gates):  # torch's block at of i, f, c, o
+        bounds = [np.array([v], np.int64) for v in (at * hidden, (at + 1) * hidden, 1)]
+        names = [f"wt_{at}_{k}" for k in ("start", "end", "axis")]
+        inits += [numpy_helper.from_array(b, n) for b, n in zip(bounds, names, strict=True)]
+        nodes.append(helper.make_node("Slice", ["wt", *names], [f"wt_{at}"]))
+        parts.append(f"wt_{at}")
+    nodes.append(helper.make_node("Concat", [parts[i] for i in (0, 3, 1, 2)], ["w"], axis=1))
+    return nodes
 
 
 def function_op(path: Path, op: str) -> Path:

@@ -201,7 +201,7 @@ def _replace(graph: Any, folded: Sequence[int], values: Mapping[str, Any]) -> No
     gone_out = [name for at in folded for name in graph.node[at].output]
     for at in reversed(folded):
         del graph.node[at]
-    read = _reads(graph) | {value.name for value in graph.output}
+    read = reads(graph) | {value.name for value in graph.output}
     only_folded = gone_in - read - {value.name for value in graph.input}
     for at in reversed(range(len(graph.initializer))):
         if graph.initializer[at].name in only_folded:
@@ -210,13 +210,13 @@ def _replace(graph: Any, folded: Sequence[int], values: Mapping[str, Any]) -> No
     graph.initializer.extend(numpy_helper.from_array(values[name], name) for name in made)
 
 
-def _reads(graph: Any) -> set[str]:
+def reads(graph: Any) -> set[str]:
     """Every name the graph's nodes read, its subgraphs' nodes included."""
     names = {name for node in graph.node for name in node.input}
     for node in graph.node:
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else attr.graphs:
-                names |= _reads(sub)
+                names |= reads(sub)
     return names
 
 

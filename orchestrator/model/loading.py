@@ -381,8 +381,8 @@ def _check_operators(path: Path, proto: Any) -> None:
             f"{', '.join(custom)}; export the model with standard ONNX operators only"
         )
     known, opset = functions.importable(), functions.opset_of(proto)
-    weights = {t.name: t for t in graph.initializer}
     unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
+    weights = recurrent.held_or_computed(graph) if unrolled else set()
     expanded = {  # written for TVM in other operators (functions.py, integer.py, loops.py)
         tuple(node.output)
         for node in graph.node

@@ -9,26 +9,44 @@ copies share shapes, so MetaSchedule tunes each kernel once, weighted by how oft
 Unrolled here: every direction, with or without biases and initial states. Refused with the
 reason: other activations, `clip`, batch-first `layout` 1 (onnxruntime, whose outputs the
 tuned model is checked against, has no kernel for it), LSTM's `input_forget` and peepholes, a
-`sequence_lens` input, and weights the graph computes rather than holds.
+`sequence_lens` input, and weights the graph computes from anything but held values (torch's
+dynamo exporter reorders the gates by Slice and Concat of the weights it holds: those are
+computed here, and the nodes that computed them dropped).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
-from . import names
+from . import constants, folding, names
 
 OPS = ("LSTM", "GRU")
 _GATES = {"LSTM": 4, "GRU": 3}  # W's rows: i, o, f, c for LSTM; z, r, h for GRU
 _EMPTY_INPUTS = {"LSTM": (4, 7), "GRU": (4,)}  # sequence_lens, and LSTM's peepholes P
 
 
-def refusal(node: Any, initializers: Mapping[str, Any]) -> str | None:
-    """Why `node` (an LSTM or GRU) cannot be unrolled here, or None."""
+# What a graph may compute its weights with: rearranging and arithmetic, no input read.
+_WEIGHT_OPS = folding.ARITHMETIC | {"Split"}
+
+
+def held_or_computed(graph: Any) -> set[str]:
+    """The names of the values `graph` holds (initializers, Constants) or computes from those
+    alone by _WEIGHT_OPS; its nodes in topological order (normal_form)."""
+    known = {init.name for init in graph.initializer}
+    known |= {node.output[0] for node in graph.node if node.op_type == "Constant"}
+    for node in graph.node:
+        if node.op_type in _WEIGHT_OPS and all(not name or name in known for name in node.input):
+            known.update(node.output)
+    return known
+
+
+def refusal(node: Any, initializers: Collection[str]) -> str | None:
+    """Why `node` (an LSTM or GRU) cannot be unrolled here, or None; `initializers`: the
+    names of the values its graph holds or computes from those (held_or_computed)."""
     attrs = {attr.name for attr in node.attribute}
     if "activations" in attrs or "activation_alpha" in attrs or "activation_beta" in attrs:
         return "activations other than the defaults"
@@ -49,15 +67,13 @@ def refusal(node: Any, initializers: Mapping[str, Any]) -> str | None:
 def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any:
     """`proto` with its main graph's LSTM and GRU nodes unrolled (each `refusal`-free, its
     input's shape in `shapes`); `proto` itself where it has none."""
-    from onnx import numpy_helper
-
     graph = proto.graph
     if not any(node.op_type in OPS for node in graph.node):
         return proto
     if copy:
         proto = names.copied(proto)
         graph = proto.graph
-    weights = {init.name: init for init in graph.initializer}
+    weights = _Weights(graph, proto.opset_import)
     taken = {name for node in graph.node for name in (*node.input, *node.output)}
     taken |= {init.name for init in graph.initializer} | {v.name for v in graph.input}
     nodes: list[Any] = []
@@ -70,7 +86,7 @@ def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any
                 f"cannot unroll {node.op_type} node {node.name!r}: its input's shape is not "
                 "known; give every input's shape with --input-shape"
             )
-        arrays = {n: numpy_helper.to_array(weights[n]) for n in node.input[1:4] if n}
+        arrays = {n: weights.value(n, node) for n in node.input[1:4] if n}
         opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
         step = _Emitter(f"rnn{number}_", taken, opset)
         _unrolled(step, node, arrays, shapes[node.input[0]])
@@ -78,7 +94,53 @@ def unroll(proto: Any, shapes: Mapping[str, tuple], *, copy: bool = True) -> Any
         graph.initializer.extend(step.constants)
     del graph.node[:]
     graph.node.extend(nodes)
+    weights.drop_unread()
     return proto
+
+
+class _Weights:
+    """The values of an LSTM's or GRU's weights, held by the graph or computed from held
+    values (held_or_computed) with onnx's reference evaluator."""
+
+    def __init__(self, graph: Any, opsets: Any) -> None:
+        self.graph, self.opsets = graph, opsets
+        self.producers = {out: node for node in graph.node for out in node.output}
+        self.values: dict[str, np.ndarray] = {}
+        self.computed: set[str] = set()  # outputs of the nodes evaluated here
+
+    def value(self, name: str, user: Any) -> np.ndarray:
+        if name not in self.values:
+            held = constants.held(self.graph, {name})
+            self.values[name] = held[name] if name in held else self._computed(name, user)
+        return self.values[name]
+
+    def _computed(self, name: str, user: Any) -> np.ndarray:
+        node = self.producers[name]
+        inputs = {i: self.value(i, user) for i in node.input if i}
+        outputs = folding.evaluate(node, inputs, self.opsets)
+        if outputs is None:
+            raise InputError(
+                f"cannot unroll {user.op_type} node {user.name!r}: its weight {name!r} is "
+                f"computed by a {node.op_type} that could not be evaluated; export the model "
+                "with its weights held as initializers"
+            )
+        self.values.update(zip(node.output, outputs, strict=True))
+        self.computed.update(node.output)
+        return self.values[name]
+
+    def drop_unread(self) -> None:
+        """Drop the nodes that computed weights and that nothing reads any more."""
+        while True:
+            read = folding.reads(self.graph) | {value.name for value in self.graph.output}
+            unread = [
+                at
+                for at, node in enumerate(self.graph.node)
+                if set(node.output) <= self.computed and not set(node.output) & read
+            ]
+            if not unread:
+                return
+            for at in reversed(unread):
+                del self.graph.node[at]
 
 
 class _Emitter:
