@@ -44,9 +44,9 @@ def held_or_computed(graph: Any) -> set[str]:
     return known
 
 
-def refusal(node: Any, initializers: Collection[str]) -> str | None:
-    """Why `node` (an LSTM or GRU) cannot be unrolled here, or None; `initializers`: the
-    names of the values its graph holds or computes from those (held_or_computed)."""
+def refusal(node: Any, held: Collection[str]) -> str | None:
+    """Why `node` (an LSTM or GRU) cannot be unrolled here, or None; `held`: the names of
+    the values its graph holds or computes from those (held_or_computed)."""
     attrs = {attr.name for attr in node.attribute}
     if "activations" in attrs or "activation_alpha" in attrs or "activation_beta" in attrs:
         return "activations other than the defaults"
@@ -59,7 +59,7 @@ def refusal(node: Any, initializers: Collection[str]) -> str | None:
     for at in _EMPTY_INPUTS[node.op_type]:
         if len(node.input) > at and node.input[at]:
             return "a sequence_lens input" if at == 4 else "peepholes"
-    if not all(name in initializers for name in node.input[1:4] if name):
+    if not all(name in held for name in node.input[1:4] if name):
         return "weights computed in the graph"
     return None
 
@@ -129,18 +129,24 @@ class _Weights:
         return self.values[name]
 
     def drop_unread(self) -> None:
-        """Drop the nodes that computed weights and that nothing reads any more."""
+        """Drop the nodes that computed weights and nothing reads any more, and the
+        initializers only they read."""
+        graph, dropped = self.graph, set()
         while True:
-            read = folding.reads(self.graph) | {value.name for value in self.graph.output}
+            read = folding.reads(graph) | {value.name for value in graph.output}
             unread = [
                 at
-                for at, node in enumerate(self.graph.node)
+                for at, node in enumerate(graph.node)
                 if set(node.output) <= self.computed and not set(node.output) & read
             ]
             if not unread:
-                return
+                break
             for at in reversed(unread):
-                del self.graph.node[at]
+                dropped.update(graph.node[at].input)
+                del graph.node[at]
+        for at in reversed(range(len(graph.initializer))):
+            if graph.initializer[at].name in dropped - read:
+                del graph.initializer[at]
 
 
 class _Emitter:
