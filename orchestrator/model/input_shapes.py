@@ -56,15 +56,13 @@ def resolve(declared: Sequence[Any], given: Mapping[str, Sequence[int]]) -> dict
 
 def show(tensor_type: Any) -> str:
     """A declared shape as the refusals write it: 1x3x224x224, batch x 3 x height x width."""
-    parts = [
-        str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-        for d in tensor_type.shape.dim
-    ]
+    parts = [str(_size(d, {}) or d.dim_param or "?") for d in tensor_type.shape.dim]
     numbers = all(part.isdigit() for part in parts)
     return ("x" if numbers else " x ").join(parts) or "scalar"
 
 
 def _size(dim: Any, sizes: Mapping[str, int]) -> int | None:
+    """The dimension's fixed size, else the one `sizes` gives its name (None: unknown)."""
     if dim.HasField("dim_value") and dim.dim_value > 0:
         return dim.dim_value
     return sizes.get(dim.dim_param)
@@ -81,7 +79,7 @@ def _named_sizes(declared: Sequence[Any], given: Mapping[str, Sequence[int]]) ->
         if shape is None or len(shape) != len(dims):
             continue  # _checked says what is wrong with it
         for dim, size in zip(dims, shape, strict=True):
-            if not dim.dim_param or (dim.HasField("dim_value") and dim.dim_value > 0):
+            if not dim.dim_param or _size(dim, {}) is not None:
                 continue
             if sizes.setdefault(dim.dim_param, int(size)) != int(size):
                 raise InputError(

@@ -382,7 +382,7 @@ def _check_operators(path: Path, proto: Any) -> None:
         )
     known, opset = functions.importable(), functions.opset_of(proto)
     unrolled = {tuple(node.output) for node in graph.node if node.op_type in recurrent.OPS}
-    weights = recurrent.held_or_computed(graph) if unrolled else set()
+    held = recurrent.held_or_computed(graph) if unrolled else set()
     expanded = {  # written for TVM in other operators (functions.py, integer.py, loops.py)
         tuple(node.output)
         for node in graph.node
@@ -395,7 +395,7 @@ def _check_operators(path: Path, proto: Any) -> None:
     for node in nodes:
         if node.op_type in known or tuple(node.output) in expanded:
             continue
-        why = recurrent.refusal(node, weights) if tuple(node.output) in unrolled else ""
+        why = recurrent.refusal(node, held) if tuple(node.output) in unrolled else ""
         if why is not None:  # None: unrolled for TVM (recurrent.py)
             op = f"{node.op_type} with {why}" if why else node.op_type
             missing.setdefault(op, node.name or "unnamed")
